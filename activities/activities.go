@@ -1,0 +1,50 @@
+// Package activities holds every side effect of a round, one activity each:
+// running an episode (with the model server and recording proxy of its host),
+// building the training batch, training, and writing reports and state.
+package activities
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+
+	"github.com/roundhouse-rl/roundhouse/internal/store"
+	"github.com/roundhouse-rl/roundhouse/schemas"
+)
+
+// harnessCache keeps each run's resolved harness file once per worker.
+type harnessCache struct {
+	mu sync.Mutex
+	m  map[string]schemas.Harness
+}
+
+func (c *harnessCache) get(ctx context.Context, s *store.Store, run string) (schemas.Harness, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if h, ok := c.m[run]; ok {
+		return h, nil
+	}
+	var h schemas.Harness
+	key := schemas.Layout{Run: run}.Harness()
+	b, err := s.Get(ctx, key)
+	if err != nil {
+		return h, fmt.Errorf("harness of run %s: %w", run, err)
+	}
+	if err := json.Unmarshal(b, &h); err != nil {
+		return h, fmt.Errorf("harness of run %s (%s): %w", run, key, err)
+	}
+	if c.m == nil {
+		c.m = map[string]schemas.Harness{}
+	}
+	c.m[run] = h
+	return h, nil
+}
+
+func putJSON(ctx context.Context, s *store.Store, key string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", key, err)
+	}
+	return s.Put(ctx, key, b)
+}

@@ -1,0 +1,222 @@
+// Command devstack brings up Roundhouse's embedded default on one machine:
+// a real Temporal dev server (UI included, history kept in a database file),
+// a real S3 server (versitygw on a local folder) and the workers. It leaves
+// them running for the Temporal UI; `down` stops them.
+//
+//	devstack tools | up | down | demo
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/roundhouse-rl/roundhouse/internal/devstack"
+	"github.com/roundhouse-rl/roundhouse/internal/store"
+)
+
+// Fixed dev ports; override with the environment of the same names.
+var (
+	temporalPort = envInt("ROUNDHOUSE_TEMPORAL_PORT", 7233)
+	uiPort       = envInt("ROUNDHOUSE_UI_PORT", 8233)
+	s3Port       = envInt("ROUNDHOUSE_S3_PORT", 9100)
+	stateDir     = ".dev" // git-ignored: database, S3 data, logs, pid files
+	binDir       = ".bin" // git-ignored: this repo's binaries
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: devstack tools|up|down|demo [starter train flags...]")
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var err error
+	switch os.Args[1] {
+	case "tools":
+		err = tools(ctx)
+	case "up":
+		err = up(ctx)
+	case "down":
+		err = down()
+	case "demo":
+		if err = up(ctx); err == nil {
+			err = demo(ctx, os.Args[2:])
+		}
+	default:
+		err = fmt.Errorf("unknown command %q: use tools, up, down or demo", os.Args[1])
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "devstack:", err)
+		os.Exit(1)
+	}
+}
+
+func tools(ctx context.Context) error {
+	for _, t := range []devstack.Tool{devstack.TemporalTool, devstack.VersitygwTool} {
+		p, err := t.Ensure(ctx, os.Stderr)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("%s %s: %s\n", t.Name, t.Version, p)
+	}
+	return nil
+}
+
+func env() []string {
+	s := store.FromEnv()
+	return []string{
+		"ROUNDHOUSE_TEMPORAL=127.0.0.1:" + strconv.Itoa(temporalPort),
+		"ROUNDHOUSE_S3_ENDPOINT=http://127.0.0.1:" + strconv.Itoa(s3Port),
+		"ROUNDHOUSE_BUCKET=" + s.Bucket,
+		"ROUNDHOUSE_UI=http://127.0.0.1:" + strconv.Itoa(uiPort),
+		"AWS_ACCESS_KEY_ID=" + s.AccessKey, "AWS_SECRET_ACCESS_KEY=" + s.SecretKey, "AWS_REGION=" + s.Region,
+	}
+}
+
+func up(ctx context.Context) error {
+	if err := tools(ctx); err != nil {
+		return err
+	}
+	abs, _ := filepath.Abs(stateDir)
+	logs := filepath.Join(abs, "logs")
+	temporalAddr := "127.0.0.1:" + strconv.Itoa(temporalPort)
+	if devstack.TCPCheck(temporalAddr)(ctx) == nil {
+		fmt.Printf("Temporal already listening on %s\n", temporalAddr)
+	} else {
+		bin, _ := devstack.TemporalTool.Find()
+		log := filepath.Join(logs, "temporal.log")
+		p, err := devstack.Start("temporal", devstack.TemporalArgs(bin, filepath.Join(abs, "temporal.db"), temporalPort, uiPort), nil, log, true)
+		if err != nil {
+			return err
+		}
+		writePid("temporal", p)
+		if err := devstack.WaitReady(ctx, p, 2*time.Minute, devstack.TCPCheck(temporalAddr), log); err != nil {
+			return fmt.Errorf("temporal: %w", err)
+		}
+		if err := devstack.WaitReady(ctx, p, time.Minute, devstack.HTTPCheck("http://127.0.0.1:"+strconv.Itoa(uiPort)), log); err != nil {
+			return fmt.Errorf("temporal UI: %w", err)
+		}
+	}
+	s3url := "http://127.0.0.1:" + strconv.Itoa(s3Port)
+	if devstack.HTTPCheck(s3url)(ctx) == nil {
+		fmt.Printf("S3 already listening on %s\n", s3url)
+	} else {
+		bin, _ := devstack.VersitygwTool.Find()
+		data := filepath.Join(abs, "s3")
+		if err := os.MkdirAll(data, 0o755); err != nil {
+			return err
+		}
+		s := store.FromEnv()
+		log := filepath.Join(logs, "s3.log")
+		p, err := devstack.Start("versitygw", devstack.VersitygwArgs(bin, data, s3Port), devstack.VersitygwEnv(s.AccessKey, s.SecretKey), log, true)
+		if err != nil {
+			return err
+		}
+		writePid("s3", p)
+		if err := devstack.WaitReady(ctx, p, time.Minute, devstack.HTTPCheck(s3url), log); err != nil {
+			return fmt.Errorf("versitygw: %w", err)
+		}
+	}
+	cfg := store.FromEnv()
+	cfg.Endpoint = s3url
+	s, err := store.New(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if err := s.EnsureBucket(ctx); err != nil {
+		return err
+	}
+	if err := build(ctx); err != nil {
+		return err
+	}
+	// The worker restarts on every `up` so it always runs the code just built.
+	stopPid("worker")
+	wlog := filepath.Join(logs, "worker.log")
+	p, err := devstack.Start("worker", []string{filepath.Join(binDir, "worker"), "--workdir", filepath.Join(abs, "work")}, env(), wlog, true)
+	if err != nil {
+		return err
+	}
+	writePid("worker", p)
+	time.Sleep(time.Second)
+	if done, werr := p.Exited(); done {
+		return fmt.Errorf("worker exited at start (%v); see %s", werr, wlog)
+	}
+	fmt.Printf("dev stack up:\n  Temporal  %s (UI http://127.0.0.1:%d)\n  S3        %s bucket %s (data in %s)\n  worker    pid %d, log %s\n",
+		temporalAddr, uiPort, s3url, cfg.Bucket, filepath.Join(abs, "s3"), p.Cmd.Process.Pid, wlog)
+	return nil
+}
+
+// build compiles the worker, the starter and the minimal harness's programs.
+func build(ctx context.Context) error {
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", binDir+"/", "./workers/worker", "./starter", "./harnesses/minimal/cmd/...")
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("go build: %w", err)
+	}
+	return nil
+}
+
+func demo(ctx context.Context, extra []string) error {
+	args := []string{"train", "--config", "harnesses/minimal/harness.yaml", "--run", "demo",
+		"--weights", "harnesses/minimal/weights/w0", "--rounds", "2", "--groups", "6", "--replace"}
+	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "starter"), append(args, extra...)...)
+	cmd.Env = append(os.Environ(), env()...)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	fmt.Printf("\n$ starter %s\n", strings.Join(append(args, extra...), " "))
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("starter train: %w", err)
+	}
+	fmt.Printf("\nThe stack keeps running: open http://127.0.0.1:%d to see the run; `go tool task down` stops it.\n", uiPort)
+	return nil
+}
+
+func down() error {
+	for _, name := range []string{"worker", "s3", "temporal"} {
+		stopPid(name)
+	}
+	fmt.Println("dev stack stopped (data kept in .dev/)")
+	return nil
+}
+
+func pidFile(name string) string { return filepath.Join(stateDir, name+".pid") }
+
+func writePid(name string, p *devstack.Proc) {
+	_ = os.WriteFile(pidFile(name), []byte(strconv.Itoa(p.Cmd.Process.Pid)), 0o644)
+}
+
+// stopPid ends the process group recorded in the pid file, if alive.
+func stopPid(name string) {
+	b, err := os.ReadFile(pidFile(name))
+	if err != nil {
+		return
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return
+	}
+	_ = syscall.Kill(-pid, syscall.SIGTERM)
+	for i := 0; i < 50; i++ {
+		if errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	os.Remove(pidFile(name))
+}
+
+func envInt(k string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(k)); err == nil {
+		return v
+	}
+	return def
+}

@@ -1,0 +1,254 @@
+// Package harness loads harness files, fills their {var} templates and
+// checks them, so a bad file fails before anything starts.
+package harness
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/roundhouse-rl/roundhouse/schemas"
+)
+
+var placeholder = regexp.MustCompile(`\{([a-zA-Z_][a-zA-Z0-9_]*)\}`)
+
+// Load reads the harness file at path, applies overrides (from --var k=v) to
+// its vars and fills every {var}. Runtime placeholders are left in place.
+func Load(path string, overrides map[string]string) (schemas.Harness, error) {
+	var h schemas.Harness
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return h, fmt.Errorf("harness file %s does not exist: pass --config harnesses/<name>/harness.yaml", path)
+		}
+		return h, fmt.Errorf("read harness file %s: %w", path, err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(raw))
+	dec.KnownFields(true)
+	if err := dec.Decode(&h); err != nil {
+		return h, fmt.Errorf("harness file %s is not valid: %w (fix the YAML at that line)", path, err)
+	}
+	abs, err := filepath.Abs(filepath.Dir(path))
+	if err != nil {
+		return h, fmt.Errorf("harness file %s: %w", path, err)
+	}
+	h.Dir = abs
+	if h.Vars == nil {
+		h.Vars = map[string]string{}
+	}
+	for k, v := range overrides {
+		if _, ok := h.Vars[k]; !ok {
+			return h, fmt.Errorf("--var %s=%s: %s declares no var %q; known vars: %s", k, v, path, k, strings.Join(sortedKeys(h.Vars), ", "))
+		}
+		h.Vars[k] = v
+	}
+	vars := map[string]string{"harness_dir": h.Dir}
+	for k, v := range h.Vars {
+		vars[k] = v
+	}
+	if err := fillAll(&h, vars); err != nil {
+		return h, fmt.Errorf("harness file %s: %w", path, err)
+	}
+	if err := Check(h); err != nil {
+		return h, fmt.Errorf("harness file %s: %w", path, err)
+	}
+	sum := sha256.New()
+	sum.Write(raw)
+	for _, k := range sortedKeys(h.Vars) {
+		fmt.Fprintf(sum, "\n%s=%s", k, h.Vars[k])
+	}
+	h.Digest = hex.EncodeToString(sum.Sum(nil))[:16]
+	return h, nil
+}
+
+// ParseVars turns ["k=v", ...] into a map, rejecting malformed entries.
+func ParseVars(kvs []string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, kv := range kvs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("--var %q: write it as name=value, e.g. --var model_port=18100", kv)
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
+// Fill replaces {name} in s with vars[name]; unknown names stay as they are.
+func Fill(s string, vars map[string]string) string {
+	return placeholder.ReplaceAllStringFunc(s, func(m string) string {
+		if v, ok := vars[m[1:len(m)-1]]; ok {
+			return v
+		}
+		return m
+	})
+}
+
+// FillArgs fills every argument and fails on a placeholder left unfilled,
+// so a command never runs with a literal {name} in it.
+func FillArgs(args []string, vars map[string]string) ([]string, error) {
+	out := make([]string, len(args))
+	for i, a := range args {
+		out[i] = Fill(a, vars)
+		if m := placeholder.FindStringSubmatch(out[i]); m != nil {
+			return nil, fmt.Errorf("argument %q: no value for {%s}", a, m[1])
+		}
+	}
+	return out, nil
+}
+
+// fillAll fills load-time vars in every command, env value and hyperparameter.
+func fillAll(h *schemas.Harness, vars map[string]string) error {
+	for k, v := range h.Trainer.Hyper {
+		h.Trainer.Hyper[k] = Fill(v, vars)
+	}
+	all := map[string]string{}
+	for k, v := range vars {
+		all[k] = v
+	}
+	for k, v := range h.Trainer.Hyper {
+		all[k] = v
+	}
+	fill := func(where string, ss []string) error {
+		for i, s := range ss {
+			ss[i] = Fill(s, all)
+			for _, m := range placeholder.FindAllStringSubmatch(ss[i], -1) {
+				if _, ok := schemas.RuntimeVars[m[1]]; !ok {
+					return fmt.Errorf("%s uses {%s}, which is neither a var of the file nor a runtime value; declare it under vars:", where, m[1])
+				}
+			}
+		}
+		return nil
+	}
+	fillEnv := func(where string, env map[string]string) error {
+		for k, v := range env {
+			s := []string{v}
+			if err := fill(where+" env "+k, s); err != nil {
+				return err
+			}
+			env[k] = s[0]
+		}
+		return nil
+	}
+	for _, err := range []error{
+		fill("model_server.command", h.Model.Command),
+		fillEnv("model_server", h.Model.Env),
+		fill("episode.command", h.Episode.Command),
+		fillEnv("episode", h.Episode.Env),
+		fill("trainer.command", h.Trainer.Command),
+		fillEnv("trainer", h.Trainer.Env),
+	} {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Check validates a loaded harness: commands present, splits disjoint, tasks unique.
+func Check(h schemas.Harness) error {
+	switch {
+	case h.Name == "":
+		return errors.New("name: is missing")
+	case len(h.Model.Command) == 0:
+		return errors.New("model_server.command is missing: give the model server's argument list")
+	case len(h.Episode.Command) == 0:
+		return errors.New("episode.command is missing: give the episode's argument list")
+	case len(h.Trainer.Command) == 0:
+		return errors.New("trainer.command is missing: give the trainer's argument list")
+	case len(h.Tasks) == 0:
+		return errors.New("tasks: is empty: list at least one task")
+	case h.Collect.Attempts < 2:
+		return fmt.Errorf("collect.attempts is %d: leave-one-out advantages need at least 2", h.Collect.Attempts)
+	case h.Collect.Groups < 1:
+		return fmt.Errorf("collect.groups is %d: need at least 1", h.Collect.Groups)
+	}
+	seen := map[int32]bool{}
+	for _, t := range h.Tasks {
+		if seen[t.ID] {
+			return fmt.Errorf("tasks: id %d appears twice", t.ID)
+		}
+		seen[t.ID] = true
+	}
+	splits := map[string]string{"train_init_ids": h.Splits.Train, "val_init_ids": h.Splits.Val, "eval_init_ids": h.Splits.Eval}
+	owner := map[int32]string{}
+	for _, key := range []string{"train_init_ids", "val_init_ids", "eval_init_ids"} {
+		ids, err := ParseIDs(splits[key])
+		if err != nil {
+			return fmt.Errorf("splits.%s: %w", key, err)
+		}
+		if len(ids) == 0 {
+			return fmt.Errorf("splits.%s is empty: give ids like \"11-44\"", key)
+		}
+		for _, id := range ids {
+			if other, ok := owner[id]; ok {
+				return fmt.Errorf("splits: init id %d is in both %s and %s; the splits must not overlap", id, other, key)
+			}
+			owner[id] = key
+		}
+	}
+	return nil
+}
+
+// ParseIDs parses "11-44" or "1,3,5-7" into sorted unique ids.
+func ParseIDs(s string) ([]int32, error) {
+	set := map[int32]bool{}
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.Atoi(strings.TrimSpace(lo))
+		if err != nil {
+			return nil, fmt.Errorf("%q is not an id or a range like 11-44", part)
+		}
+		b := a
+		if isRange {
+			if b, err = strconv.Atoi(strings.TrimSpace(hi)); err != nil || b < a {
+				return nil, fmt.Errorf("%q is not a range like 11-44", part)
+			}
+		}
+		for i := a; i <= b; i++ {
+			set[int32(i)] = true
+		}
+	}
+	out := make([]int32, 0, len(set))
+	for id := range set {
+		out = append(out, id)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out, nil
+}
+
+// IDs returns the init ids of a split key (train_init_ids, val_init_ids, eval_init_ids).
+func IDs(h schemas.Harness, key string) ([]int32, error) {
+	switch key {
+	case "train_init_ids":
+		return ParseIDs(h.Splits.Train)
+	case "val_init_ids":
+		return ParseIDs(h.Splits.Val)
+	case "eval_init_ids":
+		return ParseIDs(h.Splits.Eval)
+	}
+	return nil, fmt.Errorf("init key %q: use train_init_ids, val_init_ids or eval_init_ids", key)
+}
+
+func sortedKeys(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

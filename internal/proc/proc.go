@@ -1,0 +1,112 @@
+// Package proc runs subprocesses the way Roundhouse needs them: an argument
+// list (no shell), its own process group so a timeout or cancel kills its
+// children too, output to a log file, and a heartbeat while it runs.
+package proc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+)
+
+// Spec describes one run.
+type Spec struct {
+	Args    []string
+	Env     map[string]string
+	Dir     string
+	Log     string        // file receiving stdout and stderr
+	Timeout time.Duration // 0: no limit beyond ctx
+	// Beat is called every BeatEvery while the process runs (e.g. activity.RecordHeartbeat).
+	Beat      func()
+	BeatEvery time.Duration
+}
+
+// Result says how the process ended.
+type Result struct {
+	ExitCode int
+	TimedOut bool
+	Duration time.Duration
+}
+
+// Run starts the process and waits for it. A non-zero exit is reported in
+// Result, not as an error; errors mean it could not run or was cancelled.
+func Run(ctx context.Context, s Spec) (Result, error) {
+	var res Result
+	if len(s.Args) == 0 {
+		return res, errors.New("empty command")
+	}
+	if err := os.MkdirAll(filepath.Dir(s.Log), 0o755); err != nil {
+		return res, fmt.Errorf("log dir for %s: %w", s.Args[0], err)
+	}
+	lf, err := os.Create(s.Log)
+	if err != nil {
+		return res, fmt.Errorf("log for %s: %w", s.Args[0], err)
+	}
+	defer lf.Close()
+	cmd := exec.Command(s.Args[0], s.Args[1:]...)
+	cmd.Dir = s.Dir
+	cmd.Env = os.Environ()
+	for k, v := range s.Env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	cmd.Stdout, cmd.Stderr = lf, lf
+	// Own process group: killing -pid reaches grandchildren (torchrun ranks,
+	// services an episode spawned). Pdeathsig: a dead worker leaves no orphan.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return res, fmt.Errorf("start %s: %w", s.Args[0], err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	var timeout <-chan time.Time
+	if s.Timeout > 0 {
+		t := time.NewTimer(s.Timeout)
+		defer t.Stop()
+		timeout = t.C
+	}
+	every := s.BeatEvery
+	if every <= 0 {
+		every = 5 * time.Second
+	}
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	kill := func() error {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		return <-done
+	}
+	for {
+		select {
+		case err := <-done:
+			res.Duration = time.Since(start)
+			var ee *exec.ExitError
+			if errors.As(err, &ee) {
+				res.ExitCode = ee.ExitCode()
+				return res, nil
+			}
+			if err != nil {
+				return res, fmt.Errorf("wait %s: %w", s.Args[0], err)
+			}
+			return res, nil
+		case <-tick.C:
+			if s.Beat != nil {
+				s.Beat()
+			}
+		case <-timeout:
+			kill()
+			res.Duration = time.Since(start)
+			res.TimedOut = true
+			res.ExitCode = -1
+			return res, nil
+		case <-ctx.Done():
+			kill()
+			res.Duration = time.Since(start)
+			return res, fmt.Errorf("%s stopped: %w", s.Args[0], ctx.Err())
+		}
+	}
+}

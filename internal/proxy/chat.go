@@ -1,0 +1,574 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/roundhouse-rl/roundhouse/schemas"
+)
+
+// Field placement (vLLM >= 0.10.2, vllm/entrypoints/openai/chat_completion/
+// protocol.py and serving.py): request "return_token_ids": true makes the
+// response carry "prompt_token_ids" at the top level and "token_ids" on each
+// choice; in a stream, prompt_token_ids comes on the first chunk only and each
+// chunk's choices[].token_ids holds that chunk's delta tokens. "logprobs": true
+// fills choices[].logprobs.content[*].logprob (per chunk when streaming).
+
+// chatRequest is what the proxy needs from the harness's request.
+type chatRequest struct {
+	model        string
+	stream       bool
+	wantLogprobs bool // the harness itself set "logprobs": true
+	wantTokenIDs bool // the harness itself set "return_token_ids": true
+	upstreamBody []byte
+}
+
+// parseChatRequest reads the harness's body and builds the one sent upstream:
+// the same object with "logprobs" and "return_token_ids" forced to true.
+// top_logprobs is forwarded as the harness set it: when the harness did not
+// ask for logprobs the whole logprobs object is hidden from it again anyway.
+func parseChatRequest(body []byte) (chatRequest, error) {
+	if !json.Valid(body) {
+		return chatRequest{}, errors.New("request body is not valid JSON")
+	}
+	ms, err := decodeObject(body)
+	if err != nil {
+		return chatRequest{}, fmt.Errorf("request body: %w", err)
+	}
+	req := chatRequest{upstreamBody: body}
+	if v, ok := get(ms, "model"); ok {
+		_ = json.Unmarshal(v, &req.model) // a non-string model is the server's to reject
+	}
+	if v, ok := get(ms, "stream"); ok {
+		req.stream = isTrue(v)
+	}
+	if v, ok := get(ms, "logprobs"); ok {
+		req.wantLogprobs = isTrue(v)
+	}
+	if v, ok := get(ms, "return_token_ids"); ok {
+		req.wantTokenIDs = isTrue(v)
+	}
+	if !req.wantLogprobs || !req.wantTokenIDs {
+		ms = set(ms, "logprobs", json.RawMessage("true"))
+		ms = set(ms, "return_token_ids", json.RawMessage("true"))
+		req.upstreamBody = encodeObject(ms)
+	}
+	return req, nil
+}
+
+// chatResponse is the part of a chat completion (or stream chunk) the record
+// needs.
+type chatResponse struct {
+	Model          string          `json:"model"`
+	Choices        []respChoice    `json:"choices"`
+	Usage          *respUsage      `json:"usage"`
+	PromptTokenIDs []int32         `json:"prompt_token_ids"`
+	Error          json.RawMessage `json:"error"` // vLLM streams errors as {"error":{...}}
+}
+
+type respChoice struct {
+	Index        int             `json:"index"`
+	Message      json.RawMessage `json:"message"` // non-streamed
+	Delta        json.RawMessage `json:"delta"`   // streamed
+	Logprobs     *respLogprobs   `json:"logprobs"`
+	FinishReason *string         `json:"finish_reason"`
+	TokenIDs     []int32         `json:"token_ids"`
+}
+
+type respMessage struct {
+	Content   *string         `json:"content"`
+	ToolCalls json.RawMessage `json:"tool_calls"`
+}
+
+type respLogprobs struct {
+	Content []struct {
+		Logprob float64 `json:"logprob"`
+	} `json:"content"`
+}
+
+type respUsage struct {
+	PromptTokens     int32 `json:"prompt_tokens"`
+	CompletionTokens int32 `json:"completion_tokens"`
+}
+
+// toolCall is one assembled tool call, in the shape (and key order) of a
+// non-streamed vLLM message.tool_calls entry.
+type toolCall struct {
+	ID       string `json:"id"`
+	Type     string `json:"type"`
+	Function struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
+}
+
+type toolCallDelta struct {
+	Index    int    `json:"index"`
+	ID       string `json:"id"`
+	Type     string `json:"type"`
+	Function *struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
+}
+
+// handleChat forwards one chat completion and fills rec. Only choice index 0
+// is recorded (a planner asks for n=1).
+func (p *Proxy) handleChat(w http.ResponseWriter, r *http.Request, rec *schemas.Call, start time.Time) {
+	defer func() {
+		rec.LatencyMS = float64(time.Since(start).Microseconds()) / 1000
+		rec.Trainable = isTrainable(rec)
+		args := []any{"episode", rec.EpisodeID, "call", rec.CallIndex, "status", rec.HTTPStatus,
+			"stream", rec.Stream, "latency_ms", rec.LatencyMS, "trainable", rec.Trainable}
+		if rec.Error != "" {
+			p.log.Warn("proxy: call failed", append(args, "err", rec.Error)...)
+		} else {
+			p.log.Debug("proxy: call recorded", args...)
+		}
+	}()
+
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, p.opts.MaxBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			p.fail(w, rec, http.StatusRequestEntityTooLarge, "invalid_request_error",
+				fmt.Sprintf("request body exceeds the proxy limit of %d bytes (Options.MaxBodyBytes)", tooBig.Limit))
+			return
+		}
+		p.fail(w, rec, http.StatusBadRequest, "invalid_request_error", fmt.Sprintf("read request body: %v", err))
+		return
+	}
+	rec.Request = string(body)
+	req, err := parseChatRequest(body)
+	if err != nil {
+		p.fail(w, rec, http.StatusBadRequest, "invalid_request_error", err.Error())
+		return
+	}
+	rec.Model, rec.Stream = req.model, req.stream
+
+	target, err := p.upstreamURL("/v1/chat/completions", r.URL.RawQuery)
+	if err != nil {
+		p.fail(w, rec, http.StatusBadGateway, "upstream_error", err.Error())
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), p.opts.UpstreamTimeout)
+	defer cancel()
+	// A harness that stops reading must not hold End past the timeout either.
+	// The deadline is cleared afterwards because it would otherwise stay on a
+	// kept-alive connection.
+	rc := http.NewResponseController(w)
+	if deadline, ok := ctx.Deadline(); ok {
+		_ = rc.SetWriteDeadline(deadline)
+		defer func() { _ = rc.SetWriteDeadline(time.Time{}) }()
+	}
+
+	upReq, err := http.NewRequestWithContext(ctx, http.MethodPost, target.String(), bytes.NewReader(req.upstreamBody))
+	if err != nil {
+		p.fail(w, rec, http.StatusBadGateway, "upstream_error", fmt.Sprintf("build upstream request: %v", err))
+		return
+	}
+	// Accept-Encoding is left to the transport so that it decompresses for us.
+	copyHeaders(upReq.Header, r.Header, "Content-Length", "Accept-Encoding", "Host")
+	if upReq.Header.Get("Content-Type") == "" {
+		upReq.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := p.client.Do(upReq)
+	if err != nil {
+		p.failUpstream(w, r, ctx, rec, err)
+		return
+	}
+	defer resp.Body.Close()
+
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		p.relayUpstreamError(w, resp, rec)
+		return
+	}
+	s := strip{tokenIDs: !req.wantTokenIDs, logprobs: !req.wantLogprobs}
+	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt == "text/event-stream" {
+		p.relayStream(w, r, ctx, rc, resp, rec, s)
+		return
+	}
+	p.relayJSON(w, r, ctx, resp, rec, s)
+}
+
+// fail answers the harness with an OpenAI-style error and records it.
+func (p *Proxy) fail(w http.ResponseWriter, rec *schemas.Call, status int, typ, msg string) {
+	rec.HTTPStatus = int32(status)
+	rec.Error = msg
+	writeError(w, status, typ, msg)
+}
+
+// statusClientClosed records a call whose harness went away before the answer
+// (nginx's "client closed request"); nothing is written back.
+const statusClientClosed = 499
+
+// failUpstream handles a request that got no (complete) upstream response.
+func (p *Proxy) failUpstream(w http.ResponseWriter, r *http.Request, ctx context.Context, rec *schemas.Call, err error) {
+	switch {
+	case r.Context().Err() != nil:
+		rec.HTTPStatus = statusClientClosed
+		rec.Error = fmt.Sprintf("harness disconnected before the model server answered: %v", err)
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		p.fail(w, rec, http.StatusGatewayTimeout, "upstream_timeout",
+			fmt.Sprintf("model server did not answer within %s (Options.UpstreamTimeout): %v", p.opts.UpstreamTimeout, err))
+	default:
+		p.fail(w, rec, http.StatusBadGateway, "upstream_error", fmt.Sprintf("model server unreachable: %v", err))
+	}
+}
+
+// relayUpstreamError passes a non-2xx answer through unchanged and records it.
+func (p *Proxy) relayUpstreamError(w http.ResponseWriter, resp *http.Response, rec *schemas.Call) {
+	body, readErr := io.ReadAll(resp.Body)
+	copyHeaders(w.Header(), resp.Header, "Content-Length")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(resp.StatusCode)
+	_, _ = w.Write(body)
+	rec.HTTPStatus = int32(resp.StatusCode)
+	const max = 4096
+	snippet := body
+	if len(snippet) > max {
+		snippet = snippet[:max]
+	}
+	rec.Error = fmt.Sprintf("model server answered %d: %s", resp.StatusCode, snippet)
+	if readErr != nil {
+		rec.Error += fmt.Sprintf(" (body read failed: %v)", readErr)
+	}
+}
+
+// relayJSON records a non-streamed completion and returns it minus what the
+// proxy added.
+func (p *Proxy) relayJSON(w http.ResponseWriter, r *http.Request, ctx context.Context, resp *http.Response, rec *schemas.Call, s strip) {
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		p.failUpstream(w, r, ctx, rec, fmt.Errorf("read response: %w", err))
+		return
+	}
+	rec.HTTPStatus = int32(resp.StatusCode)
+	out := body
+	var cr chatResponse
+	if err := json.Unmarshal(body, &cr); err != nil {
+		// Not a chat completion: hand it over untouched, keep it out of training.
+		rec.Error = fmt.Sprintf("model server response is not a chat completion: %v", err)
+	} else {
+		recordCompletion(rec, &cr)
+		if out, _, err = stripResponse(body, s); err != nil {
+			rec.Error = fmt.Sprintf("strip proxy-added fields: %v", err)
+			out = body
+		}
+	}
+	copyHeaders(w.Header(), resp.Header, "Content-Length")
+	w.Header().Set("Content-Length", strconv.Itoa(len(out)))
+	w.WriteHeader(resp.StatusCode)
+	if _, err := w.Write(out); err != nil {
+		rec.Error = fmt.Sprintf("harness disconnected before reading the response: %v", err)
+	}
+}
+
+func recordCompletion(rec *schemas.Call, cr *chatResponse) {
+	if cr.Model != "" {
+		rec.Model = cr.Model
+	}
+	rec.PromptTokenIDs = cr.PromptTokenIDs
+	if cr.Usage != nil {
+		rec.PromptTokens, rec.CompletionTokens = cr.Usage.PromptTokens, cr.Usage.CompletionTokens
+	}
+	if !isNull(cr.Error) {
+		rec.Error = "model server error: " + string(cr.Error)
+	}
+	i := slices.IndexFunc(cr.Choices, func(c respChoice) bool { return c.Index == 0 })
+	if i < 0 {
+		return
+	}
+	c := cr.Choices[i]
+	rec.CompletionTokenIDs = c.TokenIDs
+	rec.CompletionLogprobs = logprobs(c.Logprobs)
+	if c.FinishReason != nil {
+		rec.FinishReason = *c.FinishReason
+	}
+	var m respMessage
+	if !isNull(c.Message) && json.Unmarshal(c.Message, &m) == nil {
+		if m.Content != nil {
+			rec.Content = *m.Content
+		}
+		if !isNull(m.ToolCalls) {
+			var buf bytes.Buffer
+			if json.Compact(&buf, m.ToolCalls) == nil && buf.String() != "[]" {
+				rec.ToolCalls = buf.String()
+			}
+		}
+	}
+}
+
+func logprobs(l *respLogprobs) []float32 {
+	if l == nil {
+		return nil
+	}
+	out := make([]float32, len(l.Content))
+	for i, c := range l.Content {
+		out[i] = float32(c.Logprob)
+	}
+	return out
+}
+
+// isTrainable: only a complete, successful call whose upstream returned the
+// prompt ids, the completion ids and one logprob per completion token can
+// train; the proxy never reconstructs ids itself.
+func isTrainable(c *schemas.Call) bool {
+	return c.Error == "" && c.HTTPStatus >= 200 && c.HTTPStatus <= 299 &&
+		len(c.PromptTokenIDs) > 0 && len(c.CompletionTokenIDs) > 0 &&
+		len(c.CompletionLogprobs) == len(c.CompletionTokenIDs)
+}
+
+// hopHeaders are connection-level headers a proxy must not forward.
+var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
+	"Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+func copyHeaders(dst, src http.Header, skip ...string) {
+	for k, vs := range src {
+		if slices.Contains(hopHeaders, k) || slices.ContainsFunc(skip, func(s string) bool { return strings.EqualFold(s, k) }) {
+			continue
+		}
+		dst[k] = slices.Clone(vs)
+	}
+}
+
+// streamAssembly builds one record from a stream's chunks.
+type streamAssembly struct {
+	model      string
+	prompt     []int32
+	completion []int32
+	logprobs   []float32
+	content    strings.Builder
+	calls      []*toolCall
+	byIndex    map[int]*toolCall
+	finish     string
+	usage      *respUsage
+	done       bool // saw data: [DONE]
+	errs       []string
+}
+
+func (a *streamAssembly) add(c *chatResponse) {
+	if a.model == "" {
+		a.model = c.Model
+	}
+	a.prompt = append(a.prompt, c.PromptTokenIDs...) // first chunk only
+	if c.Usage != nil {
+		a.usage = c.Usage
+	}
+	if !isNull(c.Error) {
+		a.errs = append(a.errs, "model server stream error: "+string(c.Error))
+	}
+	for _, ch := range c.Choices {
+		if ch.Index != 0 {
+			continue
+		}
+		a.completion = append(a.completion, ch.TokenIDs...)
+		a.logprobs = append(a.logprobs, logprobs(ch.Logprobs)...)
+		if ch.FinishReason != nil {
+			a.finish = *ch.FinishReason
+		}
+		if isNull(ch.Delta) {
+			continue
+		}
+		var d respMessage
+		if err := json.Unmarshal(ch.Delta, &d); err != nil {
+			a.errs = append(a.errs, fmt.Sprintf("unparseable delta: %v", err))
+			continue
+		}
+		if d.Content != nil {
+			a.content.WriteString(*d.Content)
+		}
+		if isNull(d.ToolCalls) {
+			continue
+		}
+		var tds []toolCallDelta
+		if err := json.Unmarshal(d.ToolCalls, &tds); err != nil {
+			a.errs = append(a.errs, fmt.Sprintf("unparseable tool call delta: %v", err))
+			continue
+		}
+		for _, td := range tds {
+			a.addToolCall(td)
+		}
+	}
+}
+
+// addToolCall merges an OpenAI tool-call delta: the first delta of an index
+// carries id, type and name; later ones append argument text.
+func (a *streamAssembly) addToolCall(td toolCallDelta) {
+	tc := a.byIndex[td.Index]
+	if tc == nil {
+		tc = &toolCall{}
+		if a.byIndex == nil {
+			a.byIndex = map[int]*toolCall{}
+		}
+		a.byIndex[td.Index] = tc
+		a.calls = append(a.calls, tc)
+	}
+	if td.ID != "" {
+		tc.ID = td.ID
+	}
+	if td.Type != "" {
+		tc.Type = td.Type
+	}
+	if td.Function != nil {
+		if tc.Function.Name == "" {
+			tc.Function.Name = td.Function.Name
+		}
+		tc.Function.Arguments += td.Function.Arguments
+	}
+}
+
+func (a *streamAssembly) fill(rec *schemas.Call) {
+	if a.model != "" {
+		rec.Model = a.model
+	}
+	rec.PromptTokenIDs, rec.CompletionTokenIDs, rec.CompletionLogprobs = a.prompt, a.completion, a.logprobs
+	rec.FinishReason = a.finish
+	rec.Content = a.content.String()
+	if len(a.calls) > 0 {
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(false)
+		_ = enc.Encode(a.calls) // plain strings always encode
+		rec.ToolCalls = strings.TrimRight(buf.String(), "\n")
+	}
+	// The proxy does not add stream_options.include_usage: that would put an
+	// extra usage chunk into the stream (or need one removed again, which is
+	// wrong when the server forces usage). Usage is taken from the stream when
+	// the harness or server asked for it, otherwise counted from the token
+	// ids, which is how vLLM computes it.
+	if a.usage != nil {
+		rec.PromptTokens, rec.CompletionTokens = a.usage.PromptTokens, a.usage.CompletionTokens
+	} else {
+		rec.PromptTokens, rec.CompletionTokens = int32(len(a.prompt)), int32(len(a.completion))
+	}
+	if len(a.errs) > 0 {
+		rec.Error = strings.Join(a.errs, "; ")
+	}
+}
+
+// relayStream passes the SSE stream through event by event (flushing each),
+// records every chunk and hides what the proxy added.
+func (p *Proxy) relayStream(w http.ResponseWriter, r *http.Request, ctx context.Context, rc *http.ResponseController, resp *http.Response, rec *schemas.Call, s strip) {
+	copyHeaders(w.Header(), resp.Header, "Content-Length")
+	w.WriteHeader(resp.StatusCode)
+	rec.HTTPStatus = int32(resp.StatusCode)
+	_ = rc.Flush()
+
+	var a streamAssembly
+	var clientErr, readErr error
+	br := bufio.NewReader(resp.Body)
+	var event []byte
+	for clientErr == nil {
+		line, err := br.ReadBytes('\n')
+		event = append(event, line...)
+		if len(line) > 0 && len(bytes.TrimRight(line, "\r\n")) == 0 { // blank line ends an event
+			clientErr = p.forwardEvent(w, rc, event, &a, s)
+			event = nil
+		}
+		if err != nil {
+			if len(event) > 0 && clientErr == nil { // unterminated tail: pass through as is
+				_, clientErr = w.Write(event)
+				_ = rc.Flush()
+			}
+			if !errors.Is(err, io.EOF) {
+				readErr = err
+			}
+			break
+		}
+	}
+	switch {
+	case clientErr != nil:
+		a.errs = append(a.errs, fmt.Sprintf("harness stopped reading the stream: %v", clientErr))
+	case readErr != nil && r.Context().Err() != nil:
+		a.errs = append(a.errs, fmt.Sprintf("harness disconnected during the stream: %v", readErr))
+	case readErr != nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
+		a.errs = append(a.errs, fmt.Sprintf("model server stream exceeded %s (Options.UpstreamTimeout): %v", p.opts.UpstreamTimeout, readErr))
+	case readErr != nil:
+		a.errs = append(a.errs, fmt.Sprintf("model server stream broke: %v", readErr))
+	case !a.done:
+		a.errs = append(a.errs, "model server stream ended before data: [DONE]")
+	}
+	a.fill(rec)
+}
+
+// forwardEvent records one SSE event and writes it, stripped, to the harness.
+// An event that exists only because of what the proxy added is dropped: vLLM
+// sends a chunk with an empty delta and no finish reason only when logprobs
+// or token ids were requested (serving.py skips it otherwise).
+func (p *Proxy) forwardEvent(w http.ResponseWriter, rc *http.ResponseController, event []byte, a *streamAssembly, s strip) error {
+	lines := bytes.SplitAfter(event, []byte("\n"))
+	dataLine := -1
+	for i, l := range lines {
+		if bytes.HasPrefix(l, []byte("data:")) {
+			if dataLine >= 0 { // multi-line data: vLLM never sends it; pass it through unparsed
+				a.errs = append(a.errs, "multi-line SSE data event passed through unrecorded")
+				dataLine = -1
+				break
+			}
+			dataLine = i
+		}
+	}
+	out := event
+	if dataLine >= 0 {
+		line := lines[dataLine]
+		body := bytes.TrimRight(line, "\r\n")
+		ending := line[len(body):]
+		prefix := "data:"
+		payload := body[len(prefix):]
+		if bytes.HasPrefix(payload, []byte(" ")) {
+			prefix, payload = "data: ", payload[1:]
+		}
+		if string(payload) == "[DONE]" {
+			a.done = true
+		} else {
+			var c chatResponse
+			if err := json.Unmarshal(payload, &c); err != nil {
+				a.errs = append(a.errs, fmt.Sprintf("unparseable stream chunk: %v", err))
+			} else {
+				a.add(&c)
+				stripped, changed, err := stripResponse(payload, s)
+				switch {
+				case err != nil:
+					a.errs = append(a.errs, fmt.Sprintf("strip proxy-added fields: %v", err))
+				case changed && onlyAdded(&c, s):
+					return nil
+				case changed:
+					newLine := slices.Concat([]byte(prefix), stripped, ending)
+					out = slices.Concat(slices.Concat(lines[:dataLine]...), newLine, slices.Concat(lines[dataLine+1:]...))
+				}
+			}
+		}
+	}
+	if _, err := w.Write(out); err != nil {
+		return err
+	}
+	return rc.Flush()
+}
+
+// onlyAdded reports whether a chunk carries nothing but the fields the proxy
+// is hiding: every choice has an empty delta, no finish reason, and only
+// stripped logprobs/token ids; no usage, no error.
+func onlyAdded(c *chatResponse, s strip) bool {
+	if c.Usage != nil || !isNull(c.Error) || len(c.Choices) == 0 {
+		return false
+	}
+	for _, ch := range c.Choices {
+		if ch.FinishReason != nil || !isEmptyObject(ch.Delta) ||
+			(ch.Logprobs != nil && !s.logprobs) || (ch.TokenIDs != nil && !s.tokenIDs) {
+			return false
+		}
+	}
+	return true
+}

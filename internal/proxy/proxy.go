@@ -1,0 +1,307 @@
+// Package proxy is the recording proxy between a planner harness and the model
+// server (DESIGN.md §3). The harness talks OpenAI Chat Completions to
+// /e/<episode>/v1/...; the proxy forwards to the model server, asks it for
+// token ids and logprobs on every chat completion, records per request what the
+// model saw and generated, and returns to the harness exactly what it would
+// have received without the proxy.
+//
+// Per-request records are the only trustworthy training data: a harness may
+// prune images or reasoning between calls, so a final transcript is not what
+// the model saw.
+package proxy
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/roundhouse-rl/roundhouse/schemas"
+)
+
+// Episode is the attribution of every call made under one base URL.
+type Episode struct {
+	ID        string // episode id, appears in the URL path
+	Run       string
+	Round     int32
+	Phase     string
+	Group     int32
+	Attempt   int32
+	Retry     int32
+	WeightsID string
+}
+
+// Options configure a Proxy; zero values take the defaults.
+type Options struct {
+	MaxBodyBytes    int64         // request body limit (default 32 MiB)
+	UpstreamTimeout time.Duration // per request, whole exchange (default 10m)
+	Logger          *slog.Logger  // default slog.Default()
+}
+
+// Proxy is an http.Handler; create it with New.
+type Proxy struct {
+	opts   Options
+	log    *slog.Logger
+	client *http.Client
+
+	mu       sync.RWMutex
+	upstream *url.URL
+	episodes map[string]*episode
+}
+
+// episode holds the records of one active episode. Memory per episode is its
+// records only.
+type episode struct {
+	meta Episode
+
+	mu       sync.Mutex
+	ended    bool
+	next     int32 // next CallIndex
+	records  []schemas.Call
+	inflight sync.WaitGroup
+}
+
+// New returns a proxy with no upstream and no episodes.
+func New(opts Options) *Proxy {
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = 32 << 20
+	}
+	if opts.UpstreamTimeout <= 0 {
+		opts.UpstreamTimeout = 10 * time.Minute
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	// Many episodes call the one model server at once; keep their connections.
+	tr.MaxIdleConnsPerHost = 256
+	return &Proxy{
+		opts:     opts,
+		log:      opts.Logger,
+		client:   &http.Client{Transport: tr}, // per-request deadlines come from contexts
+		episodes: make(map[string]*episode),
+	}
+}
+
+// SetUpstream sets the model server root, e.g. http://127.0.0.1:18100;
+// requests go to root + /v1/... It may be called at any time (the model server
+// restarts on new weights); calls already forwarded are unaffected.
+func (p *Proxy) SetUpstream(rootURL string) {
+	u, err := url.Parse(strings.TrimRight(rootURL, "/"))
+	if err != nil || u.Scheme == "" || u.Host == "" {
+		p.log.Error("proxy: invalid upstream URL, calls will fail with 502", "url", rootURL, "err", err)
+		u = nil
+	}
+	p.mu.Lock()
+	p.upstream = u
+	p.mu.Unlock()
+}
+
+func (p *Proxy) upstreamURL(path, rawQuery string) (*url.URL, error) {
+	p.mu.RLock()
+	u := p.upstream
+	p.mu.RUnlock()
+	if u == nil {
+		return nil, errors.New("no model server configured (Proxy.SetUpstream)")
+	}
+	out := *u
+	out.Path = u.Path + path
+	out.RawPath = ""
+	out.RawQuery = rawQuery
+	return &out, nil
+}
+
+// Begin starts accepting calls for ep and returns the path prefix of its base
+// URL ("/e/<id>/v1"); the harness base URL is http://host:port + prefix.
+// Reusing the id of an episode that was not ended abandons the old one: Begin
+// waits for its in-flight calls and drops its records (with a warning), so
+// that no call is ever attributed to the wrong retry. Callers should End an
+// episode before reusing its id.
+func (p *Proxy) Begin(ep Episode) (pathPrefix string) {
+	p.mu.Lock()
+	old := p.episodes[ep.ID]
+	p.episodes[ep.ID] = &episode{meta: ep}
+	p.mu.Unlock()
+	if old != nil {
+		dropped := old.close()
+		p.log.Warn("proxy: Begin on an active episode id; the old episode's records are dropped",
+			"episode", ep.ID, "dropped_calls", len(dropped))
+	}
+	return "/e/" + url.PathEscape(ep.ID) + "/v1"
+}
+
+// End stops accepting calls for episode id, waits for its in-flight calls to
+// finish (each is bounded by UpstreamTimeout) and returns its records ordered
+// by CallIndex. An unknown id returns nil.
+func (p *Proxy) End(id string) []schemas.Call {
+	p.mu.Lock()
+	ep := p.episodes[id]
+	delete(p.episodes, id)
+	p.mu.Unlock()
+	if ep == nil {
+		return nil
+	}
+	return ep.close()
+}
+
+// close marks the episode ended, waits for in-flight calls and returns the
+// records sorted by CallIndex.
+func (e *episode) close() []schemas.Call {
+	e.mu.Lock()
+	e.ended = true
+	e.mu.Unlock()
+	// Every admit (inflight.Add) happened under e.mu before ended was set, so
+	// Wait cannot race with a new Add.
+	e.inflight.Wait()
+	e.mu.Lock()
+	recs := e.records
+	e.records = nil
+	e.mu.Unlock()
+	slices.SortFunc(recs, func(a, b schemas.Call) int { return int(a.CallIndex - b.CallIndex) })
+	return recs
+}
+
+// admit assigns the next CallIndex to a new call, or reports that the
+// episode has ended.
+func (e *episode) admit() (int32, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.ended {
+		return 0, false
+	}
+	i := e.next
+	e.next++
+	e.inflight.Add(1)
+	return i, true
+}
+
+func (e *episode) active() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return !e.ended
+}
+
+// finish stores the record of an admitted call.
+func (e *episode) finish(c schemas.Call) {
+	e.mu.Lock()
+	e.records = append(e.records, c)
+	e.mu.Unlock()
+	e.inflight.Done()
+}
+
+func (e *episode) newCall(idx int32, start time.Time) schemas.Call {
+	m := e.meta
+	return schemas.Call{
+		Run: m.Run, Round: m.Round, Phase: m.Phase, EpisodeID: m.ID,
+		Group: m.Group, Attempt: m.Attempt, Retry: m.Retry,
+		CallIndex: idx, WeightsID: m.WeightsID,
+		StartedAtMS: start.UnixMilli(),
+	}
+}
+
+func (p *Proxy) lookup(id string) *episode {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.episodes[id]
+}
+
+// splitPath parses /e/<escaped id>/v1<rest> from the escaped request path.
+func splitPath(escaped string) (id, rest string, ok bool) {
+	s, ok := strings.CutPrefix(escaped, "/e/")
+	if !ok {
+		return "", "", false
+	}
+	escID, after, ok := strings.Cut(s, "/")
+	if !ok || escID == "" {
+		return "", "", false
+	}
+	rest, ok = strings.CutPrefix(after, "v1")
+	if !ok || (rest != "" && !strings.HasPrefix(rest, "/")) {
+		return "", "", false
+	}
+	id, err := url.PathUnescape(escID)
+	if err != nil {
+		return "", "", false
+	}
+	return id, rest, true
+}
+
+// ServeHTTP routes /e/{episode}/v1/chat/completions to the recorder and every
+// other /e/{episode}/v1/... path unchanged to the model server.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	id, rest, ok := splitPath(r.URL.EscapedPath())
+	if !ok {
+		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf(
+			"path %q is not under /e/<episode>/v1: use the base URL returned by Proxy.Begin for the episode", r.URL.Path))
+		return
+	}
+	ep := p.lookup(id)
+	notActive := func() {
+		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf(
+			"episode %q is not active on this proxy (unknown or already ended); "+
+				"start it with Proxy.Begin and use the base URL that returns", id))
+	}
+	if ep == nil {
+		notActive()
+		return
+	}
+	if r.Method == http.MethodPost && rest == "/chat/completions" {
+		idx, ok := ep.admit()
+		if !ok {
+			notActive()
+			return
+		}
+		start := time.Now()
+		rec := ep.newCall(idx, start)
+		// Deferred so that End never waits forever, even if the handler panics.
+		defer func() { ep.finish(rec) }()
+		p.handleChat(w, r, &rec, start)
+		return
+	}
+	if !ep.active() {
+		notActive()
+		return
+	}
+	p.passThrough(w, r, "/v1"+rest)
+}
+
+// passThrough forwards a request that is not recorded (e.g. GET /v1/models).
+func (p *Proxy) passThrough(w http.ResponseWriter, r *http.Request, path string) {
+	target, err := p.upstreamURL(path, r.URL.RawQuery)
+	if err != nil {
+		writeError(w, http.StatusBadGateway, "upstream_error", err.Error())
+		return
+	}
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL = target
+			pr.Out.Host = ""
+		},
+		Transport:     p.client.Transport,
+		FlushInterval: -1, // pass streamed bodies through as they come
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			p.log.Warn("proxy: pass-through failed", "path", path, "err", err)
+			writeError(w, http.StatusBadGateway, "upstream_error", fmt.Sprintf("model server unreachable: %v", err))
+		},
+	}
+	rp.ServeHTTP(w, r)
+}
+
+// writeError writes an OpenAI-style error body ({"error":{...}}), the shape
+// vLLM's ErrorResponse has, so that OpenAI clients surface the message.
+func writeError(w http.ResponseWriter, status int, typ, msg string) {
+	body, _ := json.Marshal(map[string]any{"error": map[string]any{
+		"message": msg, "type": typ, "param": nil, "code": status,
+	}})
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", fmt.Sprint(len(body)))
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}

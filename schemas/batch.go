@@ -1,0 +1,29 @@
+package schemas
+
+// Training batch: batch.npz, a NumPy archive (np.load) that a PyTorch trainer
+// reads without extra services. Token arrays of all selected calls are
+// concatenated; offsets (length n+1) delimit call i as [off[i], off[i+1]).
+const (
+	BatchPromptIDs         = "prompt_ids"         // int32 [sum prompt tokens]
+	BatchPromptOffsets     = "prompt_offsets"     // int64 [n+1]
+	BatchCompletionIDs     = "completion_ids"     // int32 [sum completion tokens]
+	BatchCompletionOffsets = "completion_offsets" // int64 [n+1]
+	BatchRolloutLogprobs   = "rollout_logprobs"   // float32 [sum completion tokens], as recorded by the proxy
+	BatchAdvantages        = "advantages"         // float32 [n], leave-one-out advantage of the call's episode
+	BatchWeights           = "weights"            // float32 [n], 1/(selected calls in the episode)
+	BatchFile              = "batch.npz"
+	TrainerMetricsFile     = "metrics.json"
+)
+
+// TrainerMetrics is what a trainer writes to metrics.json next to its output weights.
+type TrainerMetrics struct {
+	Loss             float64 `json:"loss"`
+	Steps            int     `json:"steps"`
+	Samples          int     `json:"samples"`
+	Tokens           int     `json:"tokens"`
+	ClipFraction     float64 `json:"clip_fraction"`
+	DualClipFraction float64 `json:"dual_clip_fraction"`
+	// LogprobMismatch is mean |log pi_old - log pi_rollout| over completion tokens.
+	LogprobMismatch float64 `json:"logprob_mismatch"`
+	MeanRatio       float64 `json:"mean_ratio"`
+}

@@ -1,0 +1,60 @@
+package schemas
+
+import "fmt"
+
+// Layout names every object of a run under runs/<run>/ in the bucket.
+// Partitions are hive-style (round=R/phase=P) so DuckDB, Athena and Spark
+// read the tables as they are.
+type Layout struct{ Run string }
+
+func (l Layout) Prefix() string { return "runs/" + l.Run + "/" }
+
+func (l Layout) Calls(round int32, phase, episode string) string {
+	return fmt.Sprintf("%scalls/round=%d/phase=%s/%s.parquet", l.Prefix(), round, phase, episode)
+}
+
+func (l Layout) Episodes(round int32, phase, episode string) string {
+	return fmt.Sprintf("%sepisodes/round=%d/phase=%s/%s.parquet", l.Prefix(), round, phase, episode)
+}
+
+// EpisodesDir is the partition holding all episode files of a round's phase.
+func (l Layout) EpisodesDir(round int32, phase string) string {
+	return fmt.Sprintf("%sepisodes/round=%d/phase=%s/", l.Prefix(), round, phase)
+}
+
+func (l Layout) Samples(round int32) string {
+	return fmt.Sprintf("%ssamples/round=%d/samples.parquet", l.Prefix(), round)
+}
+
+func (l Layout) Batch(round int32) string {
+	return fmt.Sprintf("%sbatches/round=%d/%s", l.Prefix(), round, BatchFile)
+}
+
+// Weights is the directory of a weights id; files of the weights live under it.
+func (l Layout) Weights(id string) string { return l.Prefix() + "weights/" + id + "/" }
+
+func (l Layout) Report(tag string) string { return l.Prefix() + "eval/" + tag + "/report.json" }
+
+func (l Layout) Summary(round int32) string {
+	return fmt.Sprintf("%srounds/round=%d/summary.json", l.Prefix(), round)
+}
+
+func (l Layout) State() string { return l.Prefix() + "state.json" }
+
+// Artifacts is where an episode's output files go.
+func (l Layout) Artifacts(round int32, phase, episode string) string {
+	return fmt.Sprintf("%sartifacts/round=%d/phase=%s/%s/", l.Prefix(), round, phase, episode)
+}
+
+// EpisodeID names an episode by its place in the run, so a retry of the
+// same episode writes the same keys.
+func EpisodeID(round int32, phase string, group, attempt int32) string {
+	return fmt.Sprintf("r%d-%s-g%03d-a%02d", round, phase, group, attempt)
+}
+
+// ValTag is the report tag of the validation that opens a round.
+func ValTag(round int32) string { return fmt.Sprintf("val-r%d", round) }
+
+// Harness is the resolved harness file the run was started with (JSON);
+// activities read it from here so workflow history carries no copy per episode.
+func (l Layout) Harness() string { return l.Prefix() + "harness.json" }

@@ -1,0 +1,95 @@
+// Package schemas holds every data shape Roundhouse stores or exchanges:
+// Parquet rows, reports, run state and the harness configuration.
+// It is the single source of truth; other packages import these types.
+package schemas
+
+// Phases of a round, used in record partitions and episode ids.
+const (
+	PhaseVal   = "val"   // validation on val_init_ids
+	PhaseTrain = "train" // grouped collection on train_init_ids
+	PhaseEval  = "eval"  // evaluation runs
+)
+
+// Failure classes of an episode.
+const (
+	FailureNone    = ""               // episode completed (success or task failure)
+	FailureTask    = "task"           // valid episode, the task was not solved
+	FailureInfra   = "infrastructure" // services or planner failed: invalid episode
+	FailureTimeout = "timeout"        // episode exceeded its timeout: invalid episode
+)
+
+// Call is one model request seen by the recording proxy
+// (calls/round=R/phase=P/<episode>.parquet).
+type Call struct {
+	Run       string `parquet:"run" json:"run"`
+	Round     int32  `parquet:"round" json:"round"`
+	Phase     string `parquet:"phase" json:"phase"`
+	EpisodeID string `parquet:"episode_id" json:"episode_id"`
+	Group     int32  `parquet:"group" json:"group"`
+	Attempt   int32  `parquet:"attempt" json:"attempt"`
+	Retry     int32  `parquet:"retry" json:"retry"`
+	CallIndex int32  `parquet:"call_index" json:"call_index"`
+	WeightsID string `parquet:"weights_id" json:"weights_id"`
+	Model     string `parquet:"model" json:"model"`
+	// StartedAtMS is the Unix time in milliseconds when the proxy received the request.
+	StartedAtMS int64   `parquet:"started_at_ms" json:"started_at_ms"`
+	LatencyMS   float64 `parquet:"latency_ms" json:"latency_ms"`
+	HTTPStatus  int32   `parquet:"http_status" json:"http_status"`
+	Error       string  `parquet:"error" json:"error"`
+	Stream      bool    `parquet:"stream" json:"stream"`
+	// Request is the JSON body exactly as the harness sent it.
+	Request            string    `parquet:"request" json:"request"`
+	PromptTokenIDs     []int32   `parquet:"prompt_token_ids,list" json:"prompt_token_ids"`
+	CompletionTokenIDs []int32   `parquet:"completion_token_ids,list" json:"completion_token_ids"`
+	CompletionLogprobs []float32 `parquet:"completion_logprobs,list" json:"completion_logprobs"`
+	FinishReason       string    `parquet:"finish_reason" json:"finish_reason"`
+	// ToolCalls is the JSON array of tool calls the model returned ("" when none).
+	ToolCalls        string `parquet:"tool_calls" json:"tool_calls"`
+	Content          string `parquet:"content" json:"content"`
+	PromptTokens     int32  `parquet:"prompt_tokens" json:"prompt_tokens"`
+	CompletionTokens int32  `parquet:"completion_tokens" json:"completion_tokens"`
+	// Trainable is false when the upstream returned no token ids or logprobs:
+	// such a call is kept for the record but never selected for training.
+	Trainable bool `parquet:"trainable" json:"trainable"`
+}
+
+// Episode is the outcome of one episode
+// (episodes/round=R/phase=P/<episode>.parquet).
+type Episode struct {
+	Run       string `parquet:"run" json:"run"`
+	Round     int32  `parquet:"round" json:"round"`
+	Phase     string `parquet:"phase" json:"phase"`
+	EpisodeID string `parquet:"episode_id" json:"episode_id"`
+	Task      int32  `parquet:"task" json:"task"`
+	TaskName  string `parquet:"task_name" json:"task_name"`
+	Suite     string `parquet:"suite" json:"suite"`
+	InitID    int32  `parquet:"init_id" json:"init_id"`
+	Group     int32  `parquet:"group" json:"group"`
+	Attempt   int32  `parquet:"attempt" json:"attempt"`
+	// Retry is the number of earlier tries of this same episode (0 on the first).
+	Retry        int32   `parquet:"retry" json:"retry"`
+	WeightsID    string  `parquet:"weights_id" json:"weights_id"`
+	Success      bool    `parquet:"success" json:"success"`
+	Reward       float64 `parquet:"reward" json:"reward"`
+	Valid        bool    `parquet:"valid" json:"valid"`
+	FailureClass string  `parquet:"failure_class" json:"failure_class"`
+	Termination  string  `parquet:"termination" json:"termination"`
+	NumCalls     int32   `parquet:"num_calls" json:"num_calls"`
+	StartedAtMS  int64   `parquet:"started_at_ms" json:"started_at_ms"`
+	DurationMS   int64   `parquet:"duration_ms" json:"duration_ms"`
+	Host         string  `parquet:"host" json:"host"`
+	Artifacts    string  `parquet:"artifacts" json:"artifacts"`
+}
+
+// Sample is one call selected for training (samples/round=R/samples.parquet).
+type Sample struct {
+	Run              string  `parquet:"run" json:"run"`
+	Round            int32   `parquet:"round" json:"round"`
+	EpisodeID        string  `parquet:"episode_id" json:"episode_id"`
+	Group            int32   `parquet:"group" json:"group"`
+	CallIndex        int32   `parquet:"call_index" json:"call_index"`
+	Advantage        float64 `parquet:"advantage" json:"advantage"`
+	Weight           float64 `parquet:"weight" json:"weight"`
+	PromptTokens     int32   `parquet:"prompt_tokens" json:"prompt_tokens"`
+	CompletionTokens int32   `parquet:"completion_tokens" json:"completion_tokens"`
+}

@@ -1,0 +1,80 @@
+package schemas
+
+// Report is eval/<tag>/report.json: outcomes of one evaluation or validation pass.
+type Report struct {
+	Run       string       `json:"run"`
+	Tag       string       `json:"tag"`
+	WeightsID string       `json:"weights_id"`
+	InitKey   string       `json:"init_key"`
+	Harness   string       `json:"harness"`
+	Digest    string       `json:"config_digest"`
+	Round     int32        `json:"round"`
+	Tasks     []TaskResult `json:"tasks"`
+	Overall   TaskResult   `json:"overall"`
+}
+
+// TaskResult counts outcomes of one task (or all tasks, in Overall).
+type TaskResult struct {
+	Task        int32   `json:"task"`
+	Name        string  `json:"name,omitempty"`
+	Suite       string  `json:"suite,omitempty"`
+	Episodes    int     `json:"episodes"`
+	Valid       int     `json:"valid"`
+	Invalid     int     `json:"invalid"`
+	Successes   int     `json:"successes"`
+	SuccessRate float64 `json:"success_rate"` // successes / valid
+}
+
+// RoundSummary is what one round did; rounds/round=R/summary.json and the
+// workflow result carry it.
+type RoundSummary struct {
+	Round             int32          `json:"round"`
+	WeightsIn         string         `json:"weights_in"`
+	WeightsOut        string         `json:"weights_out"`
+	ValSuccess        float64        `json:"val_success"` // validation success rate of WeightsIn (-1 when not validated)
+	PoolTasks         []int32        `json:"pool_tasks"`
+	Episodes          int            `json:"episodes"`
+	Valid             int            `json:"valid"`
+	Invalid           int            `json:"invalid"`
+	InvalidByCause    map[string]int `json:"invalid_by_cause,omitempty"`
+	Successes         int            `json:"successes"`
+	SuccessRate       float64        `json:"success_rate"` // collection success over valid episodes
+	Groups            int            `json:"groups"`
+	GroupsWithSignal  int            `json:"groups_with_signal"`
+	Calls             int            `json:"calls"`
+	UntrainableCalls  int            `json:"untrainable_calls"`
+	Samples           int            `json:"samples"`
+	ZeroWeightSamples int            `json:"zero_weight_samples"`
+	Trainer           TrainerMetrics `json:"trainer"`
+	Prefix            string         `json:"prefix"` // S3 prefix of the run
+}
+
+// BatchSummary is what building a round's training batch reports.
+type BatchSummary struct {
+	Episodes          int            `json:"episodes"`
+	Valid             int            `json:"valid"`
+	Invalid           int            `json:"invalid"`
+	InvalidByCause    map[string]int `json:"invalid_by_cause,omitempty"`
+	Successes         int            `json:"successes"`
+	Groups            int            `json:"groups"`
+	GroupsWithSignal  int            `json:"groups_with_signal"`
+	Calls             int            `json:"calls"`
+	UntrainableCalls  int            `json:"untrainable_calls"`
+	Samples           int            `json:"samples"`
+	ZeroWeightSamples int            `json:"zero_weight_samples"`
+	BatchKey          string         `json:"batch_key"` // S3 key of batch.npz ("" when no sample)
+}
+
+// State is runs/<run>/state.json: where a run stands, for people and tools
+// (the workflow itself resumes from Temporal history, not from this file).
+type State struct {
+	Run             string         `json:"run"`
+	Harness         string         `json:"harness"`
+	InitialWeights  string         `json:"initial_weights"`
+	Weights         string         `json:"weights"`
+	RoundsDone      int32          `json:"rounds_done"`
+	Rounds          int32          `json:"rounds"`
+	Summaries       []RoundSummary `json:"summaries"`
+	FinalValSuccess float64        `json:"final_val_success"`
+	UpdatedAtMS     int64          `json:"updated_at_ms"`
+}

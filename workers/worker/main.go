@@ -1,0 +1,46 @@
+// Command worker runs Roundhouse workers: control, rollout and/or train.
+package main
+
+import (
+	"context"
+	"flag"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/roundhouse-rl/roundhouse/internal/connect"
+	"github.com/roundhouse-rl/roundhouse/workers"
+)
+
+func main() {
+	e := connect.FromEnv()
+	roles := flag.String("roles", "control,rollout,train", "comma-separated roles: control, rollout, train")
+	slots := flag.Int("slots", 4, "concurrent episodes on this rollout host")
+	workDir := flag.String("workdir", "", "local scratch directory (default: a folder under the temp dir)")
+	proxyListen := flag.String("proxy-listen", "127.0.0.1:0", "address of the recording proxy")
+	flag.StringVar(&e.Temporal, "temporal", e.Temporal, "Temporal frontend host:port")
+	flag.StringVar(&e.S3.Endpoint, "s3-endpoint", e.S3.Endpoint, "S3 endpoint URL")
+	flag.StringVar(&e.S3.Bucket, "bucket", e.S3.Bucket, "S3 bucket")
+	flag.Parse()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	c, err := connect.Temporal(ctx, e, workers.Logger())
+	if err != nil {
+		slog.Error("worker", "error", err)
+		os.Exit(1)
+	}
+	defer c.Close()
+	s, err := connect.Store(ctx, e)
+	if err != nil {
+		slog.Error("worker", "error", err)
+		os.Exit(1)
+	}
+	cfg := workers.Config{Roles: strings.Split(*roles, ","), Slots: *slots, WorkDir: *workDir, ProxyListen: *proxyListen}
+	if err := workers.Run(ctx, c, s, cfg); err != nil {
+		slog.Error("worker", "error", err)
+		os.Exit(1)
+	}
+}

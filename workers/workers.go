@@ -1,0 +1,109 @@
+// Package workers wires activities and workflows to task queues. One process
+// may take several roles: control (workflows + data activities), rollout
+// (episodes, the model server and the recording proxy) and train.
+package workers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	tlog "go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/worker"
+
+	"github.com/roundhouse-rl/roundhouse/activities"
+	"github.com/roundhouse-rl/roundhouse/internal/proxy"
+	"github.com/roundhouse-rl/roundhouse/internal/store"
+	"github.com/roundhouse-rl/roundhouse/workflows"
+)
+
+// Config is what a worker process needs.
+type Config struct {
+	Roles       []string // control, rollout, train
+	Slots       int      // concurrent episodes on this rollout host
+	WorkDir     string
+	ProxyListen string // host:port for the recording proxy; port 0 picks one
+	Host        string
+}
+
+// Run polls the queues of cfg.Roles until ctx ends.
+func Run(ctx context.Context, c client.Client, s *store.Store, cfg Config) error {
+	if cfg.Host == "" {
+		h, _ := os.Hostname()
+		cfg.Host = fmt.Sprintf("%s-%d", h, os.Getpid())
+	}
+	if cfg.WorkDir == "" {
+		cfg.WorkDir = filepath.Join(os.TempDir(), "roundhouse-worker")
+	}
+	if cfg.Slots <= 0 {
+		cfg.Slots = 4
+	}
+	var ws []worker.Worker
+	var cleanup []func()
+	defer func() {
+		for _, f := range cleanup {
+			f()
+		}
+	}()
+	for _, role := range cfg.Roles {
+		switch strings.TrimSpace(role) {
+		case "control":
+			w := worker.New(c, workflows.ControlQueue, worker.Options{})
+			w.RegisterWorkflow(workflows.Train)
+			w.RegisterActivity(&activities.Control{Store: s})
+			ws = append(ws, w)
+		case "rollout":
+			px := proxy.New(proxy.Options{Logger: slog.Default()})
+			ln, err := net.Listen("tcp", cfg.ProxyListen)
+			if err != nil {
+				return fmt.Errorf("recording proxy on %s (choose another --proxy-listen): %w", cfg.ProxyListen, err)
+			}
+			srv := &http.Server{Handler: px, ReadHeaderTimeout: 30 * time.Second}
+			go func() {
+				if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+					slog.Error("recording proxy stopped", "error", err)
+				}
+			}()
+			ro := &activities.Rollout{Store: s, Proxy: px, ProxyAddr: ln.Addr().String(), WorkDir: cfg.WorkDir, Host: cfg.Host}
+			cleanup = append(cleanup, func() { srv.Close(); ro.Close() })
+			w := worker.New(c, workflows.RolloutQueue, worker.Options{MaxConcurrentActivityExecutionSize: cfg.Slots})
+			w.RegisterActivity(ro)
+			ws = append(ws, w)
+			slog.Info("recording proxy listening", "addr", ln.Addr().String())
+		case "train":
+			w := worker.New(c, workflows.TrainQueue, worker.Options{MaxConcurrentActivityExecutionSize: 1})
+			w.RegisterActivity(&activities.Trainer{Store: s, WorkDir: cfg.WorkDir})
+			ws = append(ws, w)
+		default:
+			return fmt.Errorf("--roles: unknown role %q; use control, rollout and/or train", role)
+		}
+	}
+	if len(ws) == 0 {
+		return errors.New("--roles is empty; use control,rollout,train")
+	}
+	for i, w := range ws {
+		if err := w.Start(); err != nil {
+			for _, started := range ws[:i] {
+				started.Stop()
+			}
+			return fmt.Errorf("start worker: %w", err)
+		}
+	}
+	slog.Info("worker running", "roles", cfg.Roles, "host", cfg.Host, "slots", cfg.Slots)
+	<-ctx.Done()
+	for _, w := range ws {
+		w.Stop()
+	}
+	return nil
+}
+
+// Logger adapts slog for the Temporal SDK.
+func Logger() tlog.Logger { return tlog.NewStructuredLogger(slog.Default()) }

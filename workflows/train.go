@@ -1,0 +1,297 @@
+// Package workflows holds Roundhouse's deterministic orchestration: the
+// train loop, one round per workflow run, continued as new between rounds so
+// each run's history stays small. Side effects live in package activities.
+package workflows
+
+import (
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/roundhouse-rl/roundhouse/activities"
+	"github.com/roundhouse-rl/roundhouse/internal/harness"
+	"github.com/roundhouse-rl/roundhouse/internal/rl"
+	"github.com/roundhouse-rl/roundhouse/schemas"
+)
+
+// Task queues: rollout hosts, the training host, and everything else.
+const (
+	ControlQueue = "roundhouse-control"
+	RolloutQueue = "roundhouse-rollout"
+	TrainQueue   = "roundhouse-train"
+)
+
+// ProgressQuery returns a Progress of the running round.
+const ProgressQuery = "progress"
+
+// TrainInput starts (and, through continue-as-new, carries) a train run.
+type TrainInput struct {
+	Run            string
+	Harness        schemas.Harness
+	InitialWeights string // weights id of round 1's input
+	Weights        string // weights id the next round starts from
+	Rounds         int32
+	Groups         int
+	Attempts       int
+	PoolReport     string // bucket key of a report choosing round 1's pool; "" validates first
+	Round          int32  // the round this run executes (1-based)
+	Summaries      []schemas.RoundSummary
+	// HeartbeatTimeout bounds how long a dead rollout worker holds an
+	// episode before Temporal retries it elsewhere (default 30s).
+	HeartbeatTimeout time.Duration
+}
+
+// TrainResult is returned by the run's last workflow execution.
+type TrainResult struct {
+	Run             string
+	Prefix          string
+	Summaries       []schemas.RoundSummary
+	FinalWeights    string
+	FinalValSuccess float64
+}
+
+// Progress is what the progress query answers.
+type Progress struct {
+	Round         int32
+	Rounds        int32
+	Phase         string
+	EpisodesDone  int
+	EpisodesTotal int
+	Successes     int
+	Summaries     []schemas.RoundSummary
+}
+
+// WorkflowID is the id of a run's train workflow: one run, one id.
+func WorkflowID(run string) string { return "train-" + run }
+
+// Train runs round in.Round, then continues as new for the next one.
+func Train(ctx workflow.Context, in TrainInput) (TrainResult, error) {
+	log := workflow.GetLogger(ctx)
+	prog := &Progress{Round: in.Round, Rounds: in.Rounds, Summaries: in.Summaries}
+	if err := workflow.SetQueryHandler(ctx, ProgressQuery, func() (Progress, error) { return *prog, nil }); err != nil {
+		return TrainResult{}, fmt.Errorf("progress query: %w", err)
+	}
+	h := in.Harness
+	c := h.Collect
+	l := schemas.Layout{Run: in.Run}
+	result := TrainResult{Run: in.Run, Prefix: l.Prefix(), Summaries: in.Summaries}
+	ctrl := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		TaskQueue: ControlQueue, StartToCloseTimeout: 15 * time.Minute, HeartbeatTimeout: 2 * time.Minute,
+		RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 5},
+	})
+	var control *activities.Control
+
+	// 1. Validate (before round 1 without a pool report; every round when configured).
+	var report schemas.Report
+	summary := schemas.RoundSummary{Round: in.Round, WeightsIn: in.Weights, ValSuccess: -1, Prefix: l.Prefix()}
+	switch {
+	case in.Round == 1 && in.PoolReport != "":
+		if err := workflow.ExecuteActivity(ctrl, control.ReadReport, in.PoolReport).Get(ctx, &report); err != nil {
+			return result, fmt.Errorf("pool report %s: %w", in.PoolReport, err)
+		}
+	case in.Round == 1 || c.ValidateEveryRound:
+		var err error
+		if report, err = validate(ctx, in, prog, in.Round, in.Weights); err != nil {
+			return result, err
+		}
+		summary.ValSuccess = report.Overall.SuccessRate
+	}
+
+	// 2. Pool: only tasks with mixed outcomes teach.
+	pool := rl.SelectPool(report.Tasks, c.PoolBand[0], c.PoolBand[1])
+	if len(pool) == 0 {
+		log.Warn("no task in the pool band; collecting on all tasks", "band", c.PoolBand)
+		for _, t := range h.Tasks {
+			pool = append(pool, t.ID)
+		}
+	}
+	summary.PoolTasks = pool
+
+	// 3. Collect groups × attempts episodes.
+	trainIDs, err := harness.ParseIDs(h.Splits.Train)
+	if err != nil {
+		return result, fmt.Errorf("harness %s train_init_ids: %w", h.Name, err)
+	}
+	var eps []episodeCell
+	for gi, g := range rl.PlanGroups(pool, trainIDs, in.Groups, c.Seed, in.Round) {
+		for a := 0; a < in.Attempts; a++ {
+			eps = append(eps, episodeCell{Task: taskByID(h, g.Task), InitID: g.InitID, Group: int32(gi), Attempt: int32(a)})
+		}
+	}
+	results := runEpisodes(ctx, in, prog, schemas.PhaseTrain, in.Round, in.Weights, eps)
+	for _, r := range results {
+		if r.Lost {
+			if summary.InvalidByCause == nil {
+				summary.InvalidByCause = map[string]int{}
+			}
+			summary.InvalidByCause["lost"]++
+		}
+	}
+
+	// 4. Advantages and selection.
+	prog.Phase = "advantages"
+	var batch schemas.BatchSummary
+	if err := workflow.ExecuteActivity(ctrl, control.BuildBatch, activities.BatchInput{
+		Run: in.Run, Round: in.Round, MaxCallsPerEpisode: c.MaxCallsPerEpisode, Seed: c.Seed,
+	}).Get(ctx, &batch); err != nil {
+		return result, fmt.Errorf("round %d batch: %w", in.Round, err)
+	}
+	summary.Episodes, summary.Valid, summary.Invalid = batch.Episodes, batch.Valid, batch.Invalid
+	for k, v := range batch.InvalidByCause {
+		if summary.InvalidByCause == nil {
+			summary.InvalidByCause = map[string]int{}
+		}
+		summary.InvalidByCause[k] += v
+	}
+	summary.Successes, summary.Groups, summary.GroupsWithSignal = batch.Successes, batch.Groups, batch.GroupsWithSignal
+	summary.Calls, summary.UntrainableCalls = batch.Calls, batch.UntrainableCalls
+	summary.Samples, summary.ZeroWeightSamples = batch.Samples, batch.ZeroWeightSamples
+	if batch.Valid > 0 {
+		summary.SuccessRate = float64(batch.Successes) / float64(batch.Valid)
+	}
+
+	// 5. Train: a batch without samples leaves the weights as they were.
+	summary.WeightsOut = in.Weights
+	if batch.BatchKey != "" {
+		prog.Phase = "train"
+		out := fmt.Sprintf("r%d", in.Round)
+		tctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+			TaskQueue: TrainQueue, StartToCloseTimeout: h.Trainer.Timeout.D() + 5*time.Minute, HeartbeatTimeout: 2 * time.Minute,
+			RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 3},
+		})
+		var trainer *activities.Trainer
+		if err := workflow.ExecuteActivity(tctx, trainer.Train, activities.TrainInput{
+			Run: in.Run, Round: in.Round, BatchKey: batch.BatchKey, WeightsIn: in.Weights, WeightsOut: out,
+		}).Get(ctx, &summary.Trainer); err != nil {
+			return result, fmt.Errorf("round %d training: %w", in.Round, err)
+		}
+		summary.WeightsOut = out
+	} else {
+		log.Warn("no training samples this round; weights unchanged", "round", in.Round)
+	}
+
+	// 6. Record the round and go on.
+	summaries := append(append([]schemas.RoundSummary(nil), in.Summaries...), summary)
+	prog.Summaries = summaries
+	result.Summaries = summaries
+	state := schemas.State{Run: in.Run, Harness: h.Name, InitialWeights: in.InitialWeights, Weights: summary.WeightsOut,
+		RoundsDone: in.Round, Rounds: in.Rounds, Summaries: summaries, FinalValSuccess: -1}
+	if in.Round < in.Rounds {
+		if err := workflow.ExecuteActivity(ctrl, control.FinishRound, activities.RoundDoneInput{Summary: summary, State: state}).Get(ctx, nil); err != nil {
+			return result, fmt.Errorf("round %d state: %w", in.Round, err)
+		}
+		next := in
+		next.Round, next.Weights, next.Summaries, next.PoolReport = in.Round+1, summary.WeightsOut, summaries, ""
+		return result, workflow.NewContinueAsNewError(ctx, Train, next)
+	}
+	result.FinalWeights = summary.WeightsOut
+	result.FinalValSuccess = -1
+	if c.FinalValidation {
+		rep, err := validate(ctx, in, prog, in.Round+1, summary.WeightsOut)
+		if err != nil {
+			return result, err
+		}
+		result.FinalValSuccess = rep.Overall.SuccessRate
+	}
+	state.FinalValSuccess = result.FinalValSuccess
+	if err := workflow.ExecuteActivity(ctrl, control.FinishRound, activities.RoundDoneInput{Summary: summary, State: state}).Get(ctx, nil); err != nil {
+		return result, fmt.Errorf("round %d state: %w", in.Round, err)
+	}
+	prog.Phase = "done"
+	return result, nil
+}
+
+// validate runs every (task, validation init state) once with the given
+// weights and writes the report tagged val-r<round>.
+func validate(ctx workflow.Context, in TrainInput, prog *Progress, round int32, weights string) (schemas.Report, error) {
+	var rep schemas.Report
+	ids, err := harness.ParseIDs(in.Harness.Splits.Val)
+	if err != nil {
+		return rep, fmt.Errorf("harness %s val_init_ids: %w", in.Harness.Name, err)
+	}
+	var cells []episodeCell
+	for _, t := range in.Harness.Tasks {
+		for _, id := range ids {
+			cells = append(cells, episodeCell{Task: t, InitID: id, Group: int32(len(cells))})
+		}
+	}
+	runEpisodes(ctx, in, prog, schemas.PhaseVal, round, weights, cells)
+	prog.Phase = "report"
+	ctrl := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		TaskQueue: ControlQueue, StartToCloseTimeout: 15 * time.Minute, HeartbeatTimeout: 2 * time.Minute,
+		RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 5},
+	})
+	var control *activities.Control
+	err = workflow.ExecuteActivity(ctrl, control.WriteReport, activities.ReportInput{
+		Run: in.Run, Round: round, Phase: schemas.PhaseVal, Tag: schemas.ValTag(round), WeightsID: weights, InitKey: "val_init_ids",
+	}).Get(ctx, &rep)
+	if err != nil {
+		return rep, fmt.Errorf("validation report of round %d: %w", round, err)
+	}
+	return rep, nil
+}
+
+type episodeCell struct {
+	Task    schemas.Task
+	InitID  int32
+	Group   int32
+	Attempt int32
+}
+
+type episodeOutcome struct {
+	activities.EpisodeResult
+	Lost bool // the activity failed for good: no record exists
+}
+
+// runEpisodes runs all cells in parallel on the rollout queue. One episode
+// that fails for good is counted as lost; it never aborts the round.
+func runEpisodes(ctx workflow.Context, in TrainInput, prog *Progress, phase string, round int32, weights string, cells []episodeCell) []episodeOutcome {
+	h := in.Harness
+	tries := int32(h.Collect.InfraRetries + 1)
+	hb := in.HeartbeatTimeout
+	if hb == 0 {
+		hb = 30 * time.Second
+	}
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		TaskQueue:           RolloutQueue,
+		StartToCloseTimeout: h.Episode.Timeout.D() + h.Model.StartTimeout.D() + 5*time.Minute,
+		HeartbeatTimeout:    hb,
+		// Infrastructure failures use `tries`; three more cover lost workers.
+		RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: tries + 3},
+	})
+	prog.Phase, prog.EpisodesDone, prog.EpisodesTotal, prog.Successes = phase, 0, len(cells), 0
+	var rollout *activities.Rollout
+	out := make([]episodeOutcome, len(cells))
+	sel := workflow.NewSelector(ctx)
+	for i, cell := range cells {
+		f := workflow.ExecuteActivity(actx, rollout.RunEpisode, activities.EpisodeInput{
+			Run: in.Run, Round: round, Phase: phase, Group: cell.Group, Attempt: cell.Attempt,
+			Task: cell.Task, InitID: cell.InitID, WeightsID: weights, InfraTries: tries,
+		})
+		sel.AddFuture(f, func(f workflow.Future) {
+			if err := f.Get(ctx, &out[i].EpisodeResult); err != nil {
+				workflow.GetLogger(ctx).Error("episode lost", "phase", phase, "group", cell.Group, "attempt", cell.Attempt, "error", err)
+				out[i].Lost = true
+			}
+			prog.EpisodesDone++
+			if out[i].Success {
+				prog.Successes++
+			}
+		})
+	}
+	for range cells {
+		sel.Select(ctx)
+	}
+	return out
+}
+
+func taskByID(h schemas.Harness, id int32) schemas.Task {
+	for _, t := range h.Tasks {
+		if t.ID == id {
+			return t
+		}
+	}
+	return schemas.Task{ID: id}
+}
