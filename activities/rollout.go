@@ -80,6 +80,22 @@ func (r *Rollout) RunEpisode(ctx context.Context, in EpisodeInput) (EpisodeResul
 	log := activity.GetLogger(ctx)
 	id := schemas.EpisodeID(in.Round, in.Phase, in.Group, in.Attempt)
 	res := EpisodeResult{EpisodeID: id, Retry: retry}
+	// Heartbeat for the whole episode (model start, run, upload): a dead
+	// worker is then noticed within the heartbeat timeout, not StartToClose.
+	beat, stopBeat := context.WithCancel(ctx)
+	defer stopBeat()
+	go func() {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-beat.Done():
+				return
+			case <-t.C:
+				activity.RecordHeartbeat(ctx, id)
+			}
+		}
+	}()
 	h, err := r.harnesses.get(ctx, r.Store, in.Run)
 	if err != nil {
 		return res, err
@@ -120,7 +136,7 @@ func (r *Rollout) RunEpisode(ctx context.Context, in EpisodeInput) (EpisodeResul
 	}
 	started := time.Now()
 	pr, runErr := proc.Run(ctx, proc.Spec{Args: args, Env: env, Log: filepath.Join(outDir, "episode.log"),
-		Timeout: h.Episode.Timeout.D(), Beat: func() { activity.RecordHeartbeat(ctx, id) }})
+		Timeout: h.Episode.Timeout.D()})
 	calls := r.Proxy.End(id)
 	ended = true
 	if runErr != nil && ctx.Err() != nil {

@@ -42,6 +42,7 @@ type trainFlags struct {
 	rounds, groups, attempts         int
 	vars                             []string
 	replace, detach                  bool
+	heartbeat                        time.Duration
 }
 
 func trainCmd(e *connect.Endpoints) *cobra.Command {
@@ -64,6 +65,7 @@ func trainCmd(e *connect.Endpoints) *cobra.Command {
 	fl.StringArrayVar(&f.vars, "var", nil, "override a harness var: --var name=value (repeatable)")
 	fl.BoolVar(&f.replace, "replace", false, "delete an earlier finished run of the same name before starting")
 	fl.BoolVar(&f.detach, "detach", false, "start the run and return without following it")
+	fl.DurationVar(&f.heartbeat, "heartbeat-timeout", 30*time.Second, "how long a silent rollout worker keeps an episode before it is retried elsewhere")
 	return cmd
 }
 
@@ -155,7 +157,7 @@ func train(ctx context.Context, out io.Writer, e *connect.Endpoints, f trainFlag
 		return err
 	}
 	in := workflows.TrainInput{Run: f.run, Harness: h, InitialWeights: "w0", Weights: "w0", Rounds: int32(f.rounds),
-		Groups: f.groups, Attempts: f.attempts, Round: 1}
+		Groups: f.groups, Attempts: f.attempts, Round: 1, HeartbeatTimeout: f.heartbeat}
 	if pool != nil {
 		in.PoolReport = l.Prefix() + "pool-report.json"
 		if err := s.Put(ctx, in.PoolReport, pool); err != nil {

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	tlog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/worker"
@@ -75,7 +76,8 @@ func Run(ctx context.Context, c client.Client, s *store.Store, cfg Config) error
 			ro := &activities.Rollout{Store: s, Proxy: px, ProxyAddr: ln.Addr().String(), WorkDir: cfg.WorkDir, Host: cfg.Host}
 			cleanup = append(cleanup, func() { srv.Close(); ro.Close() })
 			w := worker.New(c, workflows.RolloutQueue, worker.Options{MaxConcurrentActivityExecutionSize: cfg.Slots})
-			w.RegisterActivity(ro)
+			// Close is the host's own, not an activity.
+			w.RegisterActivityWithOptions(ro, activity.RegisterOptions{SkipInvalidStructFunctions: true})
 			ws = append(ws, w)
 			slog.Info("recording proxy listening", "addr", ln.Addr().String())
 		case "train":

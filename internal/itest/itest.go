@@ -1,0 +1,136 @@
+// Package itest starts the real servers for integration tests: a headless
+// Temporal dev server and versitygw, each on free ports with data in the
+// test's temp dir, plus this repository's binaries built once per test binary.
+package itest
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/roundhouse-rl/roundhouse/internal/connect"
+	"github.com/roundhouse-rl/roundhouse/internal/devstack"
+	"github.com/roundhouse-rl/roundhouse/internal/store"
+)
+
+// Stack is a running Temporal + S3 pair.
+type Stack struct {
+	Endpoints connect.Endpoints
+	Store     *store.Store
+	Dir       string
+}
+
+// Env returns the environment a worker or starter process needs for the stack.
+func (s Stack) Env() []string {
+	c := s.Endpoints.S3
+	return []string{
+		"ROUNDHOUSE_TEMPORAL=" + s.Endpoints.Temporal, "ROUNDHOUSE_S3_ENDPOINT=" + c.Endpoint,
+		"ROUNDHOUSE_BUCKET=" + c.Bucket, "AWS_ACCESS_KEY_ID=" + c.AccessKey,
+		"AWS_SECRET_ACCESS_KEY=" + c.SecretKey, "AWS_REGION=" + c.Region,
+	}
+}
+
+// Start brings up the servers and stops them when the test ends. Missing
+// tools fail the test with the command that builds them.
+func Start(t testing.TB) Stack {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("integration test: needs the Temporal dev server and versitygw (run without -short)")
+	}
+	ctx := context.Background()
+	dir := t.TempDir()
+	tbin, err := devstack.TemporalTool.Find()
+	if err != nil {
+		t.Fatal(err)
+	}
+	vbin, err := devstack.VersitygwTool.Find()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tport, _ := devstack.FreePort()
+	sport, _ := devstack.FreePort()
+	tlog := filepath.Join(dir, "temporal.log")
+	tp, err := devstack.Start("temporal", devstack.TemporalArgs(tbin, filepath.Join(dir, "temporal.db"), tport, 0), nil, tlog, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tp.Stop(5 * time.Second) })
+	cfg := store.Config{Endpoint: "http://127.0.0.1:" + strconv.Itoa(sport), Region: "us-east-1", Bucket: "roundhouse-test",
+		AccessKey: "itest", SecretKey: "itest-secret"}
+	slog := filepath.Join(dir, "s3.log")
+	if err := os.MkdirAll(filepath.Join(dir, "s3"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sp, err := devstack.Start("versitygw", devstack.VersitygwArgs(vbin, filepath.Join(dir, "s3"), sport), devstack.VersitygwEnv(cfg.AccessKey, cfg.SecretKey), slog, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sp.Stop(5 * time.Second) })
+	taddr := "127.0.0.1:" + strconv.Itoa(tport)
+	if err := devstack.WaitReady(ctx, tp, 2*time.Minute, devstack.TCPCheck(taddr), tlog); err != nil {
+		t.Fatal(err)
+	}
+	if err := devstack.WaitReady(ctx, sp, time.Minute, devstack.HTTPCheck(cfg.Endpoint), slog); err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.EnsureBucket(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return Stack{Endpoints: connect.Endpoints{Temporal: taddr, Namespace: "default", S3: cfg}, Store: st, Dir: dir}
+}
+
+var (
+	buildOnce sync.Once
+	binDir    string
+	buildErr  error
+)
+
+// Root is the repository root (the directory holding go.mod).
+func Root(t testing.TB) string {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		t.Fatalf("go env GOMOD: %v", err)
+	}
+	return filepath.Dir(strings.TrimSpace(string(out)))
+}
+
+// Binaries builds the worker, the starter and the minimal harness programs
+// once per test binary and returns their directory.
+func Binaries(t testing.TB) string {
+	t.Helper()
+	root := Root(t)
+	buildOnce.Do(func() {
+		binDir, buildErr = os.MkdirTemp("", "roundhouse-bin-")
+		if buildErr != nil {
+			return
+		}
+		cmd := exec.Command("go", "build", "-o", binDir+"/", "./workers/worker", "./starter", "./harnesses/minimal/cmd/...")
+		cmd.Dir = root
+		var out []byte
+		out, buildErr = cmd.CombinedOutput()
+		if buildErr != nil {
+			buildErr = &buildError{err: buildErr, out: string(out)}
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binDir
+}
+
+type buildError struct {
+	err error
+	out string
+}
+
+func (e *buildError) Error() string { return "go build: " + e.err.Error() + "\n" + e.out }

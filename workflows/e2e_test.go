@@ -1,0 +1,166 @@
+package workflows_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/roundhouse-rl/roundhouse/internal/connect"
+	"github.com/roundhouse-rl/roundhouse/internal/itest"
+	"github.com/roundhouse-rl/roundhouse/internal/store"
+	"github.com/roundhouse-rl/roundhouse/schemas"
+	"github.com/roundhouse-rl/roundhouse/workflows"
+	tlog "go.temporal.io/sdk/log"
+)
+
+// startWorker runs the worker binary against the stack; it is a separate
+// process so the test can kill -9 it like a crashed host.
+func startWorker(t *testing.T, stack itest.Stack, bins, name string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(bins, "worker"), "--workdir", filepath.Join(stack.Dir, "work-"+name), "--slots", "4")
+	cmd.Dir = itest.Root(t)
+	cmd.Env = append(os.Environ(), stack.Env()...)
+	logf, err := os.Create(filepath.Join(stack.Dir, "worker-"+name+".log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); logf.Close() })
+	return cmd
+}
+
+// TestTrainSurvivesWorkerKill runs a real round on a real Temporal server and
+// S3 server, kills -9 the worker in the middle of collection, starts another
+// one, and checks the run finishes with every episode stored exactly once.
+func TestTrainSurvivesWorkerKill(t *testing.T) {
+	stack := itest.Start(t)
+	bins := itest.Binaries(t)
+	root := itest.Root(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+
+	first := startWorker(t, stack, bins, "first")
+	const run, groups, attempts = "itest-kill", 4, 3
+	starter := exec.CommandContext(ctx, filepath.Join(bins, "starter"), "train",
+		"--config", filepath.Join(root, "harnesses/minimal/harness.yaml"), "--run", run,
+		"--weights", filepath.Join(root, "harnesses/minimal/weights/w0"), "--rounds", "1",
+		"--groups", "4", "--attempts", "3", "--var", "bin="+bins, "--heartbeat-timeout", "5s", "--detach")
+	starter.Env = append(os.Environ(), stack.Env()...)
+	if out, err := starter.CombinedOutput(); err != nil {
+		t.Fatalf("starter: %v\n%s", err, out)
+	}
+
+	c, err := connect.Temporal(ctx, stack.Endpoints, tlog.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	id := workflows.WorkflowID(run)
+	// Wait until collection is under way, then kill the worker mid-phase.
+	for {
+		v, err := c.QueryWorkflow(ctx, id, "", workflows.ProgressQuery)
+		if err == nil {
+			var p workflows.Progress
+			if v.Get(&p) == nil && p.Phase == schemas.PhaseTrain && p.EpisodesDone >= 2 {
+				if p.EpisodesDone >= p.EpisodesTotal {
+					t.Fatalf("collection finished before the kill: %+v", p)
+				}
+				break
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("collection never started")
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if err := first.Process.Kill(); err != nil { // SIGKILL
+		t.Fatal(err)
+	}
+	_ = first.Wait()
+	startWorker(t, stack, bins, "second")
+
+	var res workflows.TrainResult
+	if err := c.GetWorkflow(ctx, id, "").Get(ctx, &res); err != nil {
+		t.Fatalf("workflow: %v", err)
+	}
+	if len(res.Summaries) != 1 {
+		t.Fatalf("want 1 round summary, got %+v", res.Summaries)
+	}
+	sum := res.Summaries[0]
+	if sum.Episodes != groups*attempts {
+		t.Errorf("summary counts %d episodes, want %d", sum.Episodes, groups*attempts)
+	}
+
+	l := schemas.Layout{Run: run}
+	objs, err := stack.Store.List(ctx, l.EpisodesDir(1, schemas.PhaseTrain))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(objs) != groups*attempts {
+		t.Fatalf("%d episode files, want %d", len(objs), groups*attempts)
+	}
+	seen := map[string]bool{}
+	retried := 0
+	for _, o := range objs {
+		rows, err := store.ReadParquet[schemas.Episode](ctx, stack.Store, o.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rows) != 1 {
+			t.Fatalf("%s holds %d rows, want 1", o.Key, len(rows))
+		}
+		e := rows[0]
+		if seen[e.EpisodeID] {
+			t.Fatalf("episode %s stored twice", e.EpisodeID)
+		}
+		seen[e.EpisodeID] = true
+		if e.Retry > 0 {
+			retried++
+		}
+		if !e.Valid {
+			t.Errorf("episode %s invalid: %s", e.EpisodeID, e.Termination)
+		}
+		calls, err := store.ReadParquet[schemas.Call](ctx, stack.Store, l.Calls(1, schemas.PhaseTrain, e.EpisodeID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if int(e.NumCalls) != len(calls) || len(calls) == 0 {
+			t.Errorf("episode %s: row says %d calls, calls file has %d", e.EpisodeID, e.NumCalls, len(calls))
+		}
+		for i, call := range calls {
+			if call.EpisodeID != e.EpisodeID || call.Retry != e.Retry || int(call.CallIndex) != i {
+				t.Errorf("call %d of %s misattributed: %+v", i, e.EpisodeID, call)
+			}
+			if !call.Trainable || len(call.CompletionTokenIDs) != len(call.CompletionLogprobs) || len(call.PromptTokenIDs) == 0 {
+				t.Errorf("call %d of %s lacks token data", i, e.EpisodeID)
+			}
+		}
+	}
+	if retried == 0 {
+		t.Error("no episode is marked as retried, though the worker was killed mid-collection")
+	}
+	if sum.Samples > 0 {
+		if ok, err := stack.Store.Exists(ctx, l.Weights("r1")+"policy.json"); err != nil || !ok {
+			t.Errorf("round 1 trained on %d samples but weights r1 are missing (%v)", sum.Samples, err)
+		}
+		if sum.WeightsOut != "r1" {
+			t.Errorf("weights out = %q, want r1", sum.WeightsOut)
+		}
+	}
+	if ok, _ := stack.Store.Exists(ctx, l.State()); !ok {
+		t.Error("state.json missing")
+	}
+	if !strings.HasPrefix(res.Prefix, "runs/"+run) {
+		t.Errorf("prefix %q", res.Prefix)
+	}
+}
