@@ -1,0 +1,124 @@
+package harness
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const good = `name: t
+vars:
+  bin: .bin
+  port_base: "18100"
+model_server:
+  command: ["{bin}/model", "--weights", "{weights}", "--listen", "127.0.0.1:{port}"]
+  served_name: toy
+  weights_file: policy.json
+episode:
+  command: ["{bin}/episode", "--base-url", "{base_url}", "--task", "{task}"]
+  timeout: 30s
+  outcome: {adapter: minimal, file: outcome.json}
+tasks:
+  - {id: 0, name: a}
+splits: {train_init_ids: "11-44", val_init_ids: "45-49", eval_init_ids: "1-10"}
+collect: {groups: 2, attempts: 2}
+trainer:
+  command: ["python3", "train.py", "--lr", "{lr}", "--out", "{weights_out}"]
+  hyper: {lr: "0.1"}
+`
+
+func write(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "harness.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestLoadFillsVarsAndKeepsRuntimeValues(t *testing.T) {
+	h, err := Load(write(t, good), map[string]string{"bin": "/opt/bin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(h.Model.Command, " "); got != "/opt/bin/model --weights {weights} --listen 127.0.0.1:{port}" {
+		t.Fatalf("model command = %q", got)
+	}
+	if got := strings.Join(h.Trainer.Command, " "); got != "python3 train.py --lr 0.1 --out {weights_out}" {
+		t.Fatalf("trainer command = %q", got)
+	}
+	if h.Episode.Timeout.D().Seconds() != 30 || h.Digest == "" {
+		t.Fatalf("timeout %v digest %q", h.Episode.Timeout.D(), h.Digest)
+	}
+	other, _ := Load(write(t, good), map[string]string{"bin": "/other"})
+	if other.Digest == h.Digest {
+		t.Fatal("a different var must change the config digest")
+	}
+	args, err := FillArgs(h.Model.Command, map[string]string{"weights": "w.json", "port": "9"})
+	if err != nil || args[4] != "127.0.0.1:9" {
+		t.Fatalf("FillArgs = %v, %v", args, err)
+	}
+	if _, err := FillArgs(h.Model.Command, map[string]string{"weights": "w.json"}); err == nil || !strings.Contains(err.Error(), "{port}") {
+		t.Fatalf("an unfilled placeholder must fail, got %v", err)
+	}
+}
+
+func TestBadInputNamesTheProblem(t *testing.T) {
+	cases := []struct {
+		name, body string
+		vars       map[string]string
+		want       []string
+	}{
+		{"unknown var", good, map[string]string{"gpu": "0"}, []string{"--var gpu=0", "no var \"gpu\"", "bin, port_base"}},
+		{"malformed yaml", "name: [unclosed\n", nil, []string{"not valid", "line"}},
+		{"unknown field", good + "colect: {}\n", nil, []string{"colect"}},
+		{"overlapping splits", strings.Replace(good, `val_init_ids: "45-49"`, `val_init_ids: "40-49"`, 1), nil, []string{"init id 40", "train_init_ids", "val_init_ids"}},
+		{"undeclared placeholder", strings.Replace(good, "{bin}/episode", "{bindir}/episode", 1), nil, []string{"{bindir}", "episode.command"}},
+		{"one attempt", strings.Replace(good, "attempts: 2", "attempts: 1", 1), nil, []string{"attempts", "at least 2"}},
+		{"bad duration", strings.Replace(good, "timeout: 30s", "timeout: soon", 1), nil, []string{"soon", "duration"}},
+	}
+	for _, c := range cases {
+		p := write(t, c.body)
+		_, err := Load(p, c.vars)
+		if err == nil {
+			t.Errorf("%s: no error", c.name)
+			continue
+		}
+		for _, w := range append(c.want, p) {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: error %q does not mention %q", c.name, err, w)
+			}
+		}
+	}
+	if _, err := Load(filepath.Join(t.TempDir(), "missing.yaml"), nil); err == nil || !strings.Contains(err.Error(), "does not exist") {
+		t.Errorf("missing file: %v", err)
+	}
+	if _, err := ParseVars([]string{"novalue"}); err == nil || !strings.Contains(err.Error(), "name=value") {
+		t.Errorf("malformed --var: %v", err)
+	}
+}
+
+func TestParseIDs(t *testing.T) {
+	ids, err := ParseIDs("1,3, 5-7,3")
+	if err != nil || len(ids) != 5 || ids[0] != 1 || ids[4] != 7 {
+		t.Fatalf("ParseIDs = %v, %v", ids, err)
+	}
+	for _, bad := range []string{"7-5", "a-b", "x"} {
+		if _, err := ParseIDs(bad); err == nil {
+			t.Errorf("ParseIDs(%q) accepted", bad)
+		}
+	}
+}
+
+func TestShippedHarnessesLoad(t *testing.T) {
+	files, _ := filepath.Glob("../../harnesses/*/harness.yaml")
+	if len(files) == 0 {
+		t.Fatal("no harness files found")
+	}
+	for _, f := range files {
+		if _, err := Load(f, nil); err != nil {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+}
