@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -48,5 +50,5 @@ func statusCmd(e *connect.Endpoints) *cobra.Command {
 
 // quietLogger keeps the SDK's own logs out of the CLI's output unless they are warnings.
 func quietLogger() tlog.Logger {
-	return tlog.NewStructuredLogger(slogWarn())
+	return tlog.NewStructuredLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 }
