@@ -9,9 +9,14 @@ import (
 	"fmt"
 	"sync"
 
+	"go.opentelemetry.io/otel"
+
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 )
+
+// tracer names the spans activities add inside Temporal's own activity spans.
+var tracer = otel.Tracer("github.com/roundhouse-rl/roundhouse/activities")
 
 // harnessCache keeps each run's resolved harness file once per worker.
 type harnessCache struct {

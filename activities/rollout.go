@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
@@ -80,6 +82,13 @@ func (r *Rollout) RunEpisode(ctx context.Context, in EpisodeInput) (EpisodeResul
 	log := activity.GetLogger(ctx)
 	id := schemas.EpisodeID(in.Round, in.Phase, in.Group, in.Attempt)
 	res := EpisodeResult{EpisodeID: id, Retry: retry}
+	ctx, span := tracer.Start(ctx, "episode", trace.WithAttributes(
+		attribute.String("episode.id", id), attribute.Int("episode.retry", int(retry)),
+		attribute.Int("task", int(in.Task.ID)), attribute.Int("init_id", int(in.InitID))))
+	defer func() {
+		span.SetAttributes(attribute.Bool("episode.valid", res.Valid), attribute.Bool("episode.success", res.Success), attribute.Int("episode.calls", res.Calls))
+		span.End()
+	}()
 	// Heartbeat for the whole episode (model start, run, upload): a dead
 	// worker is then noticed within the heartbeat timeout, not StartToClose.
 	beat, stopBeat := context.WithCancel(ctx)

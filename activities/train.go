@@ -87,8 +87,10 @@ func (t *Trainer) Train(ctx context.Context, in TrainInput) (schemas.TrainerMetr
 		env[k] = harness.Fill(v, vars)
 	}
 	logPath := filepath.Join(dir, "trainer.log")
-	res, err := proc.Run(ctx, proc.Spec{Args: args, Env: env, Dir: h.Dir, Log: logPath, Timeout: h.Trainer.Timeout.D(),
+	pctx, span := tracer.Start(ctx, "trainer")
+	res, err := proc.Run(pctx, proc.Spec{Args: args, Env: env, Dir: h.Dir, Log: logPath, Timeout: h.Trainer.Timeout.D(),
 		Beat: func() { activity.RecordHeartbeat(ctx, in.Round) }})
+	span.End()
 	if err != nil {
 		return m, fmt.Errorf("trainer of round %d: %w", in.Round, err)
 	}

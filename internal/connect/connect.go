@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/client"
+	temporalotel "go.temporal.io/sdk/contrib/opentelemetry"
+	"go.temporal.io/sdk/interceptor"
 	tlog "go.temporal.io/sdk/log"
 
 	"github.com/roundhouse-rl/roundhouse/internal/store"
@@ -36,9 +38,17 @@ func FromEnv() Endpoints {
 
 // Temporal dials the server and checks it answers within 10 seconds.
 func Temporal(ctx context.Context, e Endpoints, logger tlog.Logger) (client.Client, error) {
+	// One trace follows a round from the starter through workflows and
+	// activities; spans go to the global OpenTelemetry provider (a no-op
+	// until one is configured).
+	tracer, err := temporalotel.NewTracingInterceptor(temporalotel.TracerOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("tracing interceptor: %w", err)
+	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	c, err := client.DialContext(ctx, client.Options{HostPort: e.Temporal, Namespace: e.Namespace, Logger: logger})
+	c, err := client.DialContext(ctx, client.Options{HostPort: e.Temporal, Namespace: e.Namespace, Logger: logger,
+		Interceptors: []interceptor.ClientInterceptor{tracer}})
 	if err != nil {
 		return nil, fmt.Errorf("Temporal at %s is not reachable (start the dev stack with `go tool task up`, or pass --temporal host:port): %w", e.Temporal, err)
 	}
