@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -193,7 +194,14 @@ func (r *Rollout) RunEpisode(ctx context.Context, in EpisodeInput) (EpisodeResul
 // and holds it until release. Switching weights waits for episodes still
 // using the old ones.
 func (r *Rollout) acquireModel(ctx context.Context, h schemas.Harness, run, weightsID string) (func(), error) {
-	key := run + "/" + weightsID
+	// The key holds the weights' ETag: a run replaced under the same name
+	// never reuses the old run's server or cached files.
+	remote := schemas.Layout{Run: run}.Weights(weightsID) + h.Model.WeightsFile
+	etag, err := r.Store.ETag(ctx, remote)
+	if err != nil {
+		return nil, fmt.Errorf("weights %s: %w", weightsID, err)
+	}
+	key := run + "/" + weightsID + "/" + etag
 	for {
 		r.mu.Lock()
 		m := r.model
@@ -218,7 +226,7 @@ func (r *Rollout) acquireModel(ctx context.Context, h schemas.Harness, run, weig
 			m.proc.Stop(10 * time.Second)
 			r.model = nil
 		}
-		nm, err := r.startModel(ctx, h, run, weightsID)
+		nm, err := r.startModel(ctx, h, remote, key)
 		if err != nil {
 			r.mu.Unlock()
 			return nil, err
@@ -241,12 +249,11 @@ func (r *Rollout) releaseModel(m *modelServer) func() {
 	}
 }
 
-func (r *Rollout) startModel(ctx context.Context, h schemas.Harness, run, weightsID string) (*modelServer, error) {
-	l := schemas.Layout{Run: run}
-	local := filepath.Join(r.WorkDir, "weights", run, weightsID, h.Model.WeightsFile)
+func (r *Rollout) startModel(ctx context.Context, h schemas.Harness, remote, key string) (*modelServer, error) {
+	local := filepath.Join(r.WorkDir, "weights", filepath.FromSlash(key), h.Model.WeightsFile)
 	if _, err := os.Stat(local); err != nil {
-		if err := r.Store.GetFile(ctx, l.Weights(weightsID)+h.Model.WeightsFile, local); err != nil {
-			return nil, fmt.Errorf("weights %s: %w", weightsID, err)
+		if err := r.Store.GetFile(ctx, remote, local); err != nil {
+			return nil, err
 		}
 	}
 	port, err := devstack.FreePort()
@@ -262,7 +269,7 @@ func (r *Rollout) startModel(ctx context.Context, h schemas.Harness, run, weight
 	for k, v := range h.Model.Env {
 		env = append(env, k+"="+harness.Fill(v, vars))
 	}
-	logPath := filepath.Join(r.WorkDir, "logs", "model-"+run+"-"+weightsID+".log")
+	logPath := filepath.Join(r.WorkDir, "logs", "model-"+strings.ReplaceAll(key, "/", "-")+".log")
 	p, err := devstack.Start("model server", args, env, logPath, false)
 	if err != nil {
 		return nil, fmt.Errorf("harness %s: %w", h.Name, err)
@@ -277,8 +284,8 @@ func (r *Rollout) startModel(ctx context.Context, h schemas.Harness, run, weight
 		return nil, fmt.Errorf("harness %s model server: %w", h.Name, err)
 	}
 	r.Proxy.SetUpstream(root)
-	activity.GetLogger(ctx).Info("model server ready", "weights", weightsID, "url", root)
-	return &modelServer{key: run + "/" + weightsID, proc: p}, nil
+	activity.GetLogger(ctx).Info("model server ready", "weights", key, "url", root)
+	return &modelServer{key: key, proc: p}, nil
 }
 
 // Close stops the host's model server.

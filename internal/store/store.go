@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -268,4 +269,15 @@ func (s *Store) DeletePrefix(ctx context.Context, prefix string) (int, error) {
 		}
 	}
 	return len(objs), nil
+}
+
+// ETag returns the object's entity tag, which changes when its content does.
+func (s *Store) ETag(ctx context.Context, key string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, OpTimeout)
+	defer cancel()
+	out, err := s.c.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &s.Bucket, Key: &key})
+	if err != nil {
+		return "", fmt.Errorf("head s3://%s/%s: %w", s.Bucket, key, err)
+	}
+	return strings.Trim(aws.ToString(out.ETag), `"`), nil
 }
