@@ -168,6 +168,7 @@ func train(ctx context.Context, out io.Writer, e *connect.Endpoints, f trainFlag
 	defer cancel()
 	_, err = c.ExecuteWorkflow(sctx, client.StartWorkflowOptions{
 		ID: id, TaskQueue: workflows.ControlQueue,
+		StaticSummary:            fmt.Sprintf("%s: %d rounds × %d groups × %d attempts from %s", h.Name, f.rounds, f.groups, f.attempts, f.weights),
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 	}, workflows.Train, in)
 	if err != nil {

@@ -266,7 +266,10 @@ func runEpisodes(ctx workflow.Context, in TrainInput, prog *Progress, phase stri
 	out := make([]episodeOutcome, len(cells))
 	sel := workflow.NewSelector(ctx)
 	for i, cell := range cells {
-		f := workflow.ExecuteActivity(actx, rollout.RunEpisode, activities.EpisodeInput{
+		// The summary labels the activity in the Temporal UI's timeline.
+		ectx := workflow.WithActivityOptions(actx, withSummary(workflow.GetActivityOptions(actx),
+			fmt.Sprintf("%s %s task %d %s init %d", phase, schemas.EpisodeID(round, phase, cell.Group, cell.Attempt), cell.Task.ID, cell.Task.Name, cell.InitID)))
+		f := workflow.ExecuteActivity(ectx, rollout.RunEpisode, activities.EpisodeInput{
 			Run: in.Run, Round: round, Phase: phase, Group: cell.Group, Attempt: cell.Attempt,
 			Task: cell.Task, InitID: cell.InitID, WeightsID: weights, InfraTries: tries,
 		})
@@ -279,12 +282,19 @@ func runEpisodes(ctx workflow.Context, in TrainInput, prog *Progress, phase stri
 			if out[i].Success {
 				prog.Successes++
 			}
+			workflow.SetCurrentDetails(ctx, fmt.Sprintf("round %d/%d, %s: %d/%d episodes, %d successes",
+				prog.Round, prog.Rounds, phase, prog.EpisodesDone, prog.EpisodesTotal, prog.Successes))
 		})
 	}
 	for range cells {
 		sel.Select(ctx)
 	}
 	return out
+}
+
+func withSummary(o workflow.ActivityOptions, summary string) workflow.ActivityOptions {
+	o.Summary = summary
+	return o
 }
 
 func taskByID(h schemas.Harness, id int32) schemas.Task {
