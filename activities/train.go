@@ -11,6 +11,7 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/roundhouse-rl/roundhouse/internal/devstack"
 	"github.com/roundhouse-rl/roundhouse/internal/harness"
 	"github.com/roundhouse-rl/roundhouse/internal/proc"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
@@ -69,6 +70,11 @@ func (t *Trainer) Train(ctx context.Context, in TrainInput) (schemas.TrainerMetr
 		"round":       strconv.Itoa(int(in.Round)),
 		"harness_dir": h.Dir,
 	}
+	port, err := devstack.FreePort()
+	if err != nil {
+		return m, err
+	}
+	vars["rdzv_port"] = strconv.Itoa(port)
 	if err := os.MkdirAll(filepath.Join(dir, "out"), 0o755); err != nil {
 		return m, fmt.Errorf("train dir: %w", err)
 	}

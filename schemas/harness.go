@@ -100,6 +100,7 @@ var RuntimeVars = map[string]string{
 	"weights_in":  "local path of the input weights file",
 	"weights_out": "local path where the trainer writes new weights",
 	"metrics_out": "local path where the trainer writes metrics.json",
+	"rdzv_port":   "a free local port for torchrun's rendezvous",
 	"round":       "round number",
 	"harness_dir": "directory of the harness file",
 }

@@ -1,0 +1,80 @@
+// Command minimal-episode plays one episode of the toy robot task against an
+// OpenAI Chat Completions endpoint: the minimal harness's stand-in for RPent.
+//
+//	minimal-episode --base-url http://127.0.0.1:18200/ep/EPISODE/v1 --model toy \
+//	    --task 2 --seed 45 --max-turns 8 --output-dir DIR [--timeout 60s]
+//
+// It writes DIR/outcome.json and DIR/transcript.json. Exit status 0 means the
+// episode ran to an end (success or task failure); 1 means a planner or model
+// error (outcome.json still says which); 2 means bad flags.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/roundhouse-rl/roundhouse/harnesses/minimal/env"
+	"github.com/roundhouse-rl/roundhouse/harnesses/minimal/episode"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("minimal-episode", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	baseURL := fs.String("base-url", "", "OpenAI API base URL, ending in /v1 (required)")
+	model := fs.String("model", "", "model name to request (required)")
+	task := fs.Int("task", 0, fmt.Sprintf("task number, 0..%d", env.NumTasks()-1))
+	seed := fs.Int("seed", 0, "init id: picks the initial state")
+	maxTurns := fs.Int("max-turns", env.DefaultMaxTurns, "model calls allowed")
+	outDir := fs.String("output-dir", "", "directory for outcome.json and transcript.json (required)")
+	timeout := fs.Duration("timeout", 60*time.Second, "timeout of each model request")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	fail := func(code int, err error) int {
+		fmt.Fprintf(stderr, "minimal-episode: %v\n", err)
+		return code
+	}
+	if err := check(*baseURL, *model, *outDir, *maxTurns, *timeout); err != nil {
+		return fail(2, err)
+	}
+	e, err := env.New(*task, *seed)
+	if err != nil {
+		return fail(2, err)
+	}
+	pl := &episode.OpenAI{BaseURL: *baseURL, Model: *model, Client: episode.NewHTTPClient(*timeout)}
+	out, msgs := episode.Run(context.Background(), pl, e, *maxTurns)
+	if err := episode.WriteFiles(*outDir, out, msgs); err != nil {
+		return fail(1, err)
+	}
+	fmt.Fprintf(stdout, "task %d seed %d: %s, success=%v after %d turns\n", *task, *seed, out.Termination, out.Success, out.Turns)
+	if out.Termination == episode.ModelError {
+		return fail(1, fmt.Errorf("model error: %s", out.Error))
+	}
+	return 0
+}
+
+func check(baseURL, model, outDir string, maxTurns int, timeout time.Duration) error {
+	switch {
+	case !strings.HasSuffix(strings.TrimSuffix(baseURL, "/"), "/v1"):
+		return errors.New("--base-url must end in /v1")
+	case model == "":
+		return errors.New("--model is required")
+	case outDir == "":
+		return errors.New("--output-dir is required")
+	case maxTurns < 1:
+		return errors.New("--max-turns must be at least 1")
+	case timeout <= 0:
+		return errors.New("--timeout must be positive")
+	}
+	return nil
+}

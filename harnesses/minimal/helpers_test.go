@@ -1,0 +1,115 @@
+package minimal_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+
+	"github.com/roundhouse-rl/roundhouse/internal/npz"
+	"github.com/roundhouse-rl/roundhouse/schemas"
+)
+
+const python = "/usr/bin/python3"
+
+// needTorch skips when the trainer's Python (Debian's torch) is missing.
+func needTorch(t *testing.T) {
+	t.Helper()
+	if err := exec.Command(python, "-c", "import torch, numpy").Run(); err != nil {
+		t.Skipf("%s cannot import torch and numpy: %v", python, err)
+	}
+}
+
+// sample is one selected call of a training batch.
+type sample struct {
+	prompt, completion []int
+	logprobs           []float64
+	adv, weight        float64
+}
+
+// writeBatch writes batch.npz in the layout of schemas/batch.go.
+func writeBatch(path string, ss []sample) error {
+	var pids, cids []int32
+	var lps, advs, ws []float32
+	poff, coff := []int64{0}, []int64{0}
+	for _, s := range ss {
+		for _, id := range s.prompt {
+			pids = append(pids, int32(id))
+		}
+		for i, id := range s.completion {
+			cids = append(cids, int32(id))
+			lps = append(lps, float32(s.logprobs[i]))
+		}
+		poff = append(poff, int64(len(pids)))
+		coff = append(coff, int64(len(cids)))
+		advs = append(advs, float32(s.adv))
+		ws = append(ws, float32(s.weight))
+	}
+	w, err := npz.Create(path)
+	if err != nil {
+		return err
+	}
+	for _, f := range []func() error{
+		func() error { return w.WriteInt32(schemas.BatchPromptIDs, pids) },
+		func() error { return w.WriteInt64(schemas.BatchPromptOffsets, poff) },
+		func() error { return w.WriteInt32(schemas.BatchCompletionIDs, cids) },
+		func() error { return w.WriteInt64(schemas.BatchCompletionOffsets, coff) },
+		func() error { return w.WriteFloat32(schemas.BatchRolloutLogprobs, lps) },
+		func() error { return w.WriteFloat32(schemas.BatchAdvantages, advs) },
+		func() error { return w.WriteFloat32(schemas.BatchWeights, ws) },
+	} {
+		if err := f(); err != nil {
+			w.Close()
+			return err
+		}
+	}
+	return w.Close()
+}
+
+// freePort asks the kernel for an unused port, so concurrent trainers do not
+// meet on --standalone's fixed rendezvous port 29400.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// runTrainer runs trainer.py under torchrun with nproc workers and returns
+// its metrics. args are extra trainer flags.
+func runTrainer(t *testing.T, nproc int, batch, in, out string, args ...string) (schemas.TrainerMetrics, error) {
+	t.Helper()
+	metricsPath := filepath.Join(filepath.Dir(out), schemas.TrainerMetricsFile)
+	cmdArgs := []string{"torchrun.py",
+		"--nnodes", "1", "--nproc_per_node", strconv.Itoa(nproc),
+		"--rdzv_backend", "c10d", "--rdzv_endpoint", fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+		"--monitor_interval", "0.2",
+		"trainer.py", "--batch", batch, "--weights-in", in, "--weights-out", out, "--metrics-out", metricsPath,
+		"--clip-low", "0.2", "--clip-high", "0.28", "--dual-clip", "3.0", "--is-cap", "2.0", "--global-batch", "128",
+	}
+	cmd := exec.Command(python, append(cmdArgs, args...)...)
+	var output bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &output, &output
+	if err := cmd.Run(); err != nil {
+		return schemas.TrainerMetrics{}, fmt.Errorf("trainer: %w\n%s", err, output.String())
+	}
+	var m schemas.TrainerMetrics
+	b, err := os.ReadFile(metricsPath)
+	if err != nil {
+		return m, fmt.Errorf("metrics: %w\n%s", err, output.String())
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		return m, fmt.Errorf("metrics: %w", err)
+	}
+	return m, nil
+}
+
+func mkdir(dir string) error { return os.MkdirAll(dir, 0o755) }

@@ -1,0 +1,301 @@
+// Package policy is the minimal harness's toy language model: a word-level
+// tokenizer with a fixed vocabulary, a chat template, and a linear softmax
+// policy over a few action tokens (the tool names).
+//
+// The model, exactly (trainer.py computes the same from token ids alone):
+//
+//   - Features of a decision: the sorted unique token ids of the prompt after
+//     its second-to-last <|im_start|> token (from the start when there are
+//     fewer than two). Because every prompt ends with the generation prompt
+//     "<|im_start|> assistant", these are the tokens of the last message
+//     plus the generation prompt.
+//   - logits[a] = b[a] + Σ_{f ∈ features} W[f][a] over the K action tokens.
+//   - Completion token ids = [action, <|im_end|>]. The action is sampled from
+//     softmax(logits / temperature); its recorded logprob is log softmax of
+//     the temperature-1 logits (vLLM's default raw logprobs). <|im_end|> is
+//     forced: its logprob is 0.0. The trainer treats the first completion
+//     token as the decision and every later one as forced (logprob 0).
+package policy
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"slices"
+)
+
+// Format identifies the weights file layout.
+const Format = "roundhouse-toy-policy/v1"
+
+// File is the JSON weights file, policy.json.
+type File struct {
+	Format string `json:"format"`
+	// Vocab maps token id (index) to token string.
+	Vocab []string `json:"vocab"`
+	// Actions are the token ids the model chooses among, in logit order.
+	Actions []int `json:"actions"`
+	// B is the bias per action, W the weight per (token id, action).
+	B []float64   `json:"b"`
+	W [][]float64 `json:"W"`
+}
+
+// Policy is a loaded, validated model.
+type Policy struct {
+	File
+	index   map[string]int
+	action  map[int]int // token id → action index
+	unk     int
+	imStart int
+	imEnd   int
+}
+
+// roles must be in the vocabulary: the template spells them.
+var roles = []string{"system", "user", "assistant", "tool"}
+
+// New validates f and indexes it.
+func New(f File) (*Policy, error) {
+	if f.Format != Format {
+		return nil, fmt.Errorf("policy: format %q, want %q", f.Format, Format)
+	}
+	p := &Policy{File: f, index: make(map[string]int, len(f.Vocab)), action: map[int]int{}}
+	for i, w := range f.Vocab {
+		if _, dup := p.index[w]; dup {
+			return nil, fmt.Errorf("policy: duplicate vocabulary entry %q", w)
+		}
+		p.index[w] = i
+	}
+	for _, w := range append(slices.Clone(Specials), roles...) {
+		if _, ok := p.index[w]; !ok {
+			return nil, fmt.Errorf("policy: vocabulary lacks %q", w)
+		}
+	}
+	p.unk, p.imStart, p.imEnd = p.index[Unk], p.index[ImStart], p.index[ImEnd]
+	if len(f.Actions) == 0 {
+		return nil, errors.New("policy: no action tokens")
+	}
+	for k, id := range f.Actions {
+		if id < 0 || id >= len(f.Vocab) {
+			return nil, fmt.Errorf("policy: action %d: token id %d outside the vocabulary", k, id)
+		}
+		if slices.Contains(Specials, f.Vocab[id]) {
+			return nil, fmt.Errorf("policy: action %d is the special token %q", k, f.Vocab[id])
+		}
+		if _, dup := p.action[id]; dup {
+			return nil, fmt.Errorf("policy: action token %q listed twice", f.Vocab[id])
+		}
+		p.action[id] = k
+	}
+	if len(f.B) != len(f.Actions) {
+		return nil, fmt.Errorf("policy: b has %d entries, want %d", len(f.B), len(f.Actions))
+	}
+	if len(f.W) != len(f.Vocab) {
+		return nil, fmt.Errorf("policy: W has %d rows, want one per token (%d)", len(f.W), len(f.Vocab))
+	}
+	for i, row := range f.W {
+		if len(row) != len(f.Actions) {
+			return nil, fmt.Errorf("policy: W row %d has %d entries, want %d", i, len(row), len(f.Actions))
+		}
+		for _, x := range row {
+			if math.IsNaN(x) || math.IsInf(x, 0) {
+				return nil, fmt.Errorf("policy: W row %d is not finite", i)
+			}
+		}
+	}
+	for _, x := range f.B {
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return nil, errors.New("policy: b is not finite")
+		}
+	}
+	return p, nil
+}
+
+// Load reads and validates a weights file.
+func Load(path string) (*Policy, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	var f File
+	if err := json.Unmarshal(b, &f); err != nil {
+		return nil, fmt.Errorf("policy: parse %s: %w", path, err)
+	}
+	p, err := New(f)
+	if err != nil {
+		return nil, fmt.Errorf("%w (in %s)", err, path)
+	}
+	return p, nil
+}
+
+// Save writes the weights file, one W row per line so diffs stay readable.
+func (p *Policy) Save(path string) error {
+	var buf bytes.Buffer
+	field := func(name string, v any, last bool) error {
+		var b bytes.Buffer
+		enc := json.NewEncoder(&b)
+		enc.SetEscapeHTML(false) // keep "<|im_end|>" legible
+		if err := enc.Encode(v); err != nil {
+			return fmt.Errorf("policy: encode %s: %w", name, err)
+		}
+		fmt.Fprintf(&buf, "  %q: %s", name, bytes.TrimSpace(b.Bytes()))
+		if !last {
+			buf.WriteByte(',')
+		}
+		buf.WriteByte('\n')
+		return nil
+	}
+	buf.WriteString("{\n")
+	for _, f := range []struct {
+		name string
+		v    any
+	}{{"format", p.Format}, {"vocab", p.Vocab}, {"actions", p.Actions}, {"b", p.B}} {
+		if err := field(f.name, f.v, false); err != nil {
+			return err
+		}
+	}
+	buf.WriteString("  \"W\": [\n")
+	for i, row := range p.W {
+		b, err := json.Marshal(row)
+		if err != nil {
+			return fmt.Errorf("policy: encode W row %d: %w", i, err)
+		}
+		buf.WriteString("    ")
+		buf.Write(b)
+		if i < len(p.W)-1 {
+			buf.WriteByte(',')
+		}
+		buf.WriteByte('\n')
+	}
+	buf.WriteString("  ]\n}\n")
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		return fmt.Errorf("policy: %w", err)
+	}
+	return nil
+}
+
+// ID returns the token id of a vocabulary entry.
+func (p *Policy) ID(token string) (int, bool) {
+	id, ok := p.index[token]
+	return id, ok
+}
+
+// Token returns the string of a token id ("<unk>" when out of range).
+func (p *Policy) Token(id int) string {
+	if id < 0 || id >= len(p.Vocab) {
+		return Unk
+	}
+	return p.Vocab[id]
+}
+
+// ImEndID is the token id that ends every completion.
+func (p *Policy) ImEndID() int { return p.imEnd }
+
+// ActionIndex returns the logit index of an action name.
+func (p *Policy) ActionIndex(name string) (int, bool) {
+	id, ok := p.index[name]
+	if !ok {
+		return 0, false
+	}
+	k, ok := p.action[id]
+	return k, ok
+}
+
+// ActionName returns the tool name of logit index k.
+func (p *Policy) ActionName(k int) string { return p.Vocab[p.Actions[k]] }
+
+// Features returns the sorted unique token ids after the second-to-last
+// <|im_start|> of prompt (the whole prompt when it has fewer than two).
+func (p *Policy) Features(prompt []int) []int {
+	start, seen := 0, 0
+	for i := len(prompt) - 1; i >= 0; i-- {
+		if prompt[i] == p.imStart {
+			seen++
+			if seen == 2 {
+				start = i + 1
+				break
+			}
+		}
+	}
+	f := slices.Clone(prompt[start:])
+	slices.Sort(f)
+	return slices.Compact(f)
+}
+
+// LogProbs returns log softmax of the logits over the actions for prompt.
+func (p *Policy) LogProbs(prompt []int) []float64 {
+	z := slices.Clone(p.B)
+	for _, f := range p.Features(prompt) {
+		if f < 0 || f >= len(p.W) {
+			continue // ids outside the vocabulary carry no weight
+		}
+		for a, w := range p.W[f] {
+			z[a] += w
+		}
+	}
+	return logSoftmax(z, 1)
+}
+
+func logSoftmax(z []float64, temperature float64) []float64 {
+	m := math.Inf(-1)
+	for _, x := range z {
+		m = max(m, x/temperature)
+	}
+	var s float64
+	for _, x := range z {
+		s += math.Exp(x/temperature - m)
+	}
+	lse := m + math.Log(s)
+	out := make([]float64, len(z))
+	for i, x := range z {
+		out[i] = x/temperature - lse
+	}
+	return out
+}
+
+// Completion is one generated reply.
+type Completion struct {
+	Action   int       // logit index of the chosen action
+	IDs      []int     // [action token, <|im_end|>]
+	Logprobs []float64 // per completion token: [log π(action), 0]
+	// Dist is log π over all actions at the decision (temperature 1).
+	Dist []float64
+}
+
+// Sample draws an action for prompt. temperature ≤ 0 is greedy. force ≥ 0
+// pins the action (a named tool_choice); its logprob is still the model's.
+func (p *Policy) Sample(prompt []int, temperature float64, force int, rng *rand.Rand) Completion {
+	lp := p.LogProbs(prompt)
+	a := force
+	switch {
+	case force >= 0:
+	case temperature <= 0:
+		a = 0
+		for k := range lp {
+			if lp[k] > lp[a] {
+				a = k
+			}
+		}
+	default:
+		z := make([]float64, len(lp))
+		copy(z, lp)
+		q := logSoftmax(z, temperature)
+		u, acc := rng.Float64(), 0.0
+		a = len(q) - 1
+		for k, x := range q {
+			acc += math.Exp(x)
+			if u < acc {
+				a = k
+				break
+			}
+		}
+	}
+	return Completion{
+		Action:   a,
+		IDs:      []int{p.Actions[a], p.imEnd},
+		Logprobs: []float64{lp[a], 0},
+		Dist:     lp,
+	}
+}

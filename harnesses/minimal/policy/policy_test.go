@@ -1,0 +1,183 @@
+package policy
+
+import (
+	"encoding/json"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// tiny builds a small policy: vocabulary of the specials, roles and a few
+// words; actions "go" and "stop".
+func tiny(t *testing.T) *Policy {
+	t.Helper()
+	vocab := slices.Concat(Specials, roles, []string{"go", "stop", "red", "green", "light", "is", "."})
+	f := File{Format: Format, Vocab: vocab, B: []float64{0.1, -0.1}}
+	for _, a := range []string{"go", "stop"} {
+		f.Actions = append(f.Actions, slices.Index(vocab, a))
+	}
+	for i := range vocab {
+		f.W = append(f.W, []float64{float64(i%3) * 0.1, -float64(i%2) * 0.2})
+	}
+	p, err := New(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestEncode(t *testing.T) {
+	p := tiny(t)
+	got := p.Encode("The light is RED.<|im_end|> purple")
+	var words []string
+	for _, id := range got {
+		words = append(words, p.Token(id))
+	}
+	want := []string{Unk, "light", "is", "red", ".", ImEnd, Unk}
+	if !reflect.DeepEqual(words, want) {
+		t.Fatalf("got %q, want %q", words, want)
+	}
+}
+
+func TestFeatures(t *testing.T) {
+	p := tiny(t)
+	id := func(w string) int { i, _ := p.ID(w); return i }
+	s, e := id(ImStart), id(ImEnd)
+	prompt := []int{s, id("system"), id("red"), e, s, id("user"), id("green"), id("light"), id("light"), e, s, id("assistant")}
+	got := p.Features(prompt)
+	want := []int{s, e, id("user"), id("assistant"), id("green"), id("light")}
+	slices.Sort(want)
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("features %v, want %v", got, want)
+	}
+	// Fewer than two <|im_start|>: the whole prompt.
+	if got := p.Features([]int{id("red"), s, id("red")}); !reflect.DeepEqual(got, []int{s, id("red")}) {
+		t.Fatalf("short prompt features %v", got)
+	}
+}
+
+func TestLogProbsAndSample(t *testing.T) {
+	p := tiny(t)
+	prompt, err := p.Render([]Message{{Role: "user", Content: "red light"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lp := p.LogProbs(prompt)
+	// logits by hand: b + Σ W rows of the features.
+	z := slices.Clone(p.B)
+	for _, f := range p.Features(prompt) {
+		for a := range z {
+			z[a] += p.W[f][a]
+		}
+	}
+	lse := math.Log(math.Exp(z[0]) + math.Exp(z[1]))
+	for a := range z {
+		if math.Abs(lp[a]-(z[a]-lse)) > 1e-12 {
+			t.Fatalf("logprob %d: %v, want %v", a, lp[a], z[a]-lse)
+		}
+	}
+	c := p.Sample(prompt, 0, -1, nil)
+	best := 0
+	if lp[1] > lp[0] {
+		best = 1
+	}
+	if c.Action != best {
+		t.Errorf("greedy chose %d, argmax is %d", c.Action, best)
+	}
+	if !reflect.DeepEqual(c.IDs, []int{p.Actions[best], p.ImEndID()}) || c.Logprobs[0] != lp[best] || c.Logprobs[1] != 0 {
+		t.Errorf("completion %+v", c)
+	}
+	c = p.Sample(prompt, 1, 1-best, rand.New(rand.NewPCG(1, 2)))
+	if c.Action != 1-best || c.Logprobs[0] != lp[1-best] {
+		t.Errorf("forced completion %+v", c)
+	}
+}
+
+// TestRenderPrefix checks that a prompt followed by its completion is a
+// prefix of the next turn's prompt, as with a real chat template.
+func TestRenderPrefix(t *testing.T) {
+	p := tiny(t)
+	tools := []Tool{{Type: "function", Function: Function{Name: "go", Description: "go on green"}}}
+	msgs := []Message{{Role: "system", Content: "light"}, {Role: "user", Content: "green light"}}
+	prompt, err := p.Render(msgs, tools)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := p.Sample(prompt, 0, -1, nil)
+	msgs = append(msgs,
+		Message{Role: "assistant", ToolCalls: []ToolCall{{ID: "x", Type: "function", Function: FunctionCall{Name: p.ActionName(c.Action), Arguments: "{}"}}}},
+		Message{Role: "tool", ToolCallID: "x", Content: "red light"})
+	next, err := p.Render(msgs, tools)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(next[:len(prompt)+2], append(slices.Clone(prompt), c.IDs...)) {
+		t.Fatalf("prompt+completion is not a prefix of the next prompt")
+	}
+	if _, err := p.Render([]Message{{Role: "robot"}}, nil); err == nil {
+		t.Error("unknown role: want error")
+	}
+}
+
+func TestMessageJSON(t *testing.T) {
+	m := Message{Role: "assistant", ToolCalls: []ToolCall{{ID: "a", Type: "function", Function: FunctionCall{Name: "go", Arguments: "{}"}}}}
+	b, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"content":null`) {
+		t.Errorf("tool-call message %s: want content null", b)
+	}
+	var back Message
+	if err := json.Unmarshal(b, &back); err != nil || !reflect.DeepEqual(back, m) {
+		t.Errorf("round trip: %+v %v", back, err)
+	}
+	if err := json.Unmarshal([]byte(`{"role":"user","content":[{"type":"text","text":"red"},{"type":"image_url","image_url":{"url":"x"}},{"type":"text","text":"light"}]}`), &back); err != nil || back.Content != "red light" {
+		t.Errorf("parts: %+v %v", back, err)
+	}
+	if err := json.Unmarshal([]byte(`{"role":"user","content":5}`), &back); err == nil {
+		t.Error("numeric content: want error")
+	}
+}
+
+func TestSaveLoad(t *testing.T) {
+	p := tiny(t)
+	p.W[3][1] = 1.0 / 3 // a value that must survive exactly
+	path := filepath.Join(t.TempDir(), "policy.json")
+	if err := p.Save(path); err != nil {
+		t.Fatal(err)
+	}
+	q, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(q.File, p.File) {
+		t.Fatal("weights changed in a save/load round trip")
+	}
+	bad := p.File
+	bad.W = bad.W[1:]
+	if _, err := New(bad); err == nil {
+		t.Error("W with a missing row: want error")
+	}
+	bad = p.File
+	bad.Format = "v0"
+	if _, err := New(bad); err == nil {
+		t.Error("wrong format: want error")
+	}
+	bad = p.File
+	bad.Actions = []int{0, 1}
+	if _, err := New(bad); err == nil {
+		t.Error("special tokens as actions: want error")
+	}
+	if err := os.WriteFile(path, []byte("{"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(path); err == nil {
+		t.Error("truncated file: want error")
+	}
+}

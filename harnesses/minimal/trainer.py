@@ -1,0 +1,301 @@
+#!/usr/bin/env python3
+"""Dual-clip PPO trainer for the minimal harness's toy policy.
+
+Launched by the train activity as
+
+    python3 -m torch.distributed.run --standalone --nproc_per_node N \\
+        harnesses/minimal/trainer.py --batch batch.npz \\
+        --weights-in in/policy.json --weights-out out/policy.json \\
+        --metrics-out metrics.json --lr 0.01 --clip-low 0.2 --clip-high 0.28 \\
+        --dual-clip 3.0 --is-cap 2.0 --global-batch 128 --epochs 4 --seed S
+
+With Debian's torch 1.13 under Python 3.11 `-m torch.distributed.run` itself
+crashes; use `python3 harnesses/minimal/torchrun.py` (same flags) there.
+Plain `python3 trainer.py ...` runs it as a single process. Only torch and
+numpy are used. The batch is schemas/batch.go's batch.npz; the weights are
+policy.json ("roundhouse-toy-policy/v1"); metrics.json has the fields of
+schemas.TrainerMetrics.
+
+The model is the Go package harnesses/minimal/policy, recomputed from token
+ids alone: the features of a call are the unique prompt ids after the
+second-to-last <|im_start|>; logits = b + sum of W rows of the features over
+the action tokens; the first completion token is the sampled action, every
+later completion token is forced (log prob 0 under any weights).
+
+Objective (DESIGN.md section 4), per completion token t of sample s with
+advantage A:
+    rho   = exp(logp_theta - logp_old)   (pi_old = the input weights)
+    L     = min(rho*A, clip(rho, 1-clip_low, 1+clip_high)*A)
+    L     = max(L, dual_clip*A)          if A < 0
+    w     = min(exp(logp_old - logp_rollout), is_cap)
+    loss  = -sum_s weight_s * mean_t(w*L) / sum_s weight_s   per global batch
+Samples are shuffled (seeded) into global batches of --global-batch; each
+global batch is sharded over the ranks, which all-reduce gradients, so N=1
+and N=2 take the same steps. Adam makes the toy's step size independent of
+the advantage scale; its defaults (lr 0.01, 4 epochs) are the toy's, not
+DESIGN.md's LLM learning rate 1e-6. Rank 0 writes the outputs, atomically.
+"""
+
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+FORMAT = "roundhouse-toy-policy/v1"
+IM_START = "<|im_start|>"
+
+
+class InputError(Exception):
+    """Bad arguments, weights or batch: reported and exit status 2."""
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--batch", required=True, help="batch.npz")
+    ap.add_argument("--weights-in", required=True, help="input policy.json (pi_old)")
+    ap.add_argument("--weights-out", required=True, help="output policy.json")
+    ap.add_argument("--metrics-out", required=True, help="metrics.json")
+    ap.add_argument("--lr", type=float, default=0.01, help="Adam learning rate")
+    ap.add_argument("--clip-low", type=float, default=0.2)
+    ap.add_argument("--clip-high", type=float, default=0.28)
+    ap.add_argument("--dual-clip", type=float, default=3.0)
+    ap.add_argument("--is-cap", type=float, default=2.0, help="cap of the rollout importance weight")
+    ap.add_argument("--global-batch", type=int, default=128, help="samples per optimizer step")
+    ap.add_argument("--epochs", type=int, default=4, help="passes over the batch")
+    ap.add_argument("--seed", type=int, default=0, help="shuffling seed")
+    a = ap.parse_args(argv)
+    checks = [
+        (a.lr > 0, "--lr must be > 0"),
+        (0 < a.clip_low < 1, "--clip-low must be in (0, 1)"),
+        (a.clip_high > 0, "--clip-high must be > 0"),
+        (a.dual_clip > 1, "--dual-clip must be > 1"),
+        (a.is_cap > 0, "--is-cap must be > 0"),
+        (a.global_batch >= 1, "--global-batch must be >= 1"),
+        (a.epochs >= 1, "--epochs must be >= 1"),
+    ]
+    for ok, msg in checks:
+        if not ok:
+            raise InputError(msg)
+    return a
+
+
+def load_weights(path):
+    try:
+        with open(path) as f:
+            w = json.load(f)
+    except (OSError, ValueError) as e:
+        raise InputError(f"weights {path}: {e}") from e
+    if not isinstance(w, dict) or w.get("format") != FORMAT:
+        raise InputError(f"weights {path}: format is not {FORMAT!r}")
+    vocab, actions = w.get("vocab"), w.get("actions")
+    if not isinstance(vocab, list) or IM_START not in vocab:
+        raise InputError(f"weights {path}: vocab missing or lacks {IM_START}")
+    if not isinstance(actions, list) or not actions or len(set(actions)) != len(actions):
+        raise InputError(f"weights {path}: actions must be a non-empty list of distinct token ids")
+    if any(not isinstance(a, int) or not 0 <= a < len(vocab) for a in actions):
+        raise InputError(f"weights {path}: an action id is outside the vocabulary")
+    try:
+        W = np.array(w["W"], dtype=np.float64)
+        b = np.array(w["b"], dtype=np.float64)
+    except (KeyError, ValueError, TypeError) as e:
+        raise InputError(f"weights {path}: W/b: {e}") from e
+    if W.shape != (len(vocab), len(actions)) or b.shape != (len(actions),):
+        raise InputError(f"weights {path}: W is {W.shape}, b is {b.shape}; want ({len(vocab)}, {len(actions)}) and ({len(actions)},)")
+    if not (np.isfinite(W).all() and np.isfinite(b).all()):
+        raise InputError(f"weights {path}: W or b is not finite")
+    return w, W, b
+
+
+def load_batch(path, vocab_size, actions, im_start):
+    """Returns per-sample features, action index, completion length, rollout
+    logprobs, advantage and weight, all validated."""
+    try:
+        z = np.load(path)
+        arr = {k: z[k] for k in z.files}
+    except Exception as e:  # np.load raises many kinds on a bad file
+        raise InputError(f"batch {path}: {e}") from e
+    need = {
+        "prompt_ids": "i", "prompt_offsets": "i", "completion_ids": "i", "completion_offsets": "i",
+        "rollout_logprobs": "f", "advantages": "f", "weights": "f",
+    }
+    for k, kind in need.items():
+        if k not in arr:
+            raise InputError(f"batch {path}: missing array {k!r}")
+        if arr[k].ndim != 1 or arr[k].dtype.kind != kind:
+            raise InputError(f"batch {path}: {k} must be 1-D {'integer' if kind == 'i' else 'float'}, got {arr[k].dtype} {arr[k].shape}")
+    n = len(arr["advantages"])
+    if n == 0:
+        raise InputError(f"batch {path}: no samples")
+    for ids, off in (("prompt_ids", "prompt_offsets"), ("completion_ids", "completion_offsets")):
+        o = arr[off]
+        if len(o) != n + 1 or o[0] != 0 or o[-1] != len(arr[ids]) or (np.diff(o) < 0).any():
+            raise InputError(f"batch {path}: {off} must have n+1={n + 1} non-decreasing entries from 0 to len({ids})={len(arr[ids])}")
+        if len(arr[ids]) and (arr[ids].min() < 0 or arr[ids].max() >= vocab_size):
+            raise InputError(f"batch {path}: {ids} has a token id outside the vocabulary (size {vocab_size})")
+    if len(arr["weights"]) != n:
+        raise InputError(f"batch {path}: weights has {len(arr['weights'])} entries, advantages {n}")
+    if len(arr["rollout_logprobs"]) != len(arr["completion_ids"]):
+        raise InputError(f"batch {path}: rollout_logprobs has {len(arr['rollout_logprobs'])} entries, completion_ids {len(arr['completion_ids'])}")
+    for k in ("rollout_logprobs", "advantages", "weights"):
+        if not np.isfinite(arr[k]).all():
+            raise InputError(f"batch {path}: {k} is not finite")
+    if (arr["weights"] < 0).any() or arr["weights"].sum() <= 0:
+        raise InputError(f"batch {path}: weights must be >= 0 with a positive sum")
+
+    action_index = {t: k for k, t in enumerate(actions)}
+    po, co = arr["prompt_offsets"], arr["completion_offsets"]
+    feats, act, ntok = [], np.zeros(n, np.int64), np.zeros(n, np.int64)
+    for i in range(n):
+        p = arr["prompt_ids"][po[i]:po[i + 1]].astype(np.int64)
+        c = arr["completion_ids"][co[i]:co[i + 1]]
+        if len(c) == 0:
+            raise InputError(f"batch {path}: sample {i} has no completion tokens")
+        if int(c[0]) not in action_index:
+            raise InputError(f"batch {path}: sample {i}: first completion token {int(c[0])} is not an action token")
+        starts = np.flatnonzero(p == im_start)
+        start = starts[-2] + 1 if len(starts) >= 2 else 0
+        feats.append(np.unique(p[start:]))
+        act[i] = action_index[int(c[0])]
+        ntok[i] = len(c)
+    roll = arr["rollout_logprobs"].astype(np.float64)
+    return {
+        "feats": feats, "act": act, "ntok": ntok, "first": co[:-1].astype(np.int64),
+        "roll": roll, "co": co.astype(np.int64),
+        "adv": arr["advantages"].astype(np.float64), "weight": arr["weights"].astype(np.float64),
+    }
+
+
+def ppo_objective(rho, A, clip_low, clip_high, dual_clip):
+    """Dual-clip PPO per token: returns L and the masks of tokens where the
+    clip and where the dual clip decided the value (their gradient is 0)."""
+    clipped = torch.clamp(rho, 1 - clip_low, 1 + clip_high)
+    L = torch.minimum(rho * A, clipped * A)
+    dual = (A < 0) & (dual_clip * A > L)
+    L = torch.where(A < 0, torch.maximum(L, dual_clip * A), L)
+    clip = (clipped * A < rho * A) & ~dual
+    return L, clip, dual
+
+
+def action_logprobs(W, b, feats, act, idx):
+    """log pi(action) of samples idx under (W, b)."""
+    flat = torch.from_numpy(np.concatenate([feats[i] for i in idx]))
+    lens = torch.tensor([len(feats[i]) for i in idx], dtype=torch.int64)
+    offsets = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(lens, 0)[:-1]])
+    logits = torch.nn.functional.embedding_bag(flat, W, offsets, mode="sum") + b
+    lp = torch.log_softmax(logits, dim=1)
+    return lp[torch.arange(len(idx)), torch.from_numpy(act[idx])]
+
+
+def write_json(path, obj):
+    """Write atomically so a retried activity never sees half a file."""
+    d = os.path.dirname(os.path.abspath(path))
+    os.makedirs(d, exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(obj, f)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def train(a, rank, world):
+    wfile, W0, b0 = load_weights(a.weights_in)
+    vocab, actions = wfile["vocab"], wfile["actions"]
+    B = load_batch(a.batch, len(vocab), actions, vocab.index(IM_START))
+    n, adv, weight = len(B["adv"]), B["adv"], B["weight"]
+
+    W = torch.tensor(W0, requires_grad=True)
+    b = torch.tensor(b0, requires_grad=True)
+    with torch.no_grad():
+        old = action_logprobs(W, b, B["feats"], B["act"], np.arange(n)).numpy()
+    # Per token: pi_old log prob (0 for forced tokens) and the truncated
+    # importance weight against what the rollout engine reported.
+    old_tok = np.zeros_like(B["roll"])
+    old_tok[B["first"]] = old
+    w_tok = np.minimum(np.exp(old_tok - B["roll"]), a.is_cap)
+    mismatch = float(np.abs(old_tok - B["roll"]).mean()) if len(old_tok) else 0.0
+    # Forced tokens have rho = 1, so their terms are A * w whatever theta is.
+    forced_w = np.add.reduceat(w_tok, B["co"][:-1]) - w_tok[B["first"]]
+
+    opt = torch.optim.Adam([W, b], lr=a.lr)
+    rng = np.random.default_rng(a.seed)
+    stats = torch.zeros(5, dtype=torch.float64)  # loss sum, clipped, dual, ratio sum, tokens
+    steps = 0
+    for _ in range(a.epochs):
+        perm = rng.permutation(n)
+        for lo in range(0, n, a.global_batch):
+            gb = perm[lo:lo + a.global_batch]
+            total_weight = weight[gb].sum()
+            mine = gb[rank::world]
+            opt.zero_grad()
+            loss = torch.zeros((), dtype=torch.float64)
+            if len(mine) and total_weight > 0:
+                A = torch.from_numpy(adv[mine])
+                rho = torch.exp(action_logprobs(W, b, B["feats"], B["act"], mine) - torch.from_numpy(old[mine]))
+                L, clip, dual = ppo_objective(rho, A, a.clip_low, a.clip_high, a.dual_clip)
+                w0 = torch.from_numpy(w_tok[B["first"][mine]])
+                ntok = torch.from_numpy(B["ntok"][mine]).double()
+                term = (w0 * L + A * torch.from_numpy(forced_w[mine])) / ntok
+                loss = -(torch.from_numpy(weight[mine]) * term).sum() / total_weight
+                loss.backward()
+                with torch.no_grad():
+                    stats += torch.tensor([
+                        loss.item(),
+                        float(clip.sum()),
+                        float(dual.sum()),
+                        float(rho.sum() + (ntok - 1).sum()),
+                        float(ntok.sum()),
+                    ], dtype=torch.float64)
+            for p in (W, b):
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+                if world > 1:
+                    dist.all_reduce(p.grad)
+            opt.step()
+            steps += 1
+    if world > 1:
+        dist.all_reduce(stats)
+    loss_sum, clipped_n, dual_n, ratio_sum, tok_n = stats.tolist()
+    metrics = {
+        "loss": loss_sum / steps,
+        "steps": steps,
+        "samples": n,
+        "tokens": int(len(B["roll"])),
+        "clip_fraction": clipped_n / tok_n if tok_n else 0.0,
+        "dual_clip_fraction": dual_n / tok_n if tok_n else 0.0,
+        "logprob_mismatch": mismatch,
+        "mean_ratio": ratio_sum / tok_n if tok_n else 1.0,
+    }
+    if rank == 0:
+        out = dict(wfile)
+        out["W"] = W.detach().numpy().tolist()
+        out["b"] = b.detach().numpy().tolist()
+        write_json(a.weights_out, out)
+        write_json(a.metrics_out, metrics)
+        print(f"trainer: {json.dumps(metrics)}", flush=True)
+    return metrics
+
+
+def main(argv):
+    rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    distributed = "RANK" in os.environ and world > 1
+    if distributed:
+        dist.init_process_group("gloo")
+    try:
+        a = parse_args(argv)
+        torch.manual_seed(a.seed)
+        train(a, rank, world if distributed else 1)
+    except InputError as e:
+        print(f"trainer: error: {e}", file=sys.stderr, flush=True)
+        return 2
+    finally:
+        if distributed:
+            dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

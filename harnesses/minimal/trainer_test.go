@@ -1,0 +1,262 @@
+package minimal_test
+
+import (
+	"context"
+	"encoding/json"
+	"math"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/roundhouse-rl/roundhouse/harnesses/minimal/env"
+	"github.com/roundhouse-rl/roundhouse/harnesses/minimal/episode"
+	"github.com/roundhouse-rl/roundhouse/harnesses/minimal/policy"
+	"github.com/roundhouse-rl/roundhouse/internal/npz"
+	"github.com/roundhouse-rl/roundhouse/schemas"
+)
+
+// firstPrompt renders the first model call of task from init id seed.
+func firstPrompt(t *testing.T, p *policy.Policy, task, seed int) []int {
+	t.Helper()
+	e, err := env.New(task, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompt, err := p.Render([]policy.Message{{Role: "system", Content: env.SystemPrompt}, {Role: "user", Content: e.Instruction()}}, episode.Tools())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return prompt
+}
+
+// decision builds a sample choosing action in prompt, with the policy's own
+// logprobs as the rollout's.
+func decision(t *testing.T, p *policy.Policy, prompt []int, action string, adv, weight float64) sample {
+	t.Helper()
+	k, ok := p.ActionIndex(action)
+	if !ok {
+		t.Fatalf("no action %s", action)
+	}
+	return sample{prompt, []int{p.Actions[k], p.ImEndID()}, []float64{p.LogProbs(prompt)[k], 0}, adv, weight}
+}
+
+func prob(p *policy.Policy, prompt []int, action string) float64 {
+	k, _ := p.ActionIndex(action)
+	return math.Exp(p.LogProbs(prompt)[k])
+}
+
+// TestTrainerSign: one step raises the probability of a positive-advantage
+// action and lowers that of a negative-advantage one.
+func TestTrainerSign(t *testing.T) {
+	needTorch(t)
+	p, err := policy.Load(w0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, y := firstPrompt(t, p, 2, 45), firstPrompt(t, p, 3, 47)
+	dir := t.TempDir()
+	batch, out := filepath.Join(dir, "batch.npz"), filepath.Join(dir, "out", "policy.json")
+	if err := writeBatch(batch, []sample{
+		decision(t, p, x, "pick_bowl", 1, 1),
+		decision(t, p, y, "finish", -1, 1),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := runTrainer(t, 1, batch, w0, out, "--epochs", "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := policy.Load(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before, after := prob(p, x, "pick_bowl"), prob(q, x, "pick_bowl"); after <= before {
+		t.Errorf("positive advantage: π(pick_bowl) %.4f → %.4f, want a rise", before, after)
+	}
+	if before, after := prob(p, y, "finish"), prob(q, y, "finish"); after >= before {
+		t.Errorf("negative advantage: π(finish) %.4f → %.4f, want a fall", before, after)
+	}
+	// The only step is taken at θ = θ_old: ratio 1, nothing clipped, and the
+	// rollout logprobs are the policy's own.
+	want := schemas.TrainerMetrics{Steps: 1, Samples: 2, Tokens: 4, MeanRatio: 1}
+	got := m
+	got.Loss, got.LogprobMismatch = 0, 0
+	if !reflect.DeepEqual(got, want) || m.LogprobMismatch > 1e-6 {
+		t.Errorf("metrics %+v", m)
+	}
+}
+
+// TestTrainerImportanceWeight checks the loss at θ_old against the formula
+// with the truncated importance weight in play: rollout logprobs 1 below
+// π_old give w = min(e, 2) = 2 on the decision token, 1 on <|im_end|>.
+func TestTrainerImportanceWeight(t *testing.T) {
+	needTorch(t)
+	p, err := policy.Load(w0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s1 := decision(t, p, firstPrompt(t, p, 0, 45), "open_drawer", 1, 1)
+	s2 := decision(t, p, firstPrompt(t, p, 1, 45), "pick_cube", -1, 0.5)
+	for _, s := range []*sample{&s1, &s2} {
+		s.logprobs = []float64{s.logprobs[0] - 1, 0}
+	}
+	dir := t.TempDir()
+	batch, out := filepath.Join(dir, "batch.npz"), filepath.Join(dir, "out", "policy.json")
+	if err := writeBatch(batch, []sample{s1, s2}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := runTrainer(t, 1, batch, w0, out, "--epochs", "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// mean_t(w·L): s1 (2·1 + 1·1)/2 = 1.5, s2 (2·(−1) + 1·(−1))/2 = −1.5;
+	// loss = −(1·1.5 + 0.5·(−1.5)) / 1.5 = −0.5.
+	if math.Abs(m.Loss-(-0.5)) > 1e-5 || math.Abs(m.LogprobMismatch-0.5) > 1e-5 {
+		t.Errorf("loss %v (want -0.5), mismatch %v (want 0.5)", m.Loss, m.LogprobMismatch)
+	}
+}
+
+// TestPPOObjective checks the dual-clip objective on hand-picked ratios.
+func TestPPOObjective(t *testing.T) {
+	needTorch(t)
+	script := `
+import json, torch, trainer
+rho = torch.tensor([1.5, 0.5, 0.5, 5.0, 1.0, 2.0], dtype=torch.float64)
+A = torch.tensor([1.0, 1.0, -1.0, -1.0, -1.0, -0.5], dtype=torch.float64)
+L, clip, dual = trainer.ppo_objective(rho, A, 0.2, 0.28, 3.0)
+print(json.dumps({"L": L.tolist(), "clip": clip.tolist(), "dual": dual.tolist()}))
+`
+	out, err := exec.Command(python, "-c", script).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	var got struct {
+		L          []float64
+		Clip, Dual []bool
+	}
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	want := []float64{
+		1.28, // ρA above the upper clip
+		0.5,  // ρ below 1 with A > 0 is not clipped
+		-0.8, // ρ below 1−0.2 with A < 0: clipped
+		-3.0, // huge ρ with A < 0: the dual clip bounds it at 3A
+		-1.0, // on-policy
+		-1.0, // ρA = −1 lies above 3A = −1.5: the dual clip is inactive
+	}
+	for i := range want {
+		if math.Abs(got.L[i]-want[i]) > 1e-12 {
+			t.Errorf("case %d: L = %v, want %v", i, got.L[i], want[i])
+		}
+	}
+	if !reflect.DeepEqual(got.Clip, []bool{true, false, true, false, false, false}) ||
+		!reflect.DeepEqual(got.Dual, []bool{false, false, false, true, false, false}) {
+		t.Errorf("clip %v dual %v", got.Clip, got.Dual)
+	}
+}
+
+// TestTrainerDistributed: two ranks sharding each global batch take the same
+// steps as one.
+func TestTrainerDistributed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts torchrun twice")
+	}
+	needTorch(t)
+	p, err := policy.Load(w0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(5, 5))
+	var batch []sample
+	for task := range env.NumTasks() {
+		e, _ := env.New(task, 11+task)
+		pl := &episode.Local{Policy: p, Rand: rng}
+		out, _ := episode.Run(context.Background(), pl, e, env.DefaultMaxTurns)
+		for _, c := range pl.Calls {
+			batch = append(batch, sample{c.Prompt, c.Completion, c.Logprobs, out.Reward - 0.4, 1 / float64(len(pl.Calls))})
+		}
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "batch.npz")
+	if err := writeBatch(path, batch); err != nil {
+		t.Fatal(err)
+	}
+	var ws []*policy.Policy
+	var ms []schemas.TrainerMetrics
+	for _, n := range []int{1, 2} {
+		out := filepath.Join(dir, "n"+string(rune('0'+n)), "policy.json")
+		m, err := runTrainer(t, n, path, w0, out, "--global-batch", "5", "--epochs", "2", "--lr", "0.05")
+		if err != nil {
+			t.Fatal(err)
+		}
+		q, err := policy.Load(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ws, ms = append(ws, q), append(ms, m)
+	}
+	if want := 2 * ((len(batch) + 4) / 5); ms[0].Steps != want || ms[1].Steps != want {
+		t.Errorf("steps %d and %d, want %d", ms[0].Steps, ms[1].Steps, want)
+	}
+	if math.Abs(ms[0].Loss-ms[1].Loss) > 1e-9 || ms[0].ClipFraction != ms[1].ClipFraction {
+		t.Errorf("metrics differ: %+v vs %+v", ms[0], ms[1])
+	}
+	moved := false
+	for i := range ws[0].W {
+		for a := range ws[0].W[i] {
+			if math.Abs(ws[0].W[i][a]-ws[1].W[i][a]) > 1e-9 {
+				t.Fatalf("W[%d][%d]: %v with 1 rank, %v with 2", i, a, ws[0].W[i][a], ws[1].W[i][a])
+			}
+			moved = moved || ws[0].W[i][a] != p.W[i][a]
+		}
+	}
+	if !moved {
+		t.Error("training left the weights unchanged")
+	}
+}
+
+// TestTrainerRejectsBadInput: bad batches fail with a message naming the
+// problem, and no weights are written.
+func TestTrainerRejectsBadInput(t *testing.T) {
+	needTorch(t)
+	p, err := policy.Load(w0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := decision(t, p, firstPrompt(t, p, 0, 45), "open_drawer", 1, 1)
+	dir := t.TempDir()
+
+	notAction := good
+	notAction.completion = []int{p.ImEndID(), p.ImEndID()}
+	path := filepath.Join(dir, "bad1.npz")
+	if err := writeBatch(path, []sample{notAction}); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "o1", "policy.json")
+	if _, err := runTrainer(t, 1, path, w0, out); err == nil || !strings.Contains(err.Error(), "not an action token") {
+		t.Errorf("first completion token not an action: %v", err)
+	}
+	if _, err := os.Stat(out); !os.IsNotExist(err) {
+		t.Errorf("weights written despite the bad batch (stat: %v)", err)
+	}
+
+	path = filepath.Join(dir, "bad2.npz")
+	w, err := npz.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.WriteInt32(schemas.BatchPromptIDs, []int32{1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runTrainer(t, 1, path, w0, filepath.Join(dir, "o2", "policy.json")); err == nil || !strings.Contains(err.Error(), "missing array") {
+		t.Errorf("missing arrays: %v", err)
+	}
+}
