@@ -1,0 +1,115 @@
+package activities_test
+
+import (
+	"context"
+	"math"
+	"path/filepath"
+	"testing"
+
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/roundhouse-rl/roundhouse/activities"
+	"github.com/roundhouse-rl/roundhouse/internal/itest"
+	"github.com/roundhouse-rl/roundhouse/internal/npz"
+	"github.com/roundhouse-rl/roundhouse/internal/store"
+	"github.com/roundhouse-rl/roundhouse/schemas"
+)
+
+// TestBuildBatch stores a round's records in the real S3 server and checks
+// the batch: leave-one-out advantages per group over valid episodes only,
+// groups without diversity dropped, untrainable calls never selected, at
+// most N calls per episode each weighing 1/selected, token arrays intact.
+func TestBuildBatch(t *testing.T) {
+	stack := itest.Start(t)
+	ctx := context.Background()
+	s := stack.Store
+	l := schemas.Layout{Run: "b"}
+	put := func(e schemas.Episode, calls []schemas.Call) {
+		t.Helper()
+		e.Run, e.Round, e.Phase = "b", 1, schemas.PhaseTrain
+		e.EpisodeID = schemas.EpisodeID(1, schemas.PhaseTrain, e.Group, e.Attempt)
+		for i := range calls {
+			calls[i].EpisodeID, calls[i].CallIndex = e.EpisodeID, int32(i)
+		}
+		if _, err := store.WriteParquet(ctx, s, l.Calls(1, schemas.PhaseTrain, e.EpisodeID), calls); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := store.WriteParquet(ctx, s, l.Episodes(1, schemas.PhaseTrain, e.EpisodeID), []schemas.Episode{e}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	call := func(prompt, compl int32) schemas.Call {
+		return schemas.Call{Trainable: true, PromptTokenIDs: []int32{prompt, prompt + 1}, CompletionTokenIDs: []int32{compl, 2},
+			CompletionLogprobs: []float32{-float32(compl) / 10, 0}}
+	}
+	// Group 0: rewards 1, 0, 0 plus one invalid episode (excluded, not a zero).
+	put(schemas.Episode{Group: 0, Attempt: 0, Valid: true, Success: true, Reward: 1}, []schemas.Call{call(10, 5), call(11, 6)})
+	put(schemas.Episode{Group: 0, Attempt: 1, Valid: true, Reward: 0}, []schemas.Call{call(20, 7), {Trainable: false, PromptTokenIDs: []int32{1}}})
+	put(schemas.Episode{Group: 0, Attempt: 2, Valid: true, Reward: 0}, []schemas.Call{call(30, 8), call(31, 9), call(32, 3)})
+	put(schemas.Episode{Group: 0, Attempt: 3, Valid: false, FailureClass: schemas.FailureInfra}, []schemas.Call{call(40, 4)})
+	// Group 1: all failed: no signal.
+	put(schemas.Episode{Group: 1, Attempt: 0, Valid: true}, []schemas.Call{call(50, 5)})
+	put(schemas.Episode{Group: 1, Attempt: 1, Valid: true}, []schemas.Call{call(60, 5)})
+
+	var env testsuite.WorkflowTestSuite
+	aenv := env.NewTestActivityEnvironment()
+	aenv.RegisterActivity(&activities.Control{Store: s})
+	var ctrl *activities.Control
+	v, err := aenv.ExecuteActivity(ctrl.BuildBatch, activities.BatchInput{Run: "b", Round: 1, MaxCallsPerEpisode: 2, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum schemas.BatchSummary
+	if err := v.Get(&sum); err != nil {
+		t.Fatal(err)
+	}
+	if sum.Episodes != 6 || sum.Valid != 5 || sum.Invalid != 1 || sum.InvalidByCause[schemas.FailureInfra] != 1 {
+		t.Errorf("episode counts %+v", sum)
+	}
+	if sum.Groups != 2 || sum.GroupsWithSignal != 1 {
+		t.Errorf("groups %d with signal %d, want 2 and 1", sum.Groups, sum.GroupsWithSignal)
+	}
+	// Group 0: 2 + 1 + 2 (capped from 3) selected; one untrainable call counted.
+	if sum.Samples != 5 || sum.UntrainableCalls != 1 || sum.Calls != 7 {
+		t.Errorf("samples %d untrainable %d calls %d, want 5, 1, 7", sum.Samples, sum.UntrainableCalls, sum.Calls)
+	}
+	samples, err := store.ReadParquet[schemas.Sample](ctx, s, l.Samples(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wsum := map[string]float64{}
+	for _, x := range samples {
+		wsum[x.EpisodeID] += x.Weight
+		want := map[int32]float64{0: 1, 1: -0.5, 2: -0.5}[attemptOf(x.EpisodeID)]
+		if math.Abs(x.Advantage-want) > 1e-9 {
+			t.Errorf("%s advantage %v, want %v", x.EpisodeID, x.Advantage, want)
+		}
+	}
+	for ep, w := range wsum {
+		if math.Abs(w-1) > 1e-9 {
+			t.Errorf("weights of %s sum to %v, want 1", ep, w)
+		}
+	}
+
+	local := filepath.Join(t.TempDir(), "batch.npz")
+	if err := s.GetFile(ctx, sum.BatchKey, local); err != nil {
+		t.Fatal(err)
+	}
+	arrs, err := npz.ReadFile(local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	off := arrs[schemas.BatchCompletionOffsets].([]int64)
+	ids := arrs[schemas.BatchCompletionIDs].([]int32)
+	lp := arrs[schemas.BatchRolloutLogprobs].([]float32)
+	adv := arrs[schemas.BatchAdvantages].([]float32)
+	if len(off) != 6 || len(adv) != 5 || int(off[5]) != len(ids) || len(lp) != len(ids) {
+		t.Fatalf("array shapes: offsets %d advantages %d ids %d logprobs %d", len(off), len(adv), len(ids), len(lp))
+	}
+	if ids[0] != 5 || lp[0] != -0.5 || adv[0] != 1 {
+		t.Errorf("first call: id %d logprob %v advantage %v, want 5, -0.5, 1", ids[0], lp[0], adv[0])
+	}
+}
+
+// attemptOf reads the attempt from an id like r1-train-g000-a02.
+func attemptOf(id string) int32 { return int32(id[len(id)-1] - '0') }
