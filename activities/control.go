@@ -21,6 +21,8 @@ import (
 // without running harness code: batches, reports and state.
 type Control struct {
 	Store *store.Store
+
+	harnesses harnessCache
 }
 
 // readEpisodes reads every episode row of a round's phase.
@@ -202,7 +204,7 @@ type ReportInput struct {
 
 // WriteReport aggregates a phase's episodes per task into eval/<tag>/report.json.
 func (c *Control) WriteReport(ctx context.Context, in ReportInput) (schemas.Report, error) {
-	h, err := (&harnessCache{}).get(ctx, c.Store, in.Run)
+	h, err := c.harnesses.get(ctx, c.Store, in.Run)
 	if err != nil {
 		return schemas.Report{}, err
 	}
