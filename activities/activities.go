@@ -18,20 +18,25 @@ import (
 // tracer names the spans activities add inside Temporal's own activity spans.
 var tracer = otel.Tracer("github.com/roundhouse-rl/roundhouse/activities")
 
-// harnessCache keeps each run's resolved harness file once per worker.
+// harnessCache keeps each run's resolved harness file once per worker,
+// keyed by the object's ETag so a run replaced under the same name is re-read.
 type harnessCache struct {
 	mu sync.Mutex
 	m  map[string]schemas.Harness
 }
 
 func (c *harnessCache) get(ctx context.Context, s *store.Store, run string) (schemas.Harness, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if h, ok := c.m[run]; ok {
-		return h, nil
-	}
 	var h schemas.Harness
 	key := schemas.Layout{Run: run}.Harness()
+	etag, err := s.ETag(ctx, key)
+	if err != nil {
+		return h, fmt.Errorf("harness of run %s: %w", run, err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if h, ok := c.m[etag]; ok {
+		return h, nil
+	}
 	b, err := s.Get(ctx, key)
 	if err != nil {
 		return h, fmt.Errorf("harness of run %s: %w", run, err)
@@ -42,7 +47,7 @@ func (c *harnessCache) get(ctx context.Context, s *store.Store, run string) (sch
 	if c.m == nil {
 		c.m = map[string]schemas.Harness{}
 	}
-	c.m[run] = h
+	c.m[etag] = h
 	return h, nil
 }
 
