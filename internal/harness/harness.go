@@ -36,7 +36,9 @@ func Load(path string, overrides map[string]string) (schemas.Harness, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(raw))
 	dec.KnownFields(true)
 	if err := dec.Decode(&h); err != nil {
-		return h, fmt.Errorf("harness file %s is not valid: %w (fix the YAML at that line)", path, err)
+		// yaml.v3 lists several problems on separate lines; keep the error one line.
+		msg := strings.Join(strings.Fields(strings.ReplaceAll(strings.ReplaceAll(err.Error(), ":\n", ": "), "\n", "; ")), " ")
+		return h, fmt.Errorf("harness file %s is not valid: %s (fix the YAML at that line)", path, msg)
 	}
 	abs, err := filepath.Abs(filepath.Dir(path))
 	if err != nil {

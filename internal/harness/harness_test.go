@@ -85,6 +85,9 @@ func TestBadInputNamesTheProblem(t *testing.T) {
 			t.Errorf("%s: no error", c.name)
 			continue
 		}
+		if strings.Contains(err.Error(), "\n") {
+			t.Errorf("%s: error spans several lines: %q", c.name, err)
+		}
 		for _, w := range append(c.want, p) {
 			if !strings.Contains(err.Error(), w) {
 				t.Errorf("%s: error %q does not mention %q", c.name, err, w)
