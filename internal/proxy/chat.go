@@ -149,7 +149,21 @@ func (p *Proxy) handleChat(w http.ResponseWriter, r *http.Request, rec *schemas.
 		p.fail(w, rec, http.StatusBadRequest, "invalid_request_error", fmt.Sprintf("read request body: %v", err))
 		return
 	}
-	rec.Request = string(body)
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+			rec.Request = string(body)
+			p.fail(w, rec, http.StatusUnsupportedMediaType, "invalid_request_error",
+				fmt.Sprintf("Content-Type %q is not supported: send the chat completion as application/json", ct))
+			return
+		}
+	}
+	ep := Episode{ID: rec.EpisodeID, Run: rec.Run, Round: rec.Round, Phase: rec.Phase, Group: rec.Group,
+		Attempt: rec.Attempt, Retry: rec.Retry, WeightsID: rec.WeightsID}
+	var onBlob func(string, []byte)
+	if p.opts.OnBlob != nil {
+		onBlob = func(name string, data []byte) { p.opts.OnBlob(ep, name, data) }
+	}
+	rec.Request = string(extractImages(body, onBlob))
 	req, err := parseChatRequest(body)
 	if err != nil {
 		p.fail(w, rec, http.StatusBadRequest, "invalid_request_error", err.Error())

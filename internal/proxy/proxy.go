@@ -43,6 +43,13 @@ type Options struct {
 	MaxBodyBytes    int64         // request body limit (default 32 MiB)
 	UpstreamTimeout time.Duration // per request, whole exchange (default 10m)
 	Logger          *slog.Logger  // default slog.Default()
+	// OnCall, when set, receives each record as soon as its call completes
+	// (the rollout worker spools it to disk), before End returns it.
+	OnCall func(Episode, schemas.Call)
+	// OnBlob, when set, receives each inline base64 image of a request once
+	// per call, named <sha256>.<ext>; the recorded request then references
+	// it as blob://sha256/<name> instead of carrying the bytes.
+	OnBlob func(ep Episode, name string, data []byte)
 }
 
 // Proxy is an http.Handler; create it with New.
@@ -212,7 +219,10 @@ func (p *Proxy) lookup(id string) *episode {
 	return p.episodes[id]
 }
 
-// splitPath parses /e/<escaped id>/v1<rest> from the escaped request path.
+// splitPath parses /e/<escaped id><rest> from the escaped request path.
+// rest keeps its /v1 prefix: /e/<id>/v1/models goes to /v1/models, and
+// root endpoints such as /e/<id>/tokenize or /e/<id>/health to /tokenize
+// and /health.
 func splitPath(escaped string) (id, rest string, ok bool) {
 	s, ok := strings.CutPrefix(escaped, "/e/")
 	if !ok {
@@ -222,15 +232,11 @@ func splitPath(escaped string) (id, rest string, ok bool) {
 	if !ok || escID == "" {
 		return "", "", false
 	}
-	rest, ok = strings.CutPrefix(after, "v1")
-	if !ok || (rest != "" && !strings.HasPrefix(rest, "/")) {
-		return "", "", false
-	}
 	id, err := url.PathUnescape(escID)
 	if err != nil {
 		return "", "", false
 	}
-	return id, rest, true
+	return id, "/" + after, true
 }
 
 // ServeHTTP routes /e/{episode}/v1/chat/completions to the recorder and every
@@ -239,7 +245,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	id, rest, ok := splitPath(r.URL.EscapedPath())
 	if !ok {
 		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf(
-			"path %q is not under /e/<episode>/v1: use the base URL returned by Proxy.Begin for the episode", r.URL.Path))
+			"path %q is not under /e/<episode>/: use the base URL returned by Proxy.Begin for the episode", r.URL.Path))
 		return
 	}
 	ep := p.lookup(id)
@@ -252,7 +258,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		notActive()
 		return
 	}
-	if r.Method == http.MethodPost && rest == "/chat/completions" {
+	if r.Method == http.MethodPost && rest == "/v1/chat/completions" {
 		idx, ok := ep.admit()
 		if !ok {
 			notActive()
@@ -261,7 +267,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		rec := ep.newCall(idx, start)
 		// Deferred so that End never waits forever, even if the handler panics.
-		defer func() { ep.finish(rec) }()
+		defer func() {
+			if p.opts.OnCall != nil {
+				p.opts.OnCall(ep.meta, rec)
+			}
+			ep.finish(rec)
+		}()
 		p.handleChat(w, r, &rec, start)
 		return
 	}
@@ -269,7 +280,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		notActive()
 		return
 	}
-	p.passThrough(w, r, "/v1"+rest)
+	p.passThrough(w, r, rest)
 }
 
 // passThrough forwards a request that is not recorded (e.g. GET /v1/models).

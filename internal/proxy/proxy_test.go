@@ -479,7 +479,7 @@ func TestUnknownOrEndedEpisode404(t *testing.T) {
 	if status != 404 {
 		t.Fatalf("path outside /e/: status %d", status)
 	}
-	checkOpenAIError(t, got, "not_found", "/e/<episode>/v1")
+	checkOpenAIError(t, got, "not_found", "/e/<episode>/")
 	if n := len(up.chatBodies()); n != 0 {
 		t.Errorf("upstream got %d calls for unknown episodes", n)
 	}

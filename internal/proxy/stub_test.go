@@ -78,6 +78,11 @@ func (s *stub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte(`{"object":"list","data":[{"id":"toy","object":"model","created":1700000000,"owned_by":"vllm","root":"toy","parent":null,"max_model_len":4096,"permission":[]}]}`))
 	case "/v1/chat/completions":
 		s.chat(w, r)
+	case "/health":
+		w.WriteHeader(http.StatusOK)
+	case "/tokenize":
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"count":2,"max_model_len":4096,"tokens":[7,8]}`))
 	default:
 		http.NotFound(w, r)
 	}

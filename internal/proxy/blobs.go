@@ -1,0 +1,94 @@
+package proxy
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"mime"
+	"strings"
+)
+
+// BlobPrefix starts the reference that replaces an inline image in a
+// recorded request: blob://sha256/<hex>.<ext>. The blob itself is stored
+// once per content under the run's blobs/ folder (schemas.Layout.Blob).
+const BlobPrefix = "blob://sha256/"
+
+// dataImage finds candidates; the slash after "image" may be escaped (\/).
+var dataImage = []byte(`"data:image`)
+
+// extractImages returns the request body with every base64 data-URL image
+// (any JSON string value "data:image/...;base64,...") replaced by a
+// content-addressed reference, handing each image to put with its blob name
+// (<hex>.<ext>). Everything else stays byte for byte. Bodies without inline
+// images cost one bytes.Index.
+func extractImages(body []byte, put func(name string, data []byte)) []byte {
+	if put == nil || !bytes.Contains(body, dataImage) {
+		return body
+	}
+	var out bytes.Buffer
+	rest := body
+	for {
+		i := bytes.Index(rest, dataImage)
+		if i < 0 {
+			break
+		}
+		end := stringEnd(rest, i)
+		if end < 0 {
+			break
+		}
+		var s string
+		name, data := "", []byte(nil)
+		if json.Unmarshal(rest[i:end], &s) == nil {
+			name, data = decodeDataURL(s)
+		}
+		if name == "" {
+			out.Write(rest[:end])
+			rest = rest[end:]
+			continue
+		}
+		put(name, data)
+		out.Write(rest[:i])
+		out.WriteString(`"` + BlobPrefix + name + `"`)
+		rest = rest[end:]
+	}
+	out.Write(rest)
+	return out.Bytes()
+}
+
+// stringEnd returns the index just past the JSON string starting at the
+// quote at i, or -1.
+func stringEnd(b []byte, i int) int {
+	for j := i + 1; j < len(b); j++ {
+		switch b[j] {
+		case '\\':
+			j++
+		case '"':
+			return j + 1
+		}
+	}
+	return -1
+}
+
+// decodeDataURL decodes "data:image/png;base64,...." into its blob name
+// (<sha256 hex>.<ext>) and bytes; "" when it is not a base64 image.
+func decodeDataURL(s string) (string, []byte) {
+	header, payload, ok := strings.Cut(s, ",")
+	if !ok || !strings.HasSuffix(header, ";base64") {
+		return "", nil
+	}
+	mediaType := strings.TrimSuffix(strings.TrimPrefix(header, "data:"), ";base64")
+	data, err := base64.StdEncoding.DecodeString(payload)
+	if err != nil {
+		return "", nil
+	}
+	ext := "bin"
+	if exts, _ := mime.ExtensionsByType(mediaType); len(exts) > 0 {
+		ext = strings.TrimPrefix(exts[len(exts)-1], ".")
+	} else if _, sub, ok := strings.Cut(mediaType, "/"); ok && sub != "" {
+		ext = sub
+	}
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:]) + "." + ext, data
+}
