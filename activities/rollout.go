@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,6 +22,7 @@ import (
 	"github.com/roundhouse-rl/roundhouse/internal/harness"
 	"github.com/roundhouse-rl/roundhouse/internal/proc"
 	"github.com/roundhouse-rl/roundhouse/internal/proxy"
+	"github.com/roundhouse-rl/roundhouse/internal/spool"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 )
@@ -31,13 +33,15 @@ import (
 type Rollout struct {
 	Store     *store.Store
 	Proxy     *proxy.Proxy
-	ProxyAddr string // host:port the proxy listens on
-	WorkDir   string // local scratch: weights, episode output dirs, logs
+	Spool     *spool.Spool // the proxy's OnCall/OnBlob write here
+	ProxyAddr string       // host:port the proxy listens on
+	WorkDir   string       // local scratch: weights, episode output dirs, logs
 	Host      string
 
 	harnesses harnessCache
 	mu        sync.Mutex
 	model     *modelServer
+	stored    sync.Map // blob keys known to be in the bucket
 }
 
 type modelServer struct {
@@ -116,8 +120,9 @@ func (r *Rollout) RunEpisode(ctx context.Context, in EpisodeInput) (EpisodeResul
 	}
 	defer release()
 
-	prefix := r.Proxy.Begin(proxy.Episode{ID: id, Run: in.Run, Round: in.Round, Phase: in.Phase,
-		Group: in.Group, Attempt: in.Attempt, Retry: retry, WeightsID: in.WeightsID})
+	pep := proxy.Episode{ID: id, Run: in.Run, Round: in.Round, Phase: in.Phase,
+		Group: in.Group, Attempt: in.Attempt, Retry: retry, WeightsID: in.WeightsID}
+	prefix := r.Proxy.Begin(pep)
 	ended := false
 	defer func() {
 		if !ended {
@@ -154,12 +159,19 @@ func (r *Rollout) RunEpisode(ctx context.Context, in EpisodeInput) (EpisodeResul
 	}
 	out := Outcome(h.Episode.Outcome, outDir, pr, runErr)
 	res.Valid, res.Success, res.Reward, res.FailureClass, res.Calls = out.Valid, out.Success, out.Reward, out.FailureClass, len(calls)
+	l := schemas.Layout{Run: in.Run}
 	if !out.Valid && info.Attempt < in.InfraTries {
-		// Infrastructure failures are not attempts with reward 0: try again.
+		// Infrastructure failures are not attempts with reward 0: keep this
+		// try's records as an orphan, then try again.
+		if err := r.storeOrphan(ctx, spool.Orphan{Episode: pep, Path: r.Spool.Path(pep)}, calls); err != nil {
+			log.Warn("orphaned try not stored", "episode", id, "error", err)
+		}
 		return res, fmt.Errorf("episode %s try %d: %s failure: %s", id, info.Attempt, out.FailureClass, out.Termination)
 	}
+	if err := r.storeBlobs(ctx, in.Run, r.Spool.Blobs(pep)); err != nil {
+		return res, fmt.Errorf("episode %s blobs: %w", id, err)
+	}
 
-	l := schemas.Layout{Run: in.Run}
 	artifacts := l.Artifacts(in.Round, in.Phase, id)
 	for _, name := range []string{h.Episode.Outcome.File, "transcript.json", "episode.log"} {
 		p := filepath.Join(outDir, name)
@@ -186,8 +198,85 @@ func (r *Rollout) RunEpisode(ctx context.Context, in EpisodeInput) (EpisodeResul
 		return res, fmt.Errorf("episode %s row: %w", id, err)
 	}
 	res.Bytes = n + m
+	if err := r.Spool.Done(pep); err != nil {
+		log.Warn("spool not removed", "episode", id, "error", err)
+	}
 	log.Debug("episode stored", "episode", id, "success", out.Success, "valid", out.Valid, "calls", len(calls))
 	return res, nil
+}
+
+// storeBlobs uploads the run's blobs a try referenced, once per content.
+func (r *Rollout) storeBlobs(ctx context.Context, run string, names []string) error {
+	l := schemas.Layout{Run: run}
+	for _, name := range names {
+		key := l.Blob(name)
+		if _, ok := r.stored.Load(key); ok {
+			continue
+		}
+		ok, err := r.Store.Exists(ctx, key)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			if err := r.Store.PutFile(ctx, key, r.Spool.BlobPath(run, name)); err != nil {
+				return err
+			}
+		}
+		r.stored.Store(key, true)
+	}
+	return nil
+}
+
+// storeOrphan stores a try's records under orphans/ (never trained on),
+// with the blobs they reference, and drops its spool file.
+func (r *Rollout) storeOrphan(ctx context.Context, o spool.Orphan, calls []schemas.Call) error {
+	ep := o.Episode
+	var names []string
+	for _, c := range calls {
+		for _, m := range blobRef.FindAllStringSubmatch(c.Request, -1) {
+			if _, err := os.Stat(r.Spool.BlobPath(ep.Run, m[1])); err == nil {
+				names = append(names, m[1])
+			}
+		}
+	}
+	if err := r.storeBlobs(ctx, ep.Run, names); err != nil {
+		return err
+	}
+	if len(calls) > 0 {
+		key := schemas.Layout{Run: ep.Run}.Orphan(ep.Round, ep.Phase, ep.ID, ep.Retry)
+		if _, err := store.WriteParquet(ctx, r.Store, key, calls); err != nil {
+			return err
+		}
+	}
+	if err := r.Spool.Done(ep); err != nil {
+		return err
+	}
+	return spool.Remove(o)
+}
+
+var blobRef = regexp.MustCompile(regexp.QuoteMeta(proxy.BlobPrefix) + `([0-9a-f]{64}\.[A-Za-z0-9]+)`)
+
+// RecoverOrphans stores what earlier worker processes on this host spooled
+// but never completed. Call it before serving episodes.
+func (r *Rollout) RecoverOrphans(ctx context.Context) (int, error) {
+	orphans, err := r.Spool.Orphans()
+	if err != nil {
+		return 0, err
+	}
+	for _, o := range orphans {
+		calls, err := spool.ReadCalls(o.Path)
+		if err != nil {
+			return 0, err
+		}
+		for i := range calls {
+			calls[i].Error = strings.TrimPrefix(calls[i].Error+"; ", "; ") + "orphaned: the worker stopped before the episode completed"
+			calls[i].Trainable = false
+		}
+		if err := r.storeOrphan(ctx, o, calls); err != nil {
+			return 0, fmt.Errorf("orphan %s: %w", o.Path, err)
+		}
+	}
+	return len(orphans), nil
 }
 
 // acquireModel makes sure this host's model server serves the run's weights

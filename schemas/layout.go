@@ -58,3 +58,14 @@ func ValTag(round int32) string { return fmt.Sprintf("val-r%d", round) }
 // Harness is the resolved harness file the run was started with (JSON);
 // activities read it from here so workflow history carries no copy per episode.
 func (l Layout) Harness() string { return l.Prefix() + "harness.json" }
+
+// Blob is a content-addressed blob (an image a planner sent), named
+// <sha256>.<ext>; recorded requests reference it as blob://sha256/<name>.
+func (l Layout) Blob(name string) string { return l.Prefix() + "blobs/" + name }
+
+// Orphan holds the records of an episode try that was never completed: its
+// worker died mid-episode or the try failed and was retried. Orphans live
+// outside calls/ so they are never trained on.
+func (l Layout) Orphan(round int32, phase, episode string, retry int32) string {
+	return fmt.Sprintf("%sorphans/round=%d/phase=%s/%s-try%d.parquet", l.Prefix(), round, phase, episode, retry)
+}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/roundhouse-rl/roundhouse/activities"
 	"github.com/roundhouse-rl/roundhouse/internal/proxy"
+	"github.com/roundhouse-rl/roundhouse/internal/spool"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/workflows"
 )
@@ -62,7 +63,11 @@ func Run(ctx context.Context, c client.Client, s *store.Store, cfg Config) error
 			w.RegisterActivity(&activities.Control{Store: s})
 			ws = append(ws, w)
 		case "rollout":
-			px := proxy.New(proxy.Options{Logger: slog.Default()})
+			sp, err := spool.New(filepath.Join(cfg.WorkDir, "spool"), slog.Default())
+			if err != nil {
+				return err
+			}
+			px := proxy.New(proxy.Options{Logger: slog.Default(), OnCall: sp.Call, OnBlob: sp.Blob})
 			ln, err := net.Listen("tcp", cfg.ProxyListen)
 			if err != nil {
 				return fmt.Errorf("recording proxy on %s (choose another --proxy-listen): %w", cfg.ProxyListen, err)
@@ -73,7 +78,13 @@ func Run(ctx context.Context, c client.Client, s *store.Store, cfg Config) error
 					slog.Error("recording proxy stopped", "error", err)
 				}
 			}()
-			ro := &activities.Rollout{Store: s, Proxy: px, ProxyAddr: ln.Addr().String(), WorkDir: cfg.WorkDir, Host: cfg.Host}
+			ro := &activities.Rollout{Store: s, Proxy: px, Spool: sp, ProxyAddr: ln.Addr().String(), WorkDir: cfg.WorkDir, Host: cfg.Host}
+			// A previous worker on this host may have died mid-episode.
+			if n, err := ro.RecoverOrphans(ctx); err != nil {
+				slog.Error("orphaned episode records not recovered; they stay in the spool", "error", err)
+			} else if n > 0 {
+				slog.Info("stored orphaned episode tries from an earlier worker", "tries", n)
+			}
 			cleanup = append(cleanup, func() { srv.Close(); ro.Close() })
 			w := worker.New(c, workflows.RolloutQueue, worker.Options{MaxConcurrentActivityExecutionSize: cfg.Slots})
 			// Close is the host's own, not an activity.

@@ -23,7 +23,8 @@ import (
 // process so the test can kill -9 it like a crashed host.
 func startWorker(t *testing.T, stack itest.Stack, bins, name string) *exec.Cmd {
 	t.Helper()
-	cmd := exec.Command(filepath.Join(bins, "worker"), "--workdir", filepath.Join(stack.Dir, "work-"+name), "--slots", "4")
+	// One host, one workdir: the restarted worker finds the dead one's spool.
+	cmd := exec.Command(filepath.Join(bins, "worker"), "--workdir", filepath.Join(stack.Dir, "work"), "--slots", "4")
 	cmd.Dir = itest.Root(t)
 	cmd.Env = append(os.Environ(), stack.Env()...)
 	logf, err := os.Create(filepath.Join(stack.Dir, "worker-"+name+".log"))
@@ -109,7 +110,7 @@ func TestTrainSurvivesWorkerKill(t *testing.T) {
 	if len(objs) != groups*attempts {
 		t.Fatalf("%d episode files, want %d", len(objs), groups*attempts)
 	}
-	seen := map[string]bool{}
+	episodes := map[string]schemas.Episode{}
 	retried := 0
 	for _, o := range objs {
 		rows, err := store.ReadParquet[schemas.Episode](ctx, stack.Store, o.Key)
@@ -120,10 +121,10 @@ func TestTrainSurvivesWorkerKill(t *testing.T) {
 			t.Fatalf("%s holds %d rows, want 1", o.Key, len(rows))
 		}
 		e := rows[0]
-		if seen[e.EpisodeID] {
+		if _, dup := episodes[e.EpisodeID]; dup {
 			t.Fatalf("episode %s stored twice", e.EpisodeID)
 		}
-		seen[e.EpisodeID] = true
+		episodes[e.EpisodeID] = e
 		if e.Retry > 0 {
 			retried++
 		}
@@ -149,6 +150,28 @@ func TestTrainSurvivesWorkerKill(t *testing.T) {
 	if retried == 0 {
 		t.Error("no episode is marked as retried, though the worker was killed mid-collection")
 	}
+	// Calls of the killed tries are kept as orphans, outside calls/, never
+	// trainable, and belong to an earlier try than the stored episode.
+	orphans, err := stack.Store.List(ctx, l.Prefix()+"orphans/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range orphans {
+		calls, err := store.ReadParquet[schemas.Call](ctx, stack.Store, o.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range calls {
+			if c.Trainable {
+				t.Errorf("orphaned call %s/%d is trainable", c.EpisodeID, c.CallIndex)
+			}
+			final := episodes[c.EpisodeID]
+			if final.Retry <= c.Retry {
+				t.Errorf("orphan of %s try %d, but the stored episode is try %d", c.EpisodeID, c.Retry, final.Retry)
+			}
+		}
+	}
+	t.Logf("%d episodes retried, %d orphaned tries stored", retried, len(orphans))
 	if sum.Samples > 0 {
 		if ok, err := stack.Store.Exists(ctx, l.Weights("r1")+"policy.json"); err != nil || !ok {
 			t.Errorf("round 1 trained on %d samples but weights r1 are missing (%v)", sum.Samples, err)

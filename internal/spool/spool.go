@@ -1,0 +1,227 @@
+// Package spool keeps each episode try's call records on local disk as they
+// arrive (one JSON line per call) and its images as content-addressed files,
+// so a worker that crashes mid-episode loses no record of a call that
+// completed: the next worker process on the host finds the leftover spool
+// and stores it as an orphaned try, never as training data.
+package spool
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"sync"
+
+	"github.com/roundhouse-rl/roundhouse/internal/proxy"
+	"github.com/roundhouse-rl/roundhouse/schemas"
+)
+
+// Spool is safe for concurrent use by many episodes.
+type Spool struct {
+	dir string
+	log *slog.Logger
+
+	mu    sync.Mutex
+	open  map[string]*tryFile // by try key
+	blobs map[string]map[string]bool
+}
+
+type tryFile struct {
+	f *os.File
+	w *bufio.Writer
+}
+
+// New spools under dir, creating it.
+func New(dir string, log *slog.Logger) (*Spool, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("spool dir %s: %w", dir, err)
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Spool{dir: dir, log: log, open: map[string]*tryFile{}, blobs: map[string]map[string]bool{}}, nil
+}
+
+func tryKey(ep proxy.Episode) string { return ep.Run + "/" + ep.ID + "/" + strconv.Itoa(int(ep.Retry)) }
+
+// Path is where a try's records are spooled.
+func (s *Spool) Path(ep proxy.Episode) string {
+	return filepath.Join(s.dir, ep.Run, fmt.Sprintf("round=%d", ep.Round), "phase="+ep.Phase, ep.ID, fmt.Sprintf("try-%d.jsonl", ep.Retry))
+}
+
+// BlobPath is where a run's blob is kept locally.
+func (s *Spool) BlobPath(run, name string) string { return filepath.Join(s.dir, run, "blobs", name) }
+
+// Call appends a record; it is the proxy's OnCall. The line reaches the
+// kernel before Call returns (no fsync: a process crash keeps it, a host
+// crash may not, and an fsync per call would cost the proxy its latency).
+func (s *Spool) Call(ep proxy.Episode, c schemas.Call) {
+	line, err := json.Marshal(c)
+	if err != nil {
+		s.log.Error("spool: encode record", "episode", ep.ID, "err", err)
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := tryKey(ep)
+	tf := s.open[k]
+	if tf == nil {
+		p := s.Path(ep)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			s.log.Error("spool: create", "path", p, "err", err)
+			return
+		}
+		f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			s.log.Error("spool: open", "path", p, "err", err)
+			return
+		}
+		tf = &tryFile{f: f, w: bufio.NewWriter(f)}
+		s.open[k] = tf
+	}
+	tf.w.Write(line)
+	tf.w.WriteByte('\n')
+	if err := tf.w.Flush(); err != nil {
+		s.log.Error("spool: write", "episode", ep.ID, "err", err)
+	}
+}
+
+// Blob stores an image once per run (the name is its hash) and notes that
+// this try references it; it is the proxy's OnBlob.
+func (s *Spool) Blob(ep proxy.Episode, name string, data []byte) {
+	p := s.BlobPath(ep.Run, name)
+	if _, err := os.Stat(p); err != nil {
+		if err := writeAtomic(p, data); err != nil {
+			s.log.Error("spool: blob", "path", p, "err", err)
+			return
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := tryKey(ep)
+	if s.blobs[k] == nil {
+		s.blobs[k] = map[string]bool{}
+	}
+	s.blobs[k][name] = true
+}
+
+// Blobs lists the blob names a try referenced.
+func (s *Spool) Blobs(ep proxy.Episode) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for n := range s.blobs[tryKey(ep)] {
+		out = append(out, n)
+	}
+	return out
+}
+
+// Done forgets a try whose records are stored, removing its spool file.
+func (s *Spool) Done(ep proxy.Episode) error {
+	s.mu.Lock()
+	k := tryKey(ep)
+	tf := s.open[k]
+	delete(s.open, k)
+	delete(s.blobs, k)
+	s.mu.Unlock()
+	if tf != nil {
+		tf.f.Close()
+	}
+	if err := os.Remove(s.Path(ep)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("spool: remove %s: %w", s.Path(ep), err)
+	}
+	return nil
+}
+
+// Orphan is a spooled try that no episode activity stored: its worker died
+// or the try failed.
+type Orphan struct {
+	Episode proxy.Episode
+	Path    string
+}
+
+var orphanPath = regexp.MustCompile(`^([^/]+)/round=(\d+)/phase=([^/]+)/([^/]+)/try-(\d+)\.jsonl$`)
+
+// Orphans lists the spooled tries not open in this process.
+func (s *Spool) Orphans() ([]Orphan, error) {
+	var out []Orphan
+	err := filepath.WalkDir(s.dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(s.dir, p)
+		m := orphanPath.FindStringSubmatch(filepath.ToSlash(rel))
+		if m == nil {
+			return nil
+		}
+		round, _ := strconv.Atoi(m[2])
+		retry, _ := strconv.Atoi(m[5])
+		ep := proxy.Episode{Run: m[1], Round: int32(round), Phase: m[3], ID: m[4], Retry: int32(retry)}
+		s.mu.Lock()
+		_, open := s.open[tryKey(ep)]
+		s.mu.Unlock()
+		if !open {
+			out = append(out, Orphan{Episode: ep, Path: p})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("spool: list %s: %w", s.dir, err)
+	}
+	return out, nil
+}
+
+// ReadCalls reads a spool file; a torn last line (crash mid-write) is skipped.
+func ReadCalls(path string) ([]schemas.Call, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("spool: %w", err)
+	}
+	defer f.Close()
+	var out []schemas.Call
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<30)
+	for sc.Scan() {
+		var c schemas.Call
+		if json.Unmarshal(sc.Bytes(), &c) == nil {
+			out = append(out, c)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return out, fmt.Errorf("spool: read %s: %w", path, err)
+	}
+	return out, nil
+}
+
+// Remove deletes an orphan's spool file once it is stored.
+func Remove(o Orphan) error {
+	if err := os.Remove(o.Path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("spool: remove %s: %w", o.Path, err)
+	}
+	return nil
+}
+
+func writeAtomic(path string, data []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".blob-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}

@@ -1,0 +1,68 @@
+package spool
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/roundhouse-rl/roundhouse/internal/proxy"
+	"github.com/roundhouse-rl/roundhouse/schemas"
+)
+
+func TestSpoolSurvivesAndRecovers(t *testing.T) {
+	dir := t.TempDir()
+	s, err := New(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := proxy.Episode{ID: "r1-train-g000-a00", Run: "run", Round: 1, Phase: "train", Retry: 0}
+	b := proxy.Episode{ID: "r1-train-g000-a01", Run: "run", Round: 1, Phase: "train", Retry: 2}
+	s.Call(a, schemas.Call{EpisodeID: a.ID, CallIndex: 0, CompletionTokenIDs: []int32{4, 5}})
+	s.Call(a, schemas.Call{EpisodeID: a.ID, CallIndex: 1})
+	s.Call(b, schemas.Call{EpisodeID: b.ID, CallIndex: 0})
+	s.Blob(a, "abc.png", []byte("img"))
+	s.Blob(b, "abc.png", []byte("img"))
+	if got := s.Blobs(a); len(got) != 1 || got[0] != "abc.png" {
+		t.Fatalf("blobs of a: %v", got)
+	}
+	if b, _ := os.ReadFile(s.BlobPath("run", "abc.png")); string(b) != "img" {
+		t.Fatalf("blob content %q", b)
+	}
+	// Open tries are not orphans of this process.
+	if o, _ := s.Orphans(); len(o) != 0 {
+		t.Fatalf("orphans while open: %v", o)
+	}
+	if err := s.Done(a); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(s.Path(a)); !os.IsNotExist(err) {
+		t.Fatal("Done must remove the spool file")
+	}
+	// A new process on the same dir (the old one died) sees b as an orphan.
+	s2, _ := New(dir, nil)
+	orphans, err := s2.Orphans()
+	if err != nil || len(orphans) != 1 {
+		t.Fatalf("orphans %v, %v", orphans, err)
+	}
+	o := orphans[0]
+	if o.Episode.ID != b.ID || o.Episode.Retry != 2 || o.Episode.Round != 1 || o.Episode.Phase != "train" || o.Episode.Run != "run" {
+		t.Fatalf("orphan attribution %+v", o.Episode)
+	}
+	// A torn last line (crash mid-write) is skipped, earlier lines kept.
+	f, _ := os.OpenFile(o.Path, os.O_APPEND|os.O_WRONLY, 0)
+	f.WriteString(`{"episode_id":"torn`)
+	f.Close()
+	calls, err := ReadCalls(o.Path)
+	if err != nil || len(calls) != 1 || calls[0].EpisodeID != b.ID {
+		t.Fatalf("ReadCalls = %v, %v", calls, err)
+	}
+	if err := Remove(o); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := s2.Orphans(); len(left) != 0 {
+		t.Fatalf("orphans after Remove: %v", left)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "run", "blobs", "abc.png")); err != nil {
+		t.Fatal("blobs stay for other episodes of the run")
+	}
+}
