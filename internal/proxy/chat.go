@@ -338,10 +338,17 @@ func logprobs(l *respLogprobs) []float32 {
 // isTrainable: only a complete, successful call whose upstream returned the
 // prompt ids, the completion ids and one logprob per completion token can
 // train; the proxy never reconstructs ids itself.
+//
+// When the server reports usage, the id counts must match it: vLLM builds
+// with a tool or reasoning parser have dropped the ids of buffered stream
+// chunks (vllm#29074, #37737), and such a call would train on a completion
+// the model did not produce.
 func isTrainable(c *schemas.Call) bool {
 	return c.Error == "" && c.HTTPStatus >= 200 && c.HTTPStatus <= 299 &&
 		len(c.PromptTokenIDs) > 0 && len(c.CompletionTokenIDs) > 0 &&
-		len(c.CompletionLogprobs) == len(c.CompletionTokenIDs)
+		len(c.CompletionLogprobs) == len(c.CompletionTokenIDs) &&
+		(c.PromptTokens == 0 || int(c.PromptTokens) == len(c.PromptTokenIDs)) &&
+		(c.CompletionTokens == 0 || int(c.CompletionTokens) == len(c.CompletionTokenIDs))
 }
 
 // hopHeaders are connection-level headers a proxy must not forward.

@@ -1,0 +1,40 @@
+// Command loadgen prints the recording proxy's benchmark table (issue 3):
+// direct to a vLLM-shaped stub, through a bare httputil.ReverseProxy and
+// through the recording proxy, at several concurrencies. The same
+// measurements are available as Go benchmarks: go test -run '^$' -bench Proxy
+// ./internal/proxy/
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/roundhouse-rl/roundhouse/internal/proxy/proxybench"
+)
+
+func main() {
+	var cfg proxybench.Config
+	clients := flag.String("clients", "1,16,64", "concurrent clients, comma-separated")
+	flag.DurationVar(&cfg.Saturate, "saturate", 2*time.Second, "closed-loop (saturation) run per path and concurrency")
+	flag.DurationVar(&cfg.Paced, "paced", 3*time.Second, "fixed-load run per path and concurrency")
+	flag.Float64Var(&cfg.Rate, "rate", 200, "fixed offered load, calls/s")
+	flag.IntVar(&cfg.Rounds, "rounds", 1, "interleaved repetitions; the table shows medians")
+	flag.Parse()
+	cfg.Progress = os.Stderr
+	for _, s := range strings.Split(*clients, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 {
+			fmt.Fprintf(os.Stderr, "loadgen: bad -clients %q\n", *clients)
+			os.Exit(2)
+		}
+		cfg.Clients = append(cfg.Clients, n)
+	}
+	if err := proxybench.Report(os.Stdout, cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "loadgen:", err)
+		os.Exit(1)
+	}
+}

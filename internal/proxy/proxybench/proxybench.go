@@ -1,0 +1,399 @@
+package proxybench
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"runtime"
+	"runtime/metrics"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/roundhouse-rl/roundhouse/internal/proxy"
+	"github.com/roundhouse-rl/roundhouse/internal/store"
+	"github.com/roundhouse-rl/roundhouse/schemas"
+)
+
+// Path is the way from the load generator to the stub.
+type Path string
+
+const (
+	Direct    Path = "direct"    // straight to the stub
+	Reverse   Path = "reverse"   // through a bare httputil.ReverseProxy
+	Recording Path = "recording" // through proxy.Proxy, one episode per client
+)
+
+// Paths in the order they are measured and printed.
+var Paths = []Path{Direct, Reverse, Recording}
+
+// EpisodeLen is how many calls a simulated episode makes before the client
+// Ends it and Begins the next. The recording proxy keeps an episode's records
+// until End, so this (times the number of clients) bounds its memory, as in
+// production where an episode is a few dozen calls.
+const EpisodeLen = 50
+
+// Env is one path in front of its own stub, on loopback.
+type Env struct {
+	Path   Path
+	stub   *Stub
+	up     *httptest.Server // the stub
+	front  *httptest.Server // the proxy; nil for Direct
+	rec    *proxy.Proxy     // Recording only
+	client *http.Client
+	bodies [variants][]byte
+
+	mu      sync.Mutex
+	nextEp  int
+	recErrs []error // problems found in records returned by End
+}
+
+// transport is used by the load generator and by both proxies: enough idle
+// connections per host that 64 clients never redial (http.DefaultTransport
+// keeps only 2, which would make every proxy look slow).
+func transport() *http.Transport {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = 256
+	return tr
+}
+
+// Start starts the stub and, for Reverse and Recording, the proxy in front.
+func Start(path Path) (*Env, error) {
+	e := &Env{Path: path, stub: NewStub(), client: &http.Client{Transport: transport()}}
+	for v := range variants {
+		e.bodies[v] = requestBody(v)
+	}
+	e.up = httptest.NewServer(e.stub)
+	upURL, _ := url.Parse(e.up.URL)
+	switch path {
+	case Direct:
+	case Reverse:
+		e.front = httptest.NewServer(&httputil.ReverseProxy{
+			Rewrite:   func(pr *httputil.ProxyRequest) { pr.SetURL(upURL) },
+			Transport: transport(),
+		})
+	case Recording:
+		// Info level as in production: the per-call Debug line is filtered out.
+		e.rec = proxy.New(proxy.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		e.rec.SetUpstream(e.up.URL)
+		e.front = httptest.NewServer(e.rec)
+	default:
+		e.up.Close()
+		return nil, fmt.Errorf("unknown path %q", path)
+	}
+	return e, nil
+}
+
+// Close stops the servers.
+func (e *Env) Close() {
+	e.client.CloseIdleConnections()
+	if e.front != nil {
+		e.front.Close()
+	}
+	e.up.Close()
+}
+
+// RequestBytes and AnswerBytes are the sizes a harness sends and receives;
+// UpstreamAnswerBytes is what the recording proxy receives instead (with
+// token ids and logprobs).
+func (e *Env) RequestBytes() int        { return len(e.bodies[0]) }
+func (e *Env) AnswerBytes() int         { return len(e.stub.answers[0][0]) }
+func (e *Env) UpstreamAnswerBytes() int { return len(e.stub.answers[0][3]) }
+
+// client is one simulated harness: sequential calls, and on the Recording
+// path its own episode, rotated every EpisodeLen calls.
+type client struct {
+	env   *Env
+	base  string // harness base URL, ".../v1"
+	ep    string // current episode id (Recording)
+	calls int    // calls in the current episode
+	next  int    // next request variant
+	// epLen is the episode length before rotation (0: never rotate).
+	epLen int
+}
+
+func (e *Env) newClient(i int) *client {
+	c := &client{env: e, next: i * 7, epLen: EpisodeLen}
+	switch {
+	case e.rec != nil:
+		c.begin()
+	case e.front != nil:
+		c.base = e.front.URL + "/v1"
+	default:
+		c.base = e.up.URL + "/v1"
+	}
+	return c
+}
+
+func (c *client) begin() {
+	e := c.env
+	e.mu.Lock()
+	c.ep = fmt.Sprintf("ep-%d", e.nextEp)
+	e.nextEp++
+	e.mu.Unlock()
+	c.calls = 0
+	c.base = e.front.URL + e.rec.Begin(proxy.Episode{ID: c.ep, Run: "bench", Round: 1, Phase: "rollout", WeightsID: "w0"})
+}
+
+// end Ends the episode and checks its records: the measured work must
+// really have been recorded. Records are dropped (bytes per call are
+// measured separately by StoredBytesPerCall) so that the benchmark itself
+// does not hold memory.
+func (c *client) end() {
+	if c.env.rec == nil {
+		return
+	}
+	recs := c.env.rec.End(c.ep)
+	var err error
+	switch {
+	case len(recs) != c.calls:
+		err = fmt.Errorf("episode %s: %d records for %d calls", c.ep, len(recs), c.calls)
+	case slices.ContainsFunc(recs, func(r schemas.Call) bool { return !r.Trainable }):
+		err = fmt.Errorf("episode %s: a record is not trainable", c.ep)
+	}
+	if err != nil {
+		c.env.mu.Lock()
+		c.env.recErrs = append(c.env.recErrs, err)
+		c.env.mu.Unlock()
+	}
+}
+
+// call makes one chat completion and checks that the harness got exactly
+// the stub's answer to its own request.
+func (c *client) call() error {
+	if c.env.rec != nil && c.epLen > 0 && c.calls == c.epLen {
+		c.end()
+		c.begin()
+	}
+	v := c.next % variants
+	c.next++
+	c.calls++
+	req, err := http.NewRequest(http.MethodPost, c.base+"/chat/completions", bytes.NewReader(c.env.bodies[v]))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.env.client.Do(req)
+	if err != nil {
+		return err
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	switch {
+	case err != nil:
+		return err
+	case resp.StatusCode != http.StatusOK:
+		return fmt.Errorf("HTTP %d: %.200s", resp.StatusCode, body)
+	case !bytes.Equal(body, c.env.stub.Answer(v)):
+		return fmt.Errorf("answer differs from the stub's (%d vs %d bytes)", len(body), len(c.env.stub.Answer(v)))
+	}
+	return nil
+}
+
+// Result of one run.
+type Result struct {
+	Calls     int
+	Errors    int
+	FirstErr  error
+	Elapsed   time.Duration
+	Latencies []time.Duration // sorted
+	PeakHeap  uint64          // peak HeapInuse of the whole process during the run
+}
+
+// CallsPerSec is the achieved rate.
+func (r Result) CallsPerSec() float64 { return float64(r.Calls) / r.Elapsed.Seconds() }
+
+// Quantile of the latencies (nearest rank), in milliseconds.
+func (r Result) Quantile(q float64) float64 {
+	if len(r.Latencies) == 0 {
+		return 0
+	}
+	i := min(int(q*float64(len(r.Latencies))), len(r.Latencies)-1)
+	return float64(r.Latencies[i].Microseconds()) / 1000
+}
+
+// Saturate runs a closed loop: each of clients sends its next call as soon as
+// the previous one is answered, until n calls (n > 0) or duration d (d > 0).
+func (e *Env) Saturate(clients, n int, d time.Duration) Result {
+	var issued atomic.Int64
+	return e.run(clients, func(_ int, start time.Time) (time.Time, bool) {
+		if n > 0 && issued.Add(1) > int64(n) || d > 0 && time.Since(start) >= d {
+			return time.Time{}, false
+		}
+		return time.Now(), true
+	})
+}
+
+// Paced runs an open loop at a fixed offered rate: call k is due at
+// start + k/rate and goes to client k mod clients; its latency counts from
+// when it was due, not from when it was sent, so a slow answer that delays
+// later calls is charged to them too (no coordinated omission, as in wrk2).
+// It stops after n calls (n > 0) or duration d.
+func (e *Env) Paced(clients int, rate float64, n int, d time.Duration) Result {
+	if n <= 0 {
+		n = int(rate * d.Seconds())
+	}
+	interval := time.Duration(float64(time.Second) / rate)
+	return e.run(clients, func(k int, start time.Time) (time.Time, bool) {
+		if k >= n {
+			return time.Time{}, false
+		}
+		due := start.Add(time.Duration(k) * interval)
+		time.Sleep(time.Until(due))
+		return due, true
+	})
+}
+
+// run drives clients goroutines; next(k, start) is asked before the k-th call
+// of the run (k = client index + j*clients) and returns when the call counts
+// as issued, or false to stop that client.
+func (e *Env) run(clients int, next func(k int, start time.Time) (time.Time, bool)) Result {
+	cs := make([]*client, clients)
+	for i := range cs {
+		cs[i] = e.newClient(i)
+	}
+	runtime.GC() // so that the peak heap is this run's
+	peak, stopSampler := sampleHeap()
+	lats := make([][]time.Duration, clients)
+	errs := make([][]error, clients)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i, c := range cs {
+		wg.Go(func() {
+			for k := i; ; k += clients {
+				t0, ok := next(k, start)
+				if !ok {
+					return
+				}
+				if err := c.call(); err != nil {
+					errs[i] = append(errs[i], err)
+					continue
+				}
+				lats[i] = append(lats[i], time.Since(t0))
+			}
+		})
+	}
+	wg.Wait()
+	res := Result{Elapsed: time.Since(start)}
+	stopSampler()
+	res.PeakHeap = *peak
+	for _, c := range cs {
+		c.end()
+	}
+	res.Latencies = slices.Concat(lats...)
+	slices.Sort(res.Latencies)
+	all := slices.Concat(errs...)
+	e.mu.Lock()
+	all = append(all, e.recErrs...)
+	e.recErrs = nil
+	e.mu.Unlock()
+	res.Calls, res.Errors = len(res.Latencies), len(all)
+	if len(all) > 0 {
+		res.FirstErr = all[0]
+	}
+	return res
+}
+
+// sampleHeap samples HeapInuse (heap spans holding objects, live or not yet
+// collected) every 2 ms until stop is called. runtime/metrics is read without
+// stopping the world, unlike runtime.ReadMemStats, so sampling does not
+// disturb the latencies.
+func sampleHeap() (peak *uint64, stop func()) {
+	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}, {Name: "/memory/classes/heap/unused:bytes"}}
+	peak = new(uint64)
+	read := func() {
+		metrics.Read(s)
+		*peak = max(*peak, s[0].Value.Uint64()+s[1].Value.Uint64())
+	}
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(2 * time.Millisecond)
+		defer t.Stop()
+		for {
+			read()
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return peak, func() { close(done); <-stopped; read() }
+}
+
+// Stored is what the records of the recording proxy cost in Parquet.
+type Stored struct {
+	PerEpisodeFile float64 // bytes per call when each episode is its own file (as spooled)
+	CompactedFile  float64 // bytes per call when all are one file (after round-end compaction)
+}
+
+// StoredBytesPerCall runs episodes sequential episodes of EpisodeLen calls
+// through the recording proxy and Parquet-encodes (store.EncodeParquet) the
+// records End returns.
+func (e *Env) StoredBytesPerCall(episodes int) (Stored, error) {
+	if e.rec == nil {
+		return Stored{}, errors.New("only the recording path stores records")
+	}
+	var all []schemas.Call
+	perEpisode := 0
+	for range episodes {
+		c := e.newClient(len(all))
+		for range EpisodeLen {
+			if err := c.call(); err != nil {
+				return Stored{}, err
+			}
+		}
+		recs := e.rec.End(c.ep)
+		b, err := store.EncodeParquet(recs)
+		if err != nil {
+			return Stored{}, err
+		}
+		perEpisode += len(b)
+		all = append(all, recs...)
+	}
+	b, err := store.EncodeParquet(all)
+	if err != nil {
+		return Stored{}, err
+	}
+	n := float64(len(all))
+	return Stored{PerEpisodeFile: float64(perEpisode) / n, CompactedFile: float64(len(b)) / n}, nil
+}
+
+// RetainedPerCall is the live heap an un-ended episode holds per recorded
+// call: how memory grows with episode length, since records stay in the
+// proxy until End.
+func (e *Env) RetainedPerCall(calls int) (float64, error) {
+	if e.rec == nil {
+		return 0, errors.New("only the recording path retains records")
+	}
+	c := e.newClient(0)
+	c.epLen = 0
+	if err := c.call(); err != nil { // connections and buffers, before the baseline
+		return 0, err
+	}
+	before := liveHeap()
+	for range calls {
+		if err := c.call(); err != nil {
+			return 0, err
+		}
+	}
+	after := liveHeap()
+	c.end()
+	return (float64(after) - float64(before)) / float64(calls), nil
+}
+
+func liveHeap() uint64 {
+	runtime.GC()
+	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
+}
