@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
-	"strings"
 	"time"
 
 	"go.temporal.io/sdk/activity"
@@ -25,26 +24,41 @@ type Control struct {
 	harnesses harnessCache
 }
 
-// readEpisodes reads every episode row of a round's phase.
+// readEpisodes reads every episode row of a round's phase, compacted or not.
 func (c *Control) readEpisodes(ctx context.Context, run string, round int32, phase string) ([]schemas.Episode, error) {
-	objs, err := c.Store.List(ctx, schemas.Layout{Run: run}.EpisodesDir(round, phase))
+	out, err := store.ReadTable(ctx, c.Store, schemas.Layout{Run: run}.EpisodesDir(round, phase), episodeID)
 	if err != nil {
 		return nil, err
 	}
-	var out []schemas.Episode
-	for _, o := range objs {
-		if !strings.HasSuffix(o.Key, ".parquet") {
-			continue
-		}
-		rows, err := store.ReadParquet[schemas.Episode](ctx, c.Store, o.Key)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, rows...)
-		activity.RecordHeartbeat(ctx, o.Key)
-	}
 	sort.Slice(out, func(i, j int) bool { return out[i].EpisodeID < out[j].EpisodeID })
 	return out, nil
+}
+
+func episodeID(e schemas.Episode) string { return e.EpisodeID }
+
+func callEpisode(c schemas.Call) string { return c.EpisodeID }
+
+// CompactInput names a partition pair (calls and episodes) of a round's phase.
+type CompactInput struct {
+	Run   string
+	Round int32
+	Phase string
+}
+
+// Compact folds a phase's per-episode calls and episodes files into one
+// part file each, once the round no longer writes them.
+func (c *Control) Compact(ctx context.Context, in CompactInput) (store.CompactStats, error) {
+	l := schemas.Layout{Run: in.Run}
+	calls, err := store.Compact(ctx, c.Store, l.CallsDir(in.Round, in.Phase), callEpisode)
+	if err != nil {
+		return calls, err
+	}
+	activity.RecordHeartbeat(ctx, "calls")
+	eps, err := store.Compact(ctx, c.Store, l.EpisodesDir(in.Round, in.Phase), episodeID)
+	calls.Merged += eps.Merged
+	calls.Rows += eps.Rows
+	calls.Bytes += eps.Bytes
+	return calls, err
 }
 
 // BatchInput names the round whose collected episodes become a batch.

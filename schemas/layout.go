@@ -13,6 +13,11 @@ func (l Layout) Calls(round int32, phase, episode string) string {
 	return fmt.Sprintf("%scalls/round=%d/phase=%s/%s.parquet", l.Prefix(), round, phase, episode)
 }
 
+// CallsDir is the partition holding all call files of a round's phase.
+func (l Layout) CallsDir(round int32, phase string) string {
+	return fmt.Sprintf("%scalls/round=%d/phase=%s/", l.Prefix(), round, phase)
+}
+
 func (l Layout) Episodes(round int32, phase, episode string) string {
 	return fmt.Sprintf("%sepisodes/round=%d/phase=%s/%s.parquet", l.Prefix(), round, phase, episode)
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -103,24 +104,34 @@ func TestTrainSurvivesWorkerKill(t *testing.T) {
 	}
 
 	l := schemas.Layout{Run: run}
-	objs, err := stack.Store.List(ctx, l.EpisodesDir(1, schemas.PhaseTrain))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(objs) != groups*attempts {
-		t.Fatalf("%d episode files, want %d", len(objs), groups*attempts)
-	}
-	episodes := map[string]schemas.Episode{}
-	retried := 0
-	for _, o := range objs {
-		rows, err := store.ReadParquet[schemas.Episode](ctx, stack.Store, o.Key)
+	// The round's partitions are compacted into one part file each.
+	for _, dir := range []string{l.EpisodesDir(1, schemas.PhaseTrain), l.CallsDir(1, schemas.PhaseTrain), l.CallsDir(1, schemas.PhaseVal)} {
+		objs, err := stack.Store.List(ctx, dir)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(rows) != 1 {
-			t.Fatalf("%s holds %d rows, want 1", o.Key, len(rows))
+		if len(objs) != 1 || !strings.HasSuffix(objs[0].Key, store.PartFile) {
+			t.Errorf("%s not compacted: %v", dir, objs)
 		}
-		e := rows[0]
+	}
+	rows, err := store.ReadTable(ctx, stack.Store, l.EpisodesDir(1, schemas.PhaseTrain), func(e schemas.Episode) string { return e.EpisodeID })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != groups*attempts {
+		t.Fatalf("%d episode rows, want %d", len(rows), groups*attempts)
+	}
+	allCalls, err := store.ReadTable(ctx, stack.Store, l.CallsDir(1, schemas.PhaseTrain), func(c schemas.Call) string { return c.EpisodeID })
+	if err != nil {
+		t.Fatal(err)
+	}
+	callsOf := map[string][]schemas.Call{}
+	for _, c := range allCalls {
+		callsOf[c.EpisodeID] = append(callsOf[c.EpisodeID], c)
+	}
+	episodes := map[string]schemas.Episode{}
+	retried := 0
+	for _, e := range rows {
 		if _, dup := episodes[e.EpisodeID]; dup {
 			t.Fatalf("episode %s stored twice", e.EpisodeID)
 		}
@@ -131,10 +142,8 @@ func TestTrainSurvivesWorkerKill(t *testing.T) {
 		if !e.Valid {
 			t.Errorf("episode %s invalid: %s", e.EpisodeID, e.Termination)
 		}
-		calls, err := store.ReadParquet[schemas.Call](ctx, stack.Store, l.Calls(1, schemas.PhaseTrain, e.EpisodeID))
-		if err != nil {
-			t.Fatal(err)
-		}
+		calls := callsOf[e.EpisodeID]
+		sort.Slice(calls, func(i, j int) bool { return calls[i].CallIndex < calls[j].CallIndex })
 		if int(e.NumCalls) != len(calls) || len(calls) == 0 {
 			t.Errorf("episode %s: row says %d calls, calls file has %d", e.EpisodeID, e.NumCalls, len(calls))
 		}

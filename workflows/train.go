@@ -172,7 +172,11 @@ func Train(ctx workflow.Context, in TrainInput) (TrainResult, error) {
 		log.Warn("no training samples this round; weights unchanged", "round", in.Round)
 	}
 
-	// 6. Record the round and go on.
+	// 6. Compact the round's records, record the round and go on.
+	compact(ctx, in.Run, in.Round, schemas.PhaseTrain)
+	if summary.ValSuccess >= 0 {
+		compact(ctx, in.Run, in.Round, schemas.PhaseVal)
+	}
 	summaries := append(append([]schemas.RoundSummary(nil), in.Summaries...), summary)
 	prog.Summaries = summaries
 	result.Summaries = summaries
@@ -194,6 +198,7 @@ func Train(ctx workflow.Context, in TrainInput) (TrainResult, error) {
 			return result, err
 		}
 		result.FinalValSuccess = rep.Overall.SuccessRate
+		compact(ctx, in.Run, in.Round+1, schemas.PhaseVal)
 	}
 	state.FinalValSuccess = result.FinalValSuccess
 	if err := workflow.ExecuteActivity(ctrl, control.FinishRound, activities.RoundDoneInput{Summary: summary, State: state}).Get(ctx, nil); err != nil {
@@ -231,6 +236,19 @@ func validate(ctx workflow.Context, in TrainInput, prog *Progress, round int32, 
 		return rep, fmt.Errorf("validation report of round %d: %w", round, err)
 	}
 	return rep, nil
+}
+
+// compact folds a phase's small files into one per table. Records are
+// already durable without it, so a failure is logged, not fatal.
+func compact(ctx workflow.Context, run string, round int32, phase string) {
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		TaskQueue: ControlQueue, StartToCloseTimeout: 30 * time.Minute, HeartbeatTimeout: 5 * time.Minute,
+		RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 3},
+	})
+	var control *activities.Control
+	if err := workflow.ExecuteActivity(actx, control.Compact, activities.CompactInput{Run: run, Round: round, Phase: phase}).Get(ctx, nil); err != nil {
+		workflow.GetLogger(ctx).Warn("compaction failed; per-episode files stay", "round", round, "phase", phase, "error", err)
+	}
 }
 
 type episodeCell struct {

@@ -11,6 +11,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/roundhouse-rl/roundhouse/activities"
+	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 )
 
@@ -60,6 +61,7 @@ func TestRoundFlow(t *testing.T) {
 			return schemas.TrainerMetrics{Steps: 1}, nil
 		})
 	env.OnActivity(ctrl.FinishRound, mock.Anything, mock.Anything).Return(nil)
+	env.OnActivity(ctrl.Compact, mock.Anything, mock.Anything).Return(store.CompactStats{}, nil)
 
 	env.ExecuteWorkflow(Train, TrainInput{Run: "r", Harness: testHarness(), Weights: "w0", InitialWeights: "w0",
 		Rounds: 2, Groups: 4, Attempts: 2, Round: 1})
@@ -112,6 +114,7 @@ func TestEpisodeLossDoesNotAbortRound(t *testing.T) {
 	env.OnActivity(ctrl.WriteReport, mock.Anything, mock.Anything).Return(schemas.Report{}, nil)
 	env.OnActivity(ctrl.BuildBatch, mock.Anything, mock.Anything).Return(schemas.BatchSummary{Episodes: 7, Samples: 0}, nil)
 	env.OnActivity(ctrl.FinishRound, mock.Anything, mock.Anything).Return(nil)
+	env.OnActivity(ctrl.Compact, mock.Anything, mock.Anything).Return(store.CompactStats{}, nil)
 	env.ExecuteWorkflow(Train, TrainInput{Run: "r", Harness: testHarness(), Weights: "w0", Rounds: 1, Groups: 4, Attempts: 2, Round: 1})
 	if err := env.GetWorkflowError(); err != nil {
 		t.Fatalf("round aborted: %v", err)

@@ -262,13 +262,20 @@ func (s *Store) DeletePrefix(ctx context.Context, prefix string) (int, error) {
 	}
 	for i, o := range objs {
 		ctx, cancel := context.WithTimeout(ctx, OpTimeout)
-		_, err := s.c.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &s.Bucket, Key: &o.Key})
+		err := s.delete(ctx, o.Key)
 		cancel()
 		if err != nil {
-			return i, fmt.Errorf("delete s3://%s/%s: %w", s.Bucket, o.Key, err)
+			return i, err
 		}
 	}
 	return len(objs), nil
+}
+
+func (s *Store) delete(ctx context.Context, key string) error {
+	if _, err := s.c.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &s.Bucket, Key: &key}); err != nil {
+		return fmt.Errorf("delete s3://%s/%s: %w", s.Bucket, key, err)
+	}
+	return nil
 }
 
 // ETag returns the object's entity tag, which changes when its content does.

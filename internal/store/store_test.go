@@ -70,3 +70,63 @@ func TestCheckNamesUnreachableEndpoint(t *testing.T) {
 		t.Fatalf("Check = %v", err)
 	}
 }
+
+func episodeOf(c schemas.Call) string { return c.EpisodeID }
+
+// Compaction folds per-episode files into one part; a crash that leaves
+// both (or a retried episode written after compaction) never double-counts.
+func TestCompactAndReadTable(t *testing.T) {
+	stack := itest.Start(t)
+	s := stack.Store
+	ctx := context.Background()
+	l := schemas.Layout{Run: "c"}
+	dir := "runs/c/calls/round=1/phase=train/"
+	write := func(ep string, n int, retry int32) {
+		var rows []schemas.Call
+		for i := 0; i < n; i++ {
+			rows = append(rows, schemas.Call{EpisodeID: ep, CallIndex: int32(i), Retry: retry, PromptTokenIDs: []int32{int32(i)}})
+		}
+		if _, err := store.WriteParquet(ctx, s, l.Calls(1, schemas.PhaseTrain, ep), rows); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("e1", 3, 0)
+	write("e2", 2, 0)
+	st, err := store.Compact(ctx, s, dir, episodeOf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Merged != 2 || st.Rows != 5 {
+		t.Fatalf("compact stats %+v", st)
+	}
+	objs, _ := s.List(ctx, dir)
+	if len(objs) != 1 || !strings.HasSuffix(objs[0].Key, store.PartFile) {
+		t.Fatalf("after compaction: %v", objs)
+	}
+	// e2 is written again (a later try) beside the part: it replaces the
+	// part's rows of e2 for readers and for the next compaction.
+	write("e2", 4, 1)
+	rows, err := store.ReadTable(ctx, s, dir, episodeOf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := map[string]int{}
+	for _, r := range rows {
+		count[r.EpisodeID]++
+		if r.EpisodeID == "e2" && r.Retry != 1 {
+			t.Errorf("stale e2 row from the part: %+v", r)
+		}
+	}
+	if count["e1"] != 3 || count["e2"] != 4 {
+		t.Fatalf("rows per episode %v, want e1:3 e2:4", count)
+	}
+	if st, err := store.Compact(ctx, s, dir, episodeOf); err != nil || st.Rows != 7 || st.Merged != 1 {
+		t.Fatalf("second compaction %+v %v", st, err)
+	}
+	if again, _ := store.ReadTable(ctx, s, dir, episodeOf); len(again) != 7 {
+		t.Fatalf("after second compaction %d rows, want 7", len(again))
+	}
+	if st, err := store.Compact(ctx, s, dir, episodeOf); err != nil || st.Merged != 0 {
+		t.Fatalf("compacting a compacted partition must do nothing: %+v %v", st, err)
+	}
+}

@@ -1,0 +1,178 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"strings"
+
+	"github.com/parquet-go/parquet-go"
+)
+
+// A table partition (e.g. calls/round=1/phase=train/) holds one small file
+// per episode while a round runs, and one compacted part file after it.
+// Readers and compaction treat per-episode files as newer than the part:
+// a crash between writing the part and deleting the small files never
+// double-counts.
+
+// PartFile is the compacted file of a partition.
+const PartFile = "part-00000.parquet"
+
+// RowsPerGroup bounds a compacted row group: about 32–128 MB of calls with
+// realistic prompts, the range readers such as DuckDB and Spark like.
+const RowsPerGroup = 4096
+
+func isPart(key string) bool { return strings.HasPrefix(path.Base(key), "part-") }
+
+// ReadTable reads every row of a partition once: per-episode files first,
+// then part-file rows of episodes no per-episode file holds.
+func ReadTable[T any](ctx context.Context, s *Store, dir string, episodeOf func(T) string) ([]T, error) {
+	var out []T
+	err := scanTable(ctx, s, dir, episodeOf, func(rows []T) error { out = append(out, rows...); return nil })
+	return out, err
+}
+
+func scanTable[T any](ctx context.Context, s *Store, dir string, episodeOf func(T) string, emit func([]T) error) error {
+	objs, err := s.List(ctx, dir)
+	if err != nil {
+		return err
+	}
+	seen := map[string]bool{}
+	var parts []string
+	for _, o := range objs {
+		if !strings.HasSuffix(o.Key, ".parquet") {
+			continue
+		}
+		if isPart(o.Key) {
+			parts = append(parts, o.Key)
+			continue
+		}
+		rows, err := ReadParquet[T](ctx, s, o.Key)
+		if err != nil {
+			return err
+		}
+		for _, r := range rows {
+			seen[episodeOf(r)] = true
+		}
+		if err := emit(rows); err != nil {
+			return err
+		}
+	}
+	for _, key := range parts {
+		if err := streamPart(ctx, s, key, func(rows []T) error {
+			keep := rows[:0]
+			for _, r := range rows {
+				if !seen[episodeOf(r)] {
+					keep = append(keep, r)
+				}
+			}
+			return emit(keep)
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// streamPart reads a large Parquet object in batches through a temp file,
+// so memory holds one batch, not the file.
+func streamPart[T any](ctx context.Context, s *Store, key string, emit func([]T) error) error {
+	tmp, err := os.CreateTemp("", "part-*.parquet")
+	if err != nil {
+		return fmt.Errorf("read %s: %w", key, err)
+	}
+	defer os.Remove(tmp.Name())
+	tmp.Close()
+	if err := s.GetFile(ctx, key, tmp.Name()); err != nil {
+		return err
+	}
+	f, err := os.Open(tmp.Name())
+	if err != nil {
+		return fmt.Errorf("read %s: %w", key, err)
+	}
+	defer f.Close()
+	r := parquet.NewGenericReader[T](f)
+	defer r.Close()
+	buf := make([]T, 256)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			if err := emit(buf[:n]); err != nil {
+				return err
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("decode s3://%s/%s: %w", s.Bucket, key, err)
+		}
+	}
+}
+
+// CompactStats says what a compaction did.
+type CompactStats struct {
+	Merged int   `json:"merged"` // per-episode files folded in
+	Rows   int64 `json:"rows"`
+	Bytes  int64 `json:"bytes"` // size of the part file
+}
+
+// Compact folds a partition's per-episode files into its part file (row
+// groups of RowsPerGroup rows), then deletes them. Retry-safe: the part is
+// complete before any small file goes, and readers prefer small files.
+func Compact[T any](ctx context.Context, s *Store, dir string, episodeOf func(T) string) (CompactStats, error) {
+	var st CompactStats
+	objs, err := s.List(ctx, dir)
+	if err != nil {
+		return st, err
+	}
+	var singles []string
+	for _, o := range objs {
+		if strings.HasSuffix(o.Key, ".parquet") && !isPart(o.Key) {
+			singles = append(singles, o.Key)
+		}
+	}
+	if len(singles) == 0 {
+		return st, nil
+	}
+	tmp, err := os.CreateTemp("", "compact-*.parquet")
+	if err != nil {
+		return st, fmt.Errorf("compact %s: %w", dir, err)
+	}
+	defer os.Remove(tmp.Name())
+	defer tmp.Close()
+	w := parquet.NewGenericWriter[T](tmp, parquet.Compression(&parquet.Zstd), parquet.MaxRowsPerRowGroup(RowsPerGroup))
+	err = scanTable(ctx, s, dir, episodeOf, func(rows []T) error {
+		st.Rows += int64(len(rows))
+		_, err := w.Write(rows)
+		return err
+	})
+	if err == nil {
+		err = w.Close()
+	}
+	if err != nil {
+		return st, fmt.Errorf("compact %s: %w", dir, err)
+	}
+	if err := tmp.Sync(); err != nil {
+		return st, fmt.Errorf("compact %s: %w", dir, err)
+	}
+	if fi, err := tmp.Stat(); err == nil {
+		st.Bytes = fi.Size()
+	}
+	if err := s.PutFile(ctx, dir+PartFile, tmp.Name()); err != nil {
+		return st, err
+	}
+	for _, key := range singles {
+		ctx, cancel := context.WithTimeout(ctx, OpTimeout)
+		err := s.delete(ctx, key)
+		cancel()
+		if err != nil {
+			return st, err
+		}
+		st.Merged++
+	}
+	return st, nil
+}
