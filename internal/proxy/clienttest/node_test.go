@@ -51,7 +51,7 @@ func ensureNode(t *testing.T) {
 func installNode() error {
 	for _, tool := range []string{"node", "npm"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			return fmt.Errorf("%s is not on PATH: install Node.js 20 or newer with npm (e.g. `apt-get install nodejs npm`), then run `%s`", tool, fixCmd)
+			return fmt.Errorf("%s is not on PATH: install Node.js 20 or newer and npm, then run `%s`", tool, fixCmd)
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
