@@ -250,6 +250,9 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		"finish_reason": rep.finish,
 		"stop_reason":   nil,
 	}
+	// Fields that were not asked for are null, not absent, as vLLM's
+	// model_dump() writes them.
+	choice["logprobs"], choice["token_ids"] = nil, nil
 	if req.Logprobs {
 		choice["logprobs"] = map[string]any{"content": rep.logprobs}
 	}
@@ -263,6 +266,8 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		"model":   s.name,
 		"choices": []any{choice},
 		"usage":   usage(len(pl.prompt), len(rep.ids)),
+		// null unless asked for, like vLLM
+		"prompt_token_ids": nil,
 	}
 	if req.ReturnTokenIDs {
 		resp["prompt_token_ids"] = pl.prompt
@@ -393,7 +398,10 @@ func (s *Server) stream(w http.ResponseWriter, req *request, pl plan, rep reply)
 	chunk := func(choices []any) map[string]any {
 		return map[string]any{"id": rep.id, "object": "chat.completion.chunk", "created": rep.created, "model": s.name, "choices": choices}
 	}
-	first := chunk([]any{map[string]any{"index": 0, "delta": map[string]any{"role": "assistant", "content": ""}, "logprobs": nil, "finish_reason": nil}})
+	// vLLM passes prompt_token_ids and token_ids explicitly, so they appear
+	// as null in chunks even when not requested.
+	first := chunk([]any{map[string]any{"index": 0, "delta": map[string]any{"role": "assistant", "content": ""}, "logprobs": nil, "finish_reason": nil, "token_ids": nil}})
+	first["prompt_token_ids"] = nil
 	if req.ReturnTokenIDs {
 		first["prompt_token_ids"] = pl.prompt
 	}
@@ -410,7 +418,7 @@ func (s *Server) stream(w http.ResponseWriter, req *request, pl plan, rep reply)
 				delta["content"] = rep.action
 			}
 		}
-		ch := map[string]any{"index": 0, "delta": delta, "logprobs": nil, "finish_reason": nil}
+		ch := map[string]any{"index": 0, "delta": delta, "logprobs": nil, "finish_reason": nil, "token_ids": nil}
 		if req.Logprobs {
 			ch["logprobs"] = map[string]any{"content": rep.logprobs[i : i+1]}
 		}
