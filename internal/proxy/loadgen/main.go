@@ -23,8 +23,11 @@ func main() {
 	flag.DurationVar(&cfg.Paced, "paced", 3*time.Second, "fixed-load run per path and concurrency")
 	flag.Float64Var(&cfg.Rate, "rate", 200, "fixed offered load, calls/s")
 	flag.IntVar(&cfg.Rounds, "rounds", 1, "interleaved repetitions; the table shows medians")
+	verbose := flag.Bool("v", false, "show progress on stderr")
 	flag.Parse()
-	cfg.Progress = os.Stderr
+	if *verbose {
+		cfg.Progress = os.Stderr
+	}
 	for _, s := range strings.Split(*clients, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n < 1 {

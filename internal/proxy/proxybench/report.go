@@ -51,7 +51,7 @@ func Report(w io.Writer, cfg Config) error {
 	for round := range max(cfg.Rounds, 1) {
 		for _, c := range cfg.Clients {
 			for _, p := range Paths {
-				fmt.Fprintf(progress, "\rround %d, %2d clients, %-9s", round+1, c, p)
+				fmt.Fprintf(progress, "round %d: %s, %d clients\n", round+1, p, c)
 				env, err := Start(p)
 				if err != nil {
 					return err
@@ -70,7 +70,6 @@ func Report(w io.Writer, cfg Config) error {
 			}
 		}
 	}
-	fmt.Fprintf(progress, "\r%40s\r", "")
 
 	env, err := Start(Recording)
 	if err != nil {
