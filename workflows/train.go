@@ -77,10 +77,7 @@ func Train(ctx workflow.Context, in TrainInput) (TrainResult, error) {
 	c := h.Collect
 	l := schemas.Layout{Run: in.Run}
 	result := TrainResult{Run: in.Run, Prefix: l.Prefix(), Summaries: in.Summaries}
-	ctrl := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		TaskQueue: ControlQueue, StartToCloseTimeout: 15 * time.Minute, HeartbeatTimeout: 2 * time.Minute,
-		RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 5},
-	})
+	ctrl := controlContext(ctx)
 	var control *activities.Control
 
 	// 1. Validate (before round 1 without a pool report; every round when configured).
@@ -224,10 +221,7 @@ func validate(ctx workflow.Context, in TrainInput, prog *Progress, round int32, 
 	}
 	runEpisodes(ctx, in, prog, schemas.PhaseVal, round, weights, cells)
 	prog.Phase = "report"
-	ctrl := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		TaskQueue: ControlQueue, StartToCloseTimeout: 15 * time.Minute, HeartbeatTimeout: 2 * time.Minute,
-		RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 5},
-	})
+	ctrl := controlContext(ctx)
 	var control *activities.Control
 	err = workflow.ExecuteActivity(ctrl, control.WriteReport, activities.ReportInput{
 		Run: in.Run, Round: round, Phase: schemas.PhaseVal, Tag: schemas.ValTag(round), WeightsID: weights, InitKey: "val_init_ids",
@@ -236,6 +230,15 @@ func validate(ctx workflow.Context, in TrainInput, prog *Progress, round int32, 
 		return rep, fmt.Errorf("validation report of round %d: %w", round, err)
 	}
 	return rep, nil
+}
+
+// controlContext runs data activities (reports, batches, state) on the
+// control queue; they read and write S3 only, so a few retries suffice.
+func controlContext(ctx workflow.Context) workflow.Context {
+	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		TaskQueue: ControlQueue, StartToCloseTimeout: 15 * time.Minute, HeartbeatTimeout: 2 * time.Minute,
+		RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 5},
+	})
 }
 
 // compact folds a phase's small files into one per table. Records are
