@@ -232,10 +232,13 @@ func (e *Env) Saturate(clients, n int, d time.Duration) Result {
 }
 
 // Paced runs an open loop at a fixed offered rate: call k is due at
-// start + k/rate and goes to client k mod clients; its latency counts from
-// when it was due, not from when it was sent, so a slow answer that delays
-// later calls is charged to them too (no coordinated omission, as in wrk2).
-// It stops after n calls (n > 0) or duration d.
+// start + k/rate and goes to client k mod clients. When the client is still
+// busy with its previous call at that time, latency counts from when the call
+// was due, so a slow answer that delays later calls is charged to them too
+// (no coordinated omission, as in wrk2). When the client is idle, latency
+// counts from the actual send: Go's timers wake up to ~1 ms late here (the
+// netpoller sleeps in whole milliseconds), which is the load generator's delay,
+// not the proxy's. It stops after n calls (n > 0) or duration d.
 func (e *Env) Paced(clients int, rate float64, n int, d time.Duration) Result {
 	if n <= 0 {
 		n = int(rate * d.Seconds())
@@ -246,7 +249,10 @@ func (e *Env) Paced(clients int, rate float64, n int, d time.Duration) Result {
 			return time.Time{}, false
 		}
 		due := start.Add(time.Duration(k) * interval)
-		time.Sleep(time.Until(due))
+		if wait := time.Until(due); wait > 0 {
+			time.Sleep(wait)
+			return time.Now(), true
+		}
 		return due, true
 	})
 }

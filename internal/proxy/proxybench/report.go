@@ -90,7 +90,7 @@ func Report(w io.Writer, cfg Config) error {
 		env.AnswerBytes(), env.UpstreamAnswerBytes(), PromptTokens, CompletionTokens)
 	fmt.Fprintf(w, "GOMAXPROCS=%d: load generator, stub and proxy share these CPUs. Saturation: closed loop, %s per cell.\n",
 		runtime.GOMAXPROCS(0), cfg.Saturate)
-	fmt.Fprintf(w, "Fixed load: %.0f calls/s open loop (latency from the scheduled send time), %s per cell. Median of %d round(s).\n",
+	fmt.Fprintf(w, "Fixed load: %.0f calls/s open loop (a call held up by the client's previous one counts from its scheduled time),\n%s per cell. Median of %d round(s).\n",
 		cfg.Rate, cfg.Paced, max(cfg.Rounds, 1))
 	fmt.Fprintf(w, "Peak heap: largest HeapInuse of the whole process (load generator + stub + proxy) sampled every 2 ms.\n\n")
 
