@@ -2,7 +2,6 @@ package activities
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -18,8 +17,8 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/roundhouse-rl/roundhouse/internal/devstack"
 	"github.com/roundhouse-rl/roundhouse/internal/harness"
+	"github.com/roundhouse-rl/roundhouse/internal/outcome"
 	"github.com/roundhouse-rl/roundhouse/internal/proc"
 	"github.com/roundhouse-rl/roundhouse/internal/proxy"
 	"github.com/roundhouse-rl/roundhouse/internal/spool"
@@ -40,14 +39,8 @@ type Rollout struct {
 
 	harnesses harnessCache
 	mu        sync.Mutex
-	model     *modelServer
-	stored    sync.Map // blob keys known to be in the bucket
-}
-
-type modelServer struct {
-	key   string // run + weights id
-	proc  *devstack.Proc
-	users int
+	services  map[string]*service // by name; the model server under modelName
+	stored    sync.Map            // blob keys known to be in the bucket
 }
 
 // EpisodeInput names one episode of a round.
@@ -114,50 +107,14 @@ func (r *Rollout) RunEpisode(ctx context.Context, in EpisodeInput) (EpisodeResul
 	if err != nil {
 		return res, err
 	}
-	release, err := r.acquireModel(ctx, h, in.Run, in.WeightsID)
-	if err != nil {
-		return res, fmt.Errorf("episode %s: model server: %w", id, err)
-	}
-	defer release()
-
 	pep := proxy.Episode{ID: id, Run: in.Run, Round: in.Round, Phase: in.Phase,
 		Group: in.Group, Attempt: in.Attempt, Retry: retry, WeightsID: in.WeightsID}
-	prefix := r.Proxy.Begin(pep)
-	ended := false
-	defer func() {
-		if !ended {
-			r.Proxy.End(id)
-		}
-	}()
 	outDir := filepath.Join(r.WorkDir, "episodes", in.Run, fmt.Sprintf("%s-try%d", id, retry))
-	if err := os.RemoveAll(outDir); err != nil {
-		return res, fmt.Errorf("episode %s: clean %s: %w", id, outDir, err)
-	}
-	if err := os.MkdirAll(outDir, 0o755); err != nil {
+	started := time.Now()
+	out, calls, err := r.play(ctx, h, in, pep, outDir)
+	if err != nil {
 		return res, fmt.Errorf("episode %s: %w", id, err)
 	}
-	vars := map[string]string{
-		"base_url": "http://" + r.ProxyAddr + prefix, "task": strconv.Itoa(int(in.Task.ID)),
-		"seed": strconv.Itoa(int(in.InitID)), "output_dir": outDir, "served_name": h.Model.ServedName,
-		"harness_dir": h.Dir, "round": strconv.Itoa(int(in.Round)),
-	}
-	args, err := harness.FillArgs(h.Episode.Command, vars)
-	if err != nil {
-		return res, temporal.NewNonRetryableApplicationError(fmt.Sprintf("harness %s episode.command: %v", h.Name, err), "BadHarness", err)
-	}
-	env := map[string]string{}
-	for k, v := range h.Episode.Env {
-		env[k] = harness.Fill(v, vars)
-	}
-	started := time.Now()
-	pr, runErr := proc.Run(ctx, proc.Spec{Args: args, Env: env, Log: filepath.Join(outDir, "episode.log"),
-		Timeout: h.Episode.Timeout.D()})
-	calls := r.Proxy.End(id)
-	ended = true
-	if runErr != nil && ctx.Err() != nil {
-		return res, fmt.Errorf("episode %s: %w", id, runErr) // cancelled or timed out by Temporal
-	}
-	out := Outcome(h.Episode.Outcome, outDir, pr, runErr)
 	res.Valid, res.Success, res.Reward, res.FailureClass, res.Calls = out.Valid, out.Success, out.Reward, out.FailureClass, len(calls)
 	l := schemas.Layout{Run: in.Run}
 	if !out.Valid && info.Attempt < in.InfraTries {
@@ -171,14 +128,14 @@ func (r *Rollout) RunEpisode(ctx context.Context, in EpisodeInput) (EpisodeResul
 	if err := r.storeBlobs(ctx, in.Run, r.Spool.Blobs(pep)); err != nil {
 		return res, fmt.Errorf("episode %s blobs: %w", id, err)
 	}
-
 	artifacts := l.Artifacts(in.Round, in.Phase, id)
-	for _, name := range []string{h.Episode.Outcome.File, "transcript.json", "episode.log"} {
-		p := filepath.Join(outDir, name)
-		if _, err := os.Stat(p); err == nil {
-			if err := r.Store.PutFile(ctx, artifacts+name, p); err != nil {
-				return res, fmt.Errorf("episode %s artifacts: %w", id, err)
-			}
+	files, err := artifactFiles(outDir, h.Episode.Artifacts)
+	if err != nil {
+		return res, fmt.Errorf("episode %s artifacts: %w", id, err)
+	}
+	for _, name := range files {
+		if err := r.Store.PutFile(ctx, artifacts+name, filepath.Join(outDir, name)); err != nil {
+			return res, fmt.Errorf("episode %s artifacts: %w", id, err)
 		}
 	}
 	n, err := store.WriteParquet(ctx, r.Store, l.Calls(in.Round, in.Phase, id), calls)
@@ -203,6 +160,81 @@ func (r *Rollout) RunEpisode(ctx context.Context, in EpisodeInput) (EpisodeResul
 	}
 	log.Debug("episode stored", "episode", id, "success", out.Success, "valid", out.Valid, "calls", len(calls))
 	return res, nil
+}
+
+// play runs the episode subprocess against the host's services and proxy
+// and decides its outcome. A service that cannot start is the episode's
+// infrastructure failure, not the activity's error: it is retried within
+// the budget and then counted by cause. Errors mean the activity itself
+// could not go on (cancelled, local disk).
+func (r *Rollout) play(ctx context.Context, h schemas.Harness, in EpisodeInput, pep proxy.Episode, outDir string) (outcome.Result, []schemas.Call, error) {
+	svc, release, err := r.acquire(ctx, h, in.Run, in.WeightsID)
+	var se *ServiceError
+	if errors.As(err, &se) {
+		return outcome.Result{FailureClass: schemas.FailureInfra, Termination: se.Error()}, nil, nil
+	}
+	if err != nil {
+		return outcome.Result{}, nil, err
+	}
+	defer release()
+	if err := os.RemoveAll(outDir); err != nil {
+		return outcome.Result{}, nil, fmt.Errorf("clean %s: %w", outDir, err)
+	}
+	if err := os.MkdirAll(outDir, 0o755); err != nil {
+		return outcome.Result{}, nil, err
+	}
+	prefix := r.Proxy.Begin(pep)
+	vars := map[string]string{
+		"base_url": "http://" + r.ProxyAddr + prefix, "task": strconv.Itoa(int(in.Task.ID)),
+		"seed": strconv.Itoa(int(in.InitID)), "output_dir": outDir, "served_name": h.Model.ServedName,
+		"harness_dir": h.Dir, "round": strconv.Itoa(int(in.Round)),
+	}
+	for k, v := range svc {
+		vars[k] = v
+	}
+	args, err := harness.FillArgs(h.Episode.Command, vars)
+	if err != nil {
+		r.Proxy.End(pep.ID)
+		return outcome.Result{}, nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("harness %s episode.command: %v", h.Name, err), "BadHarness", err)
+	}
+	env := map[string]string{}
+	for k, v := range h.Episode.Env {
+		env[k] = harness.Fill(v, vars)
+	}
+	pr, runErr := proc.Run(ctx, proc.Spec{Args: args, Env: env, Log: filepath.Join(outDir, "episode.log"),
+		Timeout: h.Episode.Timeout.D()})
+	calls := r.Proxy.End(pep.ID)
+	if runErr != nil && ctx.Err() != nil {
+		return outcome.Result{}, calls, runErr // cancelled or timed out by Temporal
+	}
+	return outcome.Decide(h.Episode.Outcome, outDir, outcome.Exit{Code: pr.ExitCode, TimedOut: pr.TimedOut, Err: runErr}), calls, nil
+}
+
+// artifactFiles lists the output files matching the patterns (all files
+// when there are none), relative to dir.
+func artifactFiles(dir string, patterns []string) ([]string, error) {
+	if len(patterns) == 0 {
+		patterns = []string{"*"}
+	}
+	seen := map[string]bool{}
+	var out []string
+	for _, pat := range patterns {
+		matches, err := filepath.Glob(filepath.Join(dir, pat))
+		if err != nil {
+			return nil, fmt.Errorf("artifact pattern %q: %w", pat, err)
+		}
+		for _, m := range matches {
+			if st, err := os.Stat(m); err != nil || st.IsDir() {
+				continue
+			}
+			rel, _ := filepath.Rel(dir, m)
+			if !seen[rel] {
+				seen[rel] = true
+				out = append(out, rel)
+			}
+		}
+	}
+	return out, nil
 }
 
 // storeBlobs uploads the run's blobs a try referenced, once per content.
@@ -277,161 +309,4 @@ func (r *Rollout) RecoverOrphans(ctx context.Context) (int, error) {
 		}
 	}
 	return len(orphans), nil
-}
-
-// acquireModel makes sure this host's model server serves the run's weights
-// and holds it until release. Switching weights waits for episodes still
-// using the old ones.
-func (r *Rollout) acquireModel(ctx context.Context, h schemas.Harness, run, weightsID string) (func(), error) {
-	// The key holds the weights' ETag: a run replaced under the same name
-	// never reuses the old run's server or cached files.
-	remote := schemas.Layout{Run: run}.Weights(weightsID) + h.Model.WeightsFile
-	etag, err := r.Store.ETag(ctx, remote)
-	if err != nil {
-		return nil, fmt.Errorf("weights %s: %w", weightsID, err)
-	}
-	key := run + "/" + weightsID + "/" + etag
-	for {
-		r.mu.Lock()
-		m := r.model
-		if m != nil && m.key == key {
-			if done, _ := m.proc.Exited(); !done {
-				m.users++
-				r.mu.Unlock()
-				return r.releaseModel(m), nil
-			}
-		}
-		if m != nil && m.users > 0 && m.key != key {
-			r.mu.Unlock()
-			select {
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			case <-time.After(100 * time.Millisecond):
-				continue
-			}
-		}
-		// Start (or restart) while holding the lock: other episodes wait for it.
-		if m != nil {
-			m.proc.Stop(10 * time.Second)
-			r.model = nil
-		}
-		nm, err := r.startModel(ctx, h, remote, key)
-		if err != nil {
-			r.mu.Unlock()
-			return nil, err
-		}
-		nm.users = 1
-		r.model = nm
-		r.mu.Unlock()
-		return r.releaseModel(nm), nil
-	}
-}
-
-func (r *Rollout) releaseModel(m *modelServer) func() {
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			r.mu.Lock()
-			m.users--
-			r.mu.Unlock()
-		})
-	}
-}
-
-func (r *Rollout) startModel(ctx context.Context, h schemas.Harness, remote, key string) (*modelServer, error) {
-	local := filepath.Join(r.WorkDir, "weights", filepath.FromSlash(key), h.Model.WeightsFile)
-	if _, err := os.Stat(local); err != nil {
-		if err := r.Store.GetFile(ctx, remote, local); err != nil {
-			return nil, err
-		}
-	}
-	port, err := devstack.FreePort()
-	if err != nil {
-		return nil, err
-	}
-	vars := map[string]string{"weights": local, "port": strconv.Itoa(port), "served_name": h.Model.ServedName, "harness_dir": h.Dir}
-	args, err := harness.FillArgs(h.Model.Command, vars)
-	if err != nil {
-		return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("harness %s model_server.command: %v", h.Name, err), "BadHarness", err)
-	}
-	var env []string
-	for k, v := range h.Model.Env {
-		env = append(env, k+"="+harness.Fill(v, vars))
-	}
-	logPath := filepath.Join(r.WorkDir, "logs", "model-"+strings.ReplaceAll(key, "/", "-")+".log")
-	p, err := devstack.Start("model server", args, env, logPath, false)
-	if err != nil {
-		return nil, fmt.Errorf("harness %s: %w", h.Name, err)
-	}
-	root := "http://127.0.0.1:" + strconv.Itoa(port)
-	timeout := h.Model.StartTimeout.D()
-	if timeout == 0 {
-		timeout = time.Minute
-	}
-	if err := devstack.WaitReady(ctx, p, timeout, devstack.HTTPCheck(root+h.Model.ReadyPath), logPath); err != nil {
-		p.Stop(5 * time.Second)
-		return nil, fmt.Errorf("harness %s model server: %w", h.Name, err)
-	}
-	r.Proxy.SetUpstream(root)
-	activity.GetLogger(ctx).Info("model server ready", "weights", key, "url", root)
-	return &modelServer{key: key, proc: p}, nil
-}
-
-// Close stops the host's model server.
-func (r *Rollout) Close() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.model != nil {
-		r.model.proc.Stop(5 * time.Second)
-		r.model = nil
-	}
-}
-
-// EpisodeOutcome is what an outcome adapter decides.
-type EpisodeOutcome struct {
-	Valid        bool
-	Success      bool
-	Reward       float64
-	FailureClass string
-	Termination  string
-}
-
-// minimalOutcome is the file the minimal harness's episode writes.
-type minimalOutcome struct {
-	Success     bool    `json:"success"`
-	Reward      float64 `json:"reward"`
-	Terminated  bool    `json:"terminated"`
-	Termination string  `json:"termination"`
-	Error       string  `json:"error"`
-}
-
-// Outcome turns an episode's exit and output dir into an outcome. Success
-// comes from the environment's own signal, never from the planner's claim.
-func Outcome(spec schemas.OutcomeSpec, dir string, pr proc.Result, runErr error) EpisodeOutcome {
-	switch {
-	case runErr != nil:
-		return EpisodeOutcome{FailureClass: schemas.FailureInfra, Termination: "could not run: " + runErr.Error()}
-	case pr.TimedOut:
-		return EpisodeOutcome{FailureClass: schemas.FailureTimeout, Termination: "episode timed out"}
-	}
-	var o minimalOutcome
-	b, err := os.ReadFile(filepath.Join(dir, spec.File))
-	if err == nil {
-		err = json.Unmarshal(b, &o)
-	}
-	switch {
-	case err != nil && errors.Is(err, os.ErrNotExist):
-		return EpisodeOutcome{FailureClass: schemas.FailureInfra, Termination: fmt.Sprintf("no %s (exit code %d)", spec.File, pr.ExitCode)}
-	case err != nil:
-		return EpisodeOutcome{FailureClass: schemas.FailureInfra, Termination: fmt.Sprintf("unreadable %s: %v", spec.File, err)}
-	case pr.ExitCode != 0 || o.Error != "":
-		return EpisodeOutcome{FailureClass: schemas.FailureInfra, Termination: fmt.Sprintf("planner error (exit %d): %s", pr.ExitCode, o.Error)}
-	}
-	out := EpisodeOutcome{Valid: true, Success: o.Terminated, Termination: o.Termination}
-	if out.Success {
-		out.Reward = 1
-	} else {
-		out.FailureClass = schemas.FailureTask
-	}
-	return out
 }

@@ -22,6 +22,9 @@ import (
 type Trainer struct {
 	Store   *store.Store
 	WorkDir string
+	// BeforeTrain frees the host when it also runs episodes (rollout
+	// services that ask to stop before training).
+	BeforeTrain func()
 
 	harnesses harnessCache
 }
@@ -91,6 +94,9 @@ func (t *Trainer) Train(ctx context.Context, in TrainInput) (schemas.TrainerMetr
 	env := map[string]string{}
 	for k, v := range h.Trainer.Env {
 		env[k] = harness.Fill(v, vars)
+	}
+	if t.BeforeTrain != nil {
+		t.BeforeTrain()
 	}
 	logPath := filepath.Join(dir, "trainer.log")
 	pctx, span := tracer.Start(ctx, "trainer")

@@ -7,26 +7,57 @@ package schemas
 type Harness struct {
 	Name string `yaml:"name" json:"name"`
 	// Dir is the absolute directory of the harness file (set by the loader).
-	Dir     string            `yaml:"-" json:"dir"`
-	Vars    map[string]string `yaml:"vars" json:"vars"`
-	Model   ModelServer       `yaml:"model_server" json:"model_server"`
-	Episode EpisodeSpec       `yaml:"episode" json:"episode"`
-	Tasks   []Task            `yaml:"tasks" json:"tasks"`
-	Splits  Splits            `yaml:"splits" json:"splits"`
-	Collect Collect           `yaml:"collect" json:"collect"`
-	Trainer Trainer           `yaml:"trainer" json:"trainer"`
+	Dir  string            `yaml:"-" json:"dir"`
+	Vars map[string]string `yaml:"vars" json:"vars"`
+	// Services run once per rollout host and are shared by its episodes
+	// (VLA, SAM3, an env server...), started in order before the model server.
+	Services []Service   `yaml:"services" json:"services"`
+	Model    ModelServer `yaml:"model_server" json:"model_server"`
+	Episode  EpisodeSpec `yaml:"episode" json:"episode"`
+	Tasks    []Task      `yaml:"tasks" json:"tasks"`
+	Splits   Splits      `yaml:"splits" json:"splits"`
+	Collect  Collect     `yaml:"collect" json:"collect"`
+	Trainer  Trainer     `yaml:"trainer" json:"trainer"`
 	// Digest is the sha256 of the harness file bytes plus the vars (set by the loader).
 	Digest string `yaml:"-" json:"digest"`
 }
 
-// ModelServer is the OpenAI-compatible server the planner calls through the proxy.
-// It is restarted whenever the weights change.
+// Service is a long-running process on a rollout host. Its command gets
+// {port}, a port allocated on the host for it; other commands reach it as
+// {<name>_port} and {<name>_url}.
+type Service struct {
+	Name    string            `yaml:"name" json:"name"`
+	Command []string          `yaml:"command" json:"command"`
+	Env     map[string]string `yaml:"env" json:"env"`
+	Ready   Ready             `yaml:"ready" json:"ready"`
+	// StartTimeout bounds start-up until Ready passes (default 1m).
+	StartTimeout Duration `yaml:"start_timeout" json:"start_timeout"`
+	// External, when non-empty after vars are filled, is the URL of a
+	// service that already runs elsewhere: nothing is started and
+	// {<name>_url} is this URL.
+	External string `yaml:"external" json:"external"`
+	// StopBeforeTraining frees the host (GPU memory) when it also trains.
+	StopBeforeTraining bool `yaml:"stop_before_training" json:"stop_before_training"`
+}
+
+// Ready says how to tell a service is ready; the first set field is used.
+type Ready struct {
+	// HTTP is a path answering 2xx to GET, e.g. /health.
+	HTTP string `yaml:"http" json:"http"`
+	// Post is a path answering 2xx to POST of Body (JSON), e.g. RPent's
+	// POST /call {"method":"healthz"}; Expect, when set, must appear in the answer.
+	Post   string `yaml:"post" json:"post"`
+	Body   string `yaml:"body" json:"body"`
+	Expect string `yaml:"expect" json:"expect"`
+	// Log is text the service prints when ready, e.g. "RPC server listening on".
+	Log string `yaml:"log" json:"log"`
+}
+
+// ModelServer is the OpenAI-compatible server the planner calls through the
+// proxy. It is a service restarted whenever the weights change.
 type ModelServer struct {
-	Command      []string          `yaml:"command" json:"command"`
-	Env          map[string]string `yaml:"env" json:"env"`
-	ReadyPath    string            `yaml:"ready_path" json:"ready_path"` // HTTP GET path answering 200 when ready
-	StartTimeout Duration          `yaml:"start_timeout" json:"start_timeout"`
-	ServedName   string            `yaml:"served_name" json:"served_name"`
+	Service    `yaml:",inline"`
+	ServedName string `yaml:"served_name" json:"served_name"`
 	// WeightsFile is the file (relative to a weights directory) the command reads.
 	WeightsFile string `yaml:"weights_file" json:"weights_file"`
 }
@@ -38,12 +69,23 @@ type EpisodeSpec struct {
 	Timeout Duration          `yaml:"timeout" json:"timeout"`
 	// Outcome names the adapter that turns the output dir into an outcome.
 	Outcome OutcomeSpec `yaml:"outcome" json:"outcome"`
+	// Artifacts are glob patterns, relative to the output dir, of the files
+	// uploaded with the episode's records (default: every file).
+	Artifacts []string `yaml:"artifacts" json:"artifacts"`
 }
 
-// OutcomeSpec selects and configures an outcome adapter.
+// OutcomeSpec selects and configures an outcome adapter: "minimal" (the
+// toy's outcome.json), "rpent_libero" (RPent's output dir) or "json" (any
+// harness writing a JSON file: name the file and the fields).
 type OutcomeSpec struct {
 	Adapter string `yaml:"adapter" json:"adapter"`
 	File    string `yaml:"file" json:"file"`
+	// For the json adapter: dotted paths into File (a.b.0.c). Success is a
+	// boolean; Reward a number (default: 1 on success, else 0); Error, when
+	// a non-empty string or true, marks an infrastructure failure.
+	Success string `yaml:"success" json:"success"`
+	Reward  string `yaml:"reward" json:"reward"`
+	Error   string `yaml:"error" json:"error"`
 }
 
 // Task is one task of the harness; Suite groups tasks in reports.

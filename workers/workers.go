@@ -50,13 +50,27 @@ func Run(ctx context.Context, c client.Client, s *store.Store, cfg Config) error
 	}
 	var ws []worker.Worker
 	var cleanup []func()
+	var rollout *activities.Rollout
 	defer func() {
 		for _, f := range cleanup {
 			f()
 		}
 	}()
+	// Roles start in a fixed order: the train role needs the rollout host
+	// of the same process, if any, to free it before training.
+	want := map[string]bool{}
 	for _, role := range cfg.Roles {
-		switch strings.TrimSpace(role) {
+		role = strings.TrimSpace(role)
+		if role != "control" && role != "rollout" && role != "train" {
+			return fmt.Errorf("--roles: unknown role %q; use control, rollout and/or train", role)
+		}
+		want[role] = true
+	}
+	for _, role := range []string{"control", "rollout", "train"} {
+		if !want[role] {
+			continue
+		}
+		switch role {
 		case "control":
 			w := worker.New(c, workflows.ControlQueue, worker.Options{})
 			w.RegisterWorkflow(workflows.Train)
@@ -86,6 +100,7 @@ func Run(ctx context.Context, c client.Client, s *store.Store, cfg Config) error
 				slog.Info("stored orphaned episode tries from an earlier worker", "tries", n)
 			}
 			cleanup = append(cleanup, func() { srv.Close(); ro.Close() })
+			rollout = ro
 			w := worker.New(c, workflows.RolloutQueue, worker.Options{MaxConcurrentActivityExecutionSize: cfg.Slots})
 			// Close is the host's own, not an activity.
 			w.RegisterActivityWithOptions(ro, activity.RegisterOptions{SkipInvalidStructFunctions: true})
@@ -93,10 +108,12 @@ func Run(ctx context.Context, c client.Client, s *store.Store, cfg Config) error
 			slog.Info("recording proxy listening", "addr", ln.Addr().String())
 		case "train":
 			w := worker.New(c, workflows.TrainQueue, worker.Options{MaxConcurrentActivityExecutionSize: 1})
-			w.RegisterActivity(&activities.Trainer{Store: s, WorkDir: cfg.WorkDir})
+			tr := &activities.Trainer{Store: s, WorkDir: cfg.WorkDir}
+			if rollout != nil {
+				tr.BeforeTrain = rollout.StopForTraining
+			}
+			w.RegisterActivity(tr)
 			ws = append(ws, w)
-		default:
-			return fmt.Errorf("--roles: unknown role %q; use control, rollout and/or train", role)
 		}
 	}
 	if len(ws) == 0 {

@@ -20,6 +20,8 @@ import (
 	"github.com/roundhouse-rl/roundhouse/schemas"
 )
 
+var serviceName = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
+
 var placeholder = regexp.MustCompile(`\{([a-zA-Z_][a-zA-Z0-9_]*)\}`)
 
 // Load reads the harness file at path, applies overrides (from --var k=v) to
@@ -118,6 +120,14 @@ func fillAll(h *schemas.Harness, vars map[string]string) error {
 	for k, v := range vars {
 		all[k] = v
 	}
+	// Services publish {<name>_port} and {<name>_url} to later commands.
+	runtime := map[string]bool{}
+	for k := range schemas.RuntimeVars {
+		runtime[k] = true
+	}
+	for _, s := range h.Services {
+		runtime[s.Name+"_port"], runtime[s.Name+"_url"] = true, true
+	}
 	for k, v := range h.Trainer.Hyper {
 		all[k] = v
 	}
@@ -125,7 +135,7 @@ func fillAll(h *schemas.Harness, vars map[string]string) error {
 		for i, s := range ss {
 			ss[i] = Fill(s, all)
 			for _, m := range placeholder.FindAllStringSubmatch(ss[i], -1) {
-				if _, ok := schemas.RuntimeVars[m[1]]; !ok {
+				if !runtime[m[1]] {
 					return fmt.Errorf("%s uses {%s}, which is neither a var of the file nor a runtime value; declare it under vars:", where, m[1])
 				}
 			}
@@ -141,6 +151,17 @@ func fillAll(h *schemas.Harness, vars map[string]string) error {
 			env[k] = s[0]
 		}
 		return nil
+	}
+	for i := range h.Services {
+		sv := &h.Services[i]
+		where := "services." + sv.Name
+		ext := []string{sv.External}
+		for _, err := range []error{fill(where+".command", sv.Command), fillEnv(where, sv.Env), fill(where+".external", ext)} {
+			if err != nil {
+				return err
+			}
+		}
+		sv.External = ext[0]
 	}
 	for _, err := range []error{
 		fill("model_server.command", h.Model.Command),
@@ -174,6 +195,27 @@ func Check(h schemas.Harness) error {
 		return fmt.Errorf("collect.attempts is %d: leave-one-out advantages need at least 2", h.Collect.Attempts)
 	case h.Collect.Groups < 1:
 		return fmt.Errorf("collect.groups is %d: need at least 1", h.Collect.Groups)
+	}
+	names := map[string]bool{"model": true}
+	for _, s := range h.Services {
+		switch {
+		case !serviceName.MatchString(s.Name):
+			return fmt.Errorf("services: name %q must be a lowercase word like vla or sam3", s.Name)
+		case names[s.Name]:
+			return fmt.Errorf("services: name %q is used twice (\"model\" is the model server's)", s.Name)
+		case len(s.Command) == 0 && s.External == "":
+			return fmt.Errorf("services.%s: give a command, or an external URL of a running service", s.Name)
+		}
+		names[s.Name] = true
+	}
+	switch h.Episode.Outcome.Adapter {
+	case "minimal", "rpent_libero":
+	case "json":
+		if h.Episode.Outcome.File == "" || h.Episode.Outcome.Success == "" {
+			return errors.New("episode.outcome: the json adapter needs file: and success: (a dotted path to a boolean)")
+		}
+	default:
+		return fmt.Errorf("episode.outcome.adapter %q: use minimal, rpent_libero or json", h.Episode.Outcome.Adapter)
 	}
 	seen := map[int32]bool{}
 	for _, t := range h.Tasks {
