@@ -136,7 +136,7 @@ func fillAll(h *schemas.Harness, vars map[string]string) error {
 			ss[i] = Fill(s, all)
 			for _, m := range placeholder.FindAllStringSubmatch(ss[i], -1) {
 				if !runtime[m[1]] {
-					return fmt.Errorf("%s uses {%s}, which is neither a var of the file nor a runtime value; declare it under vars:", where, m[1])
+					return &FieldError{where, fmt.Errorf("uses {%s}, which is neither a var of the file nor a runtime value; declare it under vars:", m[1])}
 				}
 			}
 		}
@@ -145,7 +145,7 @@ func fillAll(h *schemas.Harness, vars map[string]string) error {
 	fillEnv := func(where string, env map[string]string) error {
 		for k, v := range env {
 			s := []string{v}
-			if err := fill(where+" env "+k, s); err != nil {
+			if err := fill(where+"."+k, s); err != nil {
 				return err
 			}
 			env[k] = s[0]
@@ -154,9 +154,9 @@ func fillAll(h *schemas.Harness, vars map[string]string) error {
 	}
 	for i := range h.Services {
 		sv := &h.Services[i]
-		where := "services." + sv.Name
+		where := fmt.Sprintf("services.%d", i)
 		ext := []string{sv.External}
-		for _, err := range []error{fill(where+".command", sv.Command), fillEnv(where, sv.Env), fill(where+".external", ext)} {
+		for _, err := range []error{fill(where+".command", sv.Command), fillEnv(where+".env", sv.Env), fill(where+".external", ext)} {
 			if err != nil {
 				return err
 			}
@@ -165,11 +165,11 @@ func fillAll(h *schemas.Harness, vars map[string]string) error {
 	}
 	for _, err := range []error{
 		fill("model_server.command", h.Model.Command),
-		fillEnv("model_server", h.Model.Env),
+		fillEnv("model_server.env", h.Model.Env),
 		fill("episode.command", h.Episode.Command),
-		fillEnv("episode", h.Episode.Env),
+		fillEnv("episode.env", h.Episode.Env),
 		fill("trainer.command", h.Trainer.Command),
-		fillEnv("trainer", h.Trainer.Env),
+		fillEnv("trainer.env", h.Trainer.Env),
 	} {
 		if err != nil {
 			return err
@@ -182,29 +182,30 @@ func fillAll(h *schemas.Harness, vars map[string]string) error {
 func Check(h schemas.Harness) error {
 	switch {
 	case h.Name == "":
-		return errors.New("name: is missing")
+		return &FieldError{"name", errors.New("is missing")}
 	case len(h.Model.Command) == 0:
-		return errors.New("model_server.command is missing: give the model server's argument list")
+		return &FieldError{"model_server.command", errors.New("is missing: give the model server's argument list")}
 	case len(h.Episode.Command) == 0:
-		return errors.New("episode.command is missing: give the episode's argument list")
+		return &FieldError{"episode.command", errors.New("is missing: give the episode's argument list")}
 	case len(h.Trainer.Command) == 0:
-		return errors.New("trainer.command is missing: give the trainer's argument list")
+		return &FieldError{"trainer.command", errors.New("is missing: give the trainer's argument list")}
 	case len(h.Tasks) == 0:
-		return errors.New("tasks: is empty: list at least one task")
+		return &FieldError{"tasks", errors.New("is empty: list at least one task")}
 	case h.Collect.Attempts < 2:
-		return fmt.Errorf("collect.attempts is %d: leave-one-out advantages need at least 2", h.Collect.Attempts)
+		return &FieldError{"collect.attempts", fmt.Errorf("is %d: leave-one-out advantages need at least 2", h.Collect.Attempts)}
 	case h.Collect.Groups < 1:
-		return fmt.Errorf("collect.groups is %d: need at least 1", h.Collect.Groups)
+		return &FieldError{"collect.groups", fmt.Errorf("is %d: need at least 1", h.Collect.Groups)}
 	}
 	names := map[string]bool{"model": true}
-	for _, s := range h.Services {
+	for i, s := range h.Services {
+		at := fmt.Sprintf("services.%d", i)
 		switch {
 		case !serviceName.MatchString(s.Name):
-			return fmt.Errorf("services: name %q must be a lowercase word like vla or sam3", s.Name)
+			return &FieldError{at + ".name", fmt.Errorf("%q must be a lowercase word like vla or sam3", s.Name)}
 		case names[s.Name]:
-			return fmt.Errorf("services: name %q is used twice (\"model\" is the model server's)", s.Name)
+			return &FieldError{at + ".name", fmt.Errorf("%q is used twice (\"model\" is the model server's)", s.Name)}
 		case len(s.Command) == 0 && s.External == "":
-			return fmt.Errorf("services.%s: give a command, or an external URL of a running service", s.Name)
+			return &FieldError{at, fmt.Errorf("service %s needs a command, or an external URL of a running service", s.Name)}
 		}
 		names[s.Name] = true
 	}
@@ -212,15 +213,15 @@ func Check(h schemas.Harness) error {
 	case "minimal", "rpent_libero":
 	case "json":
 		if h.Episode.Outcome.File == "" || h.Episode.Outcome.Success == "" {
-			return errors.New("episode.outcome: the json adapter needs file: and success: (a dotted path to a boolean)")
+			return &FieldError{"episode.outcome", errors.New("the json adapter needs file: and success: (a dotted path to a boolean)")}
 		}
 	default:
-		return fmt.Errorf("episode.outcome.adapter %q: use minimal, rpent_libero or json", h.Episode.Outcome.Adapter)
+		return &FieldError{"episode.outcome.adapter", fmt.Errorf("%q: use minimal, rpent_libero or json", h.Episode.Outcome.Adapter)}
 	}
 	seen := map[int32]bool{}
-	for _, t := range h.Tasks {
+	for i, t := range h.Tasks {
 		if seen[t.ID] {
-			return fmt.Errorf("tasks: id %d appears twice", t.ID)
+			return &FieldError{fmt.Sprintf("tasks.%d.id", i), fmt.Errorf("id %d appears twice", t.ID)}
 		}
 		seen[t.ID] = true
 	}
@@ -229,14 +230,14 @@ func Check(h schemas.Harness) error {
 	for _, key := range []string{"train_init_ids", "val_init_ids", "eval_init_ids"} {
 		ids, err := ParseIDs(splits[key])
 		if err != nil {
-			return fmt.Errorf("splits.%s: %w", key, err)
+			return &FieldError{"splits." + key, err}
 		}
 		if len(ids) == 0 {
-			return fmt.Errorf("splits.%s is empty: give ids like \"11-44\"", key)
+			return &FieldError{"splits." + key, errors.New("is empty: give ids like \"11-44\"")}
 		}
 		for _, id := range ids {
 			if other, ok := owner[id]; ok {
-				return fmt.Errorf("splits: init id %d is in both %s and %s; the splits must not overlap", id, other, key)
+				return &FieldError{"splits." + key, fmt.Errorf("init id %d is in both %s and %s; the splits must not overlap", id, other, key)}
 			}
 			owner[id] = key
 		}
