@@ -28,25 +28,17 @@ type TaskResult struct {
 // RoundSummary is what one round did; rounds/round=R/summary.json and the
 // workflow result carry it.
 type RoundSummary struct {
-	Round             int32          `json:"round"`
-	WeightsIn         string         `json:"weights_in"`
-	WeightsOut        string         `json:"weights_out"`
-	ValSuccess        float64        `json:"val_success"` // validation success rate of WeightsIn (-1 when not validated)
-	PoolTasks         []int32        `json:"pool_tasks"`
-	Episodes          int            `json:"episodes"`
-	Valid             int            `json:"valid"`
-	Invalid           int            `json:"invalid"`
-	InvalidByCause    map[string]int `json:"invalid_by_cause,omitempty"`
-	Successes         int            `json:"successes"`
-	SuccessRate       float64        `json:"success_rate"` // collection success over valid episodes
-	Groups            int            `json:"groups"`
-	GroupsWithSignal  int            `json:"groups_with_signal"`
-	Calls             int            `json:"calls"`
-	UntrainableCalls  int            `json:"untrainable_calls"`
-	Samples           int            `json:"samples"`
-	ZeroWeightSamples int            `json:"zero_weight_samples"`
-	Trainer           TrainerMetrics `json:"trainer"`
-	Prefix            string         `json:"prefix"` // S3 prefix of the run
+	Round      int32   `json:"round"`
+	WeightsIn  string  `json:"weights_in"`
+	WeightsOut string  `json:"weights_out"`
+	ValSuccess float64 `json:"val_success"` // validation success rate of WeightsIn (-1 when not validated)
+	PoolTasks  []int32 `json:"pool_tasks"`
+	// The collection's counts; InvalidByCause also counts "lost" episodes
+	// whose activity failed for good and left no record.
+	BatchSummary
+	SuccessRate float64        `json:"success_rate"` // collection success over valid episodes
+	Trainer     TrainerMetrics `json:"trainer"`
+	Prefix      string         `json:"prefix"` // S3 prefix of the run
 }
 
 // BatchSummary is what building a round's training batch reports.

@@ -117,13 +117,10 @@ func Train(ctx workflow.Context, in TrainInput) (TrainResult, error) {
 			eps = append(eps, episodeCell{Task: taskByID(h, g.Task), InitID: g.InitID, Group: int32(gi), Attempt: int32(a)})
 		}
 	}
-	results := runEpisodes(ctx, in, prog, schemas.PhaseTrain, in.Round, in.Weights, eps)
-	for _, r := range results {
+	lost := 0
+	for _, r := range runEpisodes(ctx, in, prog, schemas.PhaseTrain, in.Round, in.Weights, eps) {
 		if r.Lost {
-			if summary.InvalidByCause == nil {
-				summary.InvalidByCause = map[string]int{}
-			}
-			summary.InvalidByCause["lost"]++
+			lost++
 		}
 	}
 
@@ -135,16 +132,13 @@ func Train(ctx workflow.Context, in TrainInput) (TrainResult, error) {
 	}).Get(ctx, &batch); err != nil {
 		return result, fmt.Errorf("round %d batch: %w", in.Round, err)
 	}
-	summary.Episodes, summary.Valid, summary.Invalid = batch.Episodes, batch.Valid, batch.Invalid
-	for k, v := range batch.InvalidByCause {
+	summary.BatchSummary = batch
+	if lost > 0 {
 		if summary.InvalidByCause == nil {
 			summary.InvalidByCause = map[string]int{}
 		}
-		summary.InvalidByCause[k] += v
+		summary.InvalidByCause["lost"] += lost
 	}
-	summary.Successes, summary.Groups, summary.GroupsWithSignal = batch.Successes, batch.Groups, batch.GroupsWithSignal
-	summary.Calls, summary.UntrainableCalls = batch.Calls, batch.UntrainableCalls
-	summary.Samples, summary.ZeroWeightSamples = batch.Samples, batch.ZeroWeightSamples
 	if batch.Valid > 0 {
 		summary.SuccessRate = float64(batch.Successes) / float64(batch.Valid)
 	}
