@@ -151,8 +151,3 @@ func lookup(doc any, path string) (any, bool) {
 	}
 	return cur, true
 }
-
-// rpentLibero is filled in by the RPent adapter (rpent.go).
-var rpentLibero = func(dir string, exit Exit) Result {
-	return infra("the rpent_libero adapter is not built in")
-}

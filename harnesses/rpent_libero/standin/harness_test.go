@@ -1,0 +1,138 @@
+package standin
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/roundhouse-rl/roundhouse/internal/harness"
+)
+
+// standin.yaml must test harness.yaml's wiring: the same episode and
+// service command lines after the program, the same services, readiness
+// signals, external-endpoint vars, outcome adapter, artifacts and splits.
+func TestStandinMirrorsTheRealHarness(t *testing.T) {
+	real, err := harness.Load("../harness.yaml", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Same var values, so only the wiring can differ.
+	stand, err := harness.Load("../standin.yaml", map[string]string{"max_turns": real.Vars["max_turns"], "max_steps": real.Vars["max_steps"]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := stand.Episode.Command[1:], real.Episode.Command[1:]; !slices.Equal(got, want) {
+		t.Errorf("episode flags differ:\n standin %q\n real    %q", got, want)
+	}
+	for _, flag := range []string{"--robot", "--libero-type", "--suite", "--task", "--seed", "--planner", "--model",
+		"--base-url", "--max-turns", "--output-dir", "--vla-endpoint", "--sam3-endpoint"} {
+		if !slices.Contains(real.Episode.Command, flag) {
+			t.Errorf("real episode command lacks %s", flag)
+		}
+	}
+	// The stand-in parses the real flags (after filling runtime values).
+	args, err := harness.FillArgs(real.Episode.Command[1:], map[string]string{"task": "2", "seed": "12", "base_url": "http://127.0.0.1:1/e/x/v1",
+		"output_dir": t.TempDir(), "served_name": "planner", "vla_url": "http://127.0.0.1:2", "sam3_url": "http://127.0.0.1:3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ParseArgs(args, os.Stderr); err != nil {
+		t.Errorf("the stand-in refuses harness.yaml's episode flags: %v", err)
+	}
+	if len(real.Services) != len(stand.Services) {
+		t.Fatalf("services: real %d, standin %d", len(real.Services), len(stand.Services))
+	}
+	for i, rs := range real.Services {
+		ss := stand.Services[i]
+		tail := func(cmd []string) []string {
+			for j, a := range cmd {
+				if a == "--embodiment" || a == "--cuda-device" {
+					return cmd[j:]
+				}
+			}
+			return nil
+		}
+		if ss.Name != rs.Name || !slices.Equal(tail(ss.Command), tail(rs.Command)) || tail(rs.Command) == nil {
+			t.Errorf("service %s: flags differ:\n standin %q\n real    %q", rs.Name, ss.Command, rs.Command)
+		}
+		if rs.External != "" || ss.External != "" {
+			t.Errorf("service %s: external endpoints must default to empty", rs.Name)
+		}
+		if ss.Ready.Log == "" && ss.Ready.Post == "" {
+			t.Errorf("service %s: the stand-in must be ready by log line or POST /call", rs.Name)
+		}
+		for k := range rs.Env {
+			if _, ok := ss.Env[k]; !ok && strings.HasSuffix(k, "_CHECKPOINT_PATH") {
+				t.Errorf("service %s: standin lacks env %s", rs.Name, k)
+			}
+		}
+	}
+	overridden, err := harness.Load("../harness.yaml", map[string]string{"vla_endpoint": "http://10.0.0.5:8220"})
+	if err != nil || overridden.Services[0].External != "http://10.0.0.5:8220" {
+		t.Errorf("--var vla_endpoint must make vla external: %+v %v", overridden.Services[0], err)
+	}
+	if real.Episode.Env["OPENAI_API_KEY"] == "" || stand.Episode.Env["OPENAI_API_KEY"] == "" {
+		t.Error("OPENAI_API_KEY must be set to a non-empty value")
+	}
+	if real.Episode.Outcome.Adapter != "rpent_libero" || stand.Episode.Outcome.Adapter != "rpent_libero" {
+		t.Error("both files must use the rpent_libero adapter")
+	}
+	if !reflect.DeepEqual(real.Episode.Artifacts, stand.Episode.Artifacts) || !reflect.DeepEqual(real.Splits, stand.Splits) {
+		t.Error("artifacts and splits must match")
+	}
+	if real.Splits.Train != "11-44" || real.Splits.Val != "45-49" || real.Splits.Eval != "1-10" {
+		t.Errorf("splits %+v", real.Splits)
+	}
+	if !slices.Contains(real.Trainer.Command, "--nproc_per_node") || real.Trainer.Command[slices.Index(real.Trainer.Command, "--nproc_per_node")+1] != "8" {
+		t.Errorf("trainer must run 8 processes: %q", real.Trainer.Command)
+	}
+	for _, task := range real.Tasks {
+		if task.Suite != real.Vars["suite"] {
+			t.Errorf("task %d suite %q, but --suite is %q", task.ID, task.Suite, real.Vars["suite"])
+		}
+	}
+}
+
+// serve_vllm.sh turns model_dir.txt (or a directory) into `vllm serve DIR`.
+func TestServeVLLMLauncher(t *testing.T) {
+	dir := t.TempDir()
+	model := filepath.Join(dir, "ckpt", "r3")
+	os.MkdirAll(model, 0o755)
+	os.WriteFile(filepath.Join(model, "config.json"), []byte(`{}`), 0o644)
+	pointer := filepath.Join(dir, "model_dir.txt")
+	os.WriteFile(pointer, []byte(model+"\n"), 0o644)
+	fake := filepath.Join(dir, "vllm")
+	argsOut := filepath.Join(dir, "args")
+	os.WriteFile(fake, []byte("#!/bin/sh\nprintf '%s\\n' \"$@\" > "+argsOut+"\n"), 0o755)
+	run := func(weights string) (string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "/bin/sh", "../serve_vllm.sh", weights, fake, "--served-model-name", "planner", "--port", "18100")
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	for _, w := range []string{pointer, model} {
+		os.Remove(argsOut)
+		if out, err := run(w); err != nil {
+			t.Fatalf("%s: %v\n%s", w, err, out)
+		}
+		b, _ := os.ReadFile(argsOut)
+		if got, want := strings.Fields(string(b)), []string{"serve", model, "--served-model-name", "planner", "--port", "18100"}; !slices.Equal(got, want) {
+			t.Errorf("%s: vllm got %q, want %q", w, got, want)
+		}
+	}
+	os.WriteFile(pointer, []byte(filepath.Join(dir, "unmounted")+"\n"), 0o644)
+	if out, err := run(pointer); err == nil || !strings.Contains(out, "not a model directory") {
+		t.Errorf("a pointer to nothing must fail clearly: %v %s", err, out)
+	}
+	os.WriteFile(pointer, []byte("relative/dir\n"), 0o644)
+	if out, err := run(pointer); err == nil || !strings.Contains(out, "absolute") {
+		t.Errorf("a relative pointer must fail: %v %s", err, out)
+	}
+}

@@ -1,0 +1,152 @@
+package outcome
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/roundhouse-rl/roundhouse/schemas"
+)
+
+// rpentDir writes an output dir shaped like RPent's: transcript_<tag>.json,
+// states.json and run.log. A nil transcript or states leaves the file out.
+func rpentDir(t *testing.T, transcript map[string]any, states any) string {
+	t.Helper()
+	dir := t.TempDir()
+	put := func(name string, v any) {
+		b, err := json.MarshalIndent(v, "", "  ")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if transcript != nil {
+		put("transcript_20250101T120000Z.json", transcript)
+	}
+	if states != nil {
+		put("states.json", states)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "run.log"), []byte("rpent: episode done\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// transcript is a realistic transcript: a tool call, its result, finish.
+func transcript(finish any, errField any, toolResults ...any) map[string]any {
+	msgs := []any{
+		map[string]any{"role": "system", "content": "You control a Franka arm in LIBERO."},
+		map[string]any{"role": "user", "content": []any{
+			map[string]any{"type": "text", "text": "put the bowl on the plate"},
+			map[string]any{"type": "image_url", "image_url": map[string]any{"url": "data:image/png;base64,iVBORw0KGgo="}},
+		}},
+	}
+	for i, r := range toolResults {
+		id := "call_" + string(rune('a'+i))
+		msgs = append(msgs,
+			map[string]any{"role": "assistant", "content": nil, "tool_calls": []any{map[string]any{
+				"id": id, "type": "function", "function": map[string]any{"name": "execute_skill", "arguments": `{"instruction":"pick up the bowl"}`}}}},
+			map[string]any{"role": "tool", "tool_call_id": id, "content": r})
+	}
+	return map[string]any{
+		"finish":   finish,
+		"stats":    map[string]any{"turns": len(toolResults), "model_calls": len(toolResults) + 1, "service_errors": 0},
+		"error":    errField,
+		"messages": msgs,
+	}
+}
+
+func steps(terminated ...bool) map[string]any {
+	var s []any
+	for i, term := range terminated {
+		s = append(s, map[string]any{"turn": i + 1, "tool": "execute_skill", "env_steps": 5 * (i + 1), "terminated": term, "truncated": false})
+	}
+	if s == nil {
+		s = []any{}
+	}
+	return map[string]any{"suite": "libero_object_swap", "task": 2, "seed": 12, "steps": s}
+}
+
+func TestRPentLibero(t *testing.T) {
+	ok := `{"status":"executed","instruction":"pick up the bowl","env_steps":5}`
+	claimSuccess := map[string]any{"success": true, "summary": "the bowl is on the plate"}
+	cases := []struct {
+		name       string
+		transcript map[string]any
+		states     any
+		exit       Exit
+		want       Result
+		why        []string // substrings of the termination text
+	}{
+		{"success from terminated", transcript(nil, nil, ok, ok), steps(false, true), Exit{},
+			Result{Valid: true, Success: true, Reward: 1}, []string{"terminated at step 2 of 2"}},
+		{"finish claim without terminated is a task failure", transcript(claimSuccess, nil, ok), steps(false), Exit{},
+			Result{Valid: true, FailureClass: schemas.FailureTask}, []string{"not terminated after 1 steps", "claimed success"}},
+		{"finish claiming failure does not hide success", transcript(map[string]any{"success": false}, nil, ok), steps(true), Exit{},
+			Result{Valid: true, Success: true, Reward: 1}, nil},
+		{"no steps at all", transcript(nil, nil), steps(), Exit{},
+			Result{Valid: true, FailureClass: schemas.FailureTask}, []string{"after 0 steps"}},
+		{"planner error", transcript(nil, "APIConnectionError: connection refused", ok), steps(false), Exit{Code: 1},
+			Result{FailureClass: schemas.FailureInfra}, []string{"planner error", "exit code 1", "connection refused"}},
+		{"planner error as an object", transcript(nil, map[string]any{"type": "RateLimitError", "message": "429 from server"}), steps(), Exit{Code: 1},
+			Result{FailureClass: schemas.FailureInfra}, []string{"429 from server"}},
+		{"exit 1 without transcript error", transcript(nil, nil, ok), steps(true), Exit{Code: 1},
+			Result{FailureClass: schemas.FailureInfra}, []string{"code 1"}},
+		{"service error in a tool result", transcript(nil, nil, ok, `{"error":"vla: POST http://127.0.0.1:18300/call: connection refused"}`), steps(false, true), Exit{},
+			Result{FailureClass: schemas.FailureInfra}, []string{"1 tool result", "call_b", "vla: POST"}},
+		{"service error in text parts", transcript(nil, nil, []any{map[string]any{"type": "text", "text": `{"error": "sam3 timed out"}`}}), steps(false), Exit{},
+			Result{FailureClass: schemas.FailureInfra}, []string{"sam3 timed out"}},
+		{"null error field in a tool result is fine", transcript(nil, "", `{"status":"executed","error":null}`), steps(true), Exit{},
+			Result{Valid: true, Success: true, Reward: 1}, nil},
+		{"plain-text tool result is fine", transcript(nil, false, "the bowl is grasped"), steps(false), Exit{},
+			Result{Valid: true, FailureClass: schemas.FailureTask}, nil},
+		{"no transcript", nil, steps(true), Exit{Code: 1},
+			Result{FailureClass: schemas.FailureInfra}, []string{"no transcript_*.json", "exit code 1", "run.log"}},
+		{"no states.json", transcript(nil, nil, ok), nil, Exit{},
+			Result{FailureClass: schemas.FailureInfra}, []string{"no states.json"}},
+		{"states without steps", transcript(nil, nil, ok), map[string]any{"suite": "x"}, Exit{},
+			Result{FailureClass: schemas.FailureInfra}, []string{"no steps list"}},
+		{"timeout comes first", transcript(nil, nil, ok), steps(true), Exit{TimedOut: true, Code: -1},
+			Result{FailureClass: schemas.FailureTimeout}, []string{"timed out"}},
+	}
+	spec := schemas.OutcomeSpec{Adapter: "rpent_libero"}
+	for _, c := range cases {
+		dir := rpentDir(t, c.transcript, c.states)
+		got := Decide(spec, dir, c.exit)
+		if got.Valid != c.want.Valid || got.Success != c.want.Success || got.Reward != c.want.Reward || got.FailureClass != c.want.FailureClass {
+			t.Errorf("%s: got %+v, want %+v", c.name, got, c.want)
+		}
+		if got.Termination == "" {
+			t.Errorf("%s: no termination text", c.name)
+		}
+		for _, w := range c.why {
+			if !strings.Contains(got.Termination, w) {
+				t.Errorf("%s: termination %q lacks %q", c.name, got.Termination, w)
+			}
+		}
+	}
+}
+
+func TestRPentLiberoUnreadableFiles(t *testing.T) {
+	dir := rpentDir(t, nil, nil)
+	os.WriteFile(filepath.Join(dir, "transcript_x.json"), []byte(`{"finish":`), 0o644)
+	if got := rpentLibero(dir, Exit{}); got.Valid || !strings.Contains(got.Termination, "transcript_x.json") {
+		t.Errorf("truncated transcript: %+v", got)
+	}
+	dir = rpentDir(t, transcript(nil, nil), nil)
+	os.WriteFile(filepath.Join(dir, "states.json"), []byte(`{"steps":[{"terminated":tru`), 0o644)
+	if got := rpentLibero(dir, Exit{}); got.Valid || !strings.Contains(got.Termination, "states.json") {
+		t.Errorf("truncated states.json: %+v", got)
+	}
+	// A second transcript with an error spoils the episode even if the first is clean.
+	dir = rpentDir(t, transcript(nil, nil), steps(true))
+	b, _ := json.Marshal(transcript(nil, "model 404"))
+	os.WriteFile(filepath.Join(dir, "transcript_zz.json"), b, 0o644)
+	if got := rpentLibero(dir, Exit{}); got.Valid || !strings.Contains(got.Termination, "model 404") {
+		t.Errorf("second transcript's error ignored: %+v", got)
+	}
+}
