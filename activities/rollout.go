@@ -39,8 +39,9 @@ type Rollout struct {
 
 	harnesses harnessCache
 	mu        sync.Mutex
-	services  map[string]*service // by name; the model server under modelName
-	stored    sync.Map            // blob keys known to be in the bucket
+	services  map[string]*service    // by name@config; the model server under modelName
+	failed    map[string]failedStart // recent failed starts, by the same keys
+	stored    sync.Map               // blob keys known to be in the bucket
 }
 
 // EpisodeInput names one episode of a round.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -74,7 +75,7 @@ func (r *Rollout) acquire(ctx context.Context, h schemas.Harness, run, weightsID
 	for {
 		r.mu.Lock()
 		if r.services == nil {
-			r.services = map[string]*service{}
+			r.services, r.failed = map[string]*service{}, map[string]failedStart{}
 		}
 		vars := map[string]string{"harness_dir": h.Dir}
 		for _, spec := range h.Services {
@@ -129,9 +130,19 @@ func (r *Rollout) acquire(ctx context.Context, h schemas.Harness, run, weightsID
 func (r *Rollout) ensure(ctx context.Context, h schemas.Harness, spec schemas.Service, key string, vars map[string]string, prepare func() (map[string]string, error)) error {
 	if spec.External != "" {
 		vars[spec.Name+"_url"] = spec.External
+		if u, err := url.Parse(spec.External); err == nil && u.Port() != "" {
+			vars[spec.Name+"_port"] = u.Port()
+		}
 		return nil
 	}
-	if s := r.services[spec.Name]; s != nil {
+	// Shared services are keyed by name and harness config, so runs with
+	// different configs on one host never stop each other's services; the
+	// model server has one slot and is switched when idle (acquire).
+	slot := spec.Name
+	if spec.Name != modelName {
+		slot = spec.Name + "@" + key
+	}
+	if s := r.services[slot]; s != nil {
 		if s.key == key && s.alive() {
 			vars[spec.Name+"_port"] = strconv.Itoa(s.lease.Port)
 			vars[spec.Name+"_url"] = s.url
@@ -141,9 +152,17 @@ func (r *Rollout) ensure(ctx context.Context, h schemas.Harness, spec schemas.Se
 			activity.GetLogger(ctx).Warn("service exited; restarting", "harness", h.Name, "service", spec.Name)
 		}
 		s.stop()
-		delete(r.services, spec.Name)
+		delete(r.services, slot)
 	}
-	fail := func(err error) error { return &ServiceError{Harness: h.Name, Service: spec.Name, Err: err} }
+	fail := func(err error) error {
+		r.failed[slot] = failedStart{key: key, at: time.Now(), err: err}
+		return &ServiceError{Harness: h.Name, Service: spec.Name, Err: err}
+	}
+	// A service that just failed to start fails fast for a while instead of
+	// making every waiting episode sit through its start timeout again.
+	if f, ok := r.failed[slot]; ok && f.key == key && time.Since(f.at) < failBackoff {
+		return &ServiceError{Harness: h.Name, Service: spec.Name, Err: fmt.Errorf("%w (failed %s ago; retried after %s)", f.err, time.Since(f.at).Round(time.Second), failBackoff)}
+	}
 	extra := map[string]string{}
 	if prepare != nil {
 		var err error
@@ -178,21 +197,46 @@ func (r *Rollout) ensure(ctx context.Context, h schemas.Harness, spec schemas.Se
 		lease.Release()
 		return fail(err)
 	}
-	url := "http://127.0.0.1:" + strconv.Itoa(lease.Port)
+	base := "http://127.0.0.1:" + strconv.Itoa(lease.Port)
 	timeout := spec.StartTimeout.D()
 	if timeout == 0 {
 		timeout = time.Minute
 	}
-	if err := devstack.WaitReady(ctx, p, timeout, readyCheck(spec.Ready, url, logPath), logPath); err != nil {
+	if err := devstack.WaitReady(ctx, p, timeout, readyCheck(spec.Ready, base, logPath), logPath); err != nil {
 		p.Stop(5 * time.Second)
 		lease.Release()
-		return fail(err)
+		if ctx.Err() != nil {
+			return ctx.Err() // the episode was cancelled, the service did not fail
+		}
+		return fail(fmt.Errorf("%w; its log ends: %s", err, logTail(logPath, 400)))
 	}
-	r.services[spec.Name] = &service{spec: spec, key: key, proc: p, lease: lease, url: url}
+	delete(r.failed, slot)
+	r.services[slot] = &service{spec: spec, key: key, proc: p, lease: lease, url: base}
 	vars[spec.Name+"_port"] = strconv.Itoa(lease.Port)
-	vars[spec.Name+"_url"] = url
-	activity.GetLogger(ctx).Info("service ready", "harness", h.Name, "service", spec.Name, "url", url)
+	vars[spec.Name+"_url"] = base
+	activity.GetLogger(ctx).Info("service ready", "harness", h.Name, "service", spec.Name, "url", base)
 	return nil
+}
+
+// failBackoff is how long a failed service start is remembered.
+const failBackoff = 30 * time.Second
+
+type failedStart struct {
+	key string
+	at  time.Time
+	err error
+}
+
+// logTail returns the last n bytes of a log on one line.
+func logTail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "(no log)"
+	}
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return strings.Join(strings.Fields(string(b)), " ")
 }
 
 // readyCheck builds the readiness probe a service declares.

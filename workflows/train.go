@@ -271,7 +271,7 @@ func runEpisodes(ctx workflow.Context, in TrainInput, prog *Progress, phase stri
 	}
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		TaskQueue:           RolloutQueue,
-		StartToCloseTimeout: h.Episode.Timeout.D() + h.Model.StartTimeout.D() + 5*time.Minute,
+		StartToCloseTimeout: h.Episode.Timeout.D() + startTimeouts(h) + 5*time.Minute,
 		HeartbeatTimeout:    hb,
 		// Infrastructure failures use `tries`; three more cover lost workers.
 		RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: tries + 3},
@@ -305,6 +305,20 @@ func runEpisodes(ctx workflow.Context, in TrainInput, prog *Progress, phase stri
 		sel.Select(ctx)
 	}
 	return out
+}
+
+// startTimeouts bounds how long an episode may wait for its host's
+// services, which start one after another (1m each by default).
+func startTimeouts(h schemas.Harness) time.Duration {
+	var d time.Duration
+	for _, s := range append([]schemas.Service{h.Model.Service}, h.Services...) {
+		if t := s.StartTimeout.D(); t > 0 {
+			d += t
+		} else {
+			d += time.Minute
+		}
+	}
+	return d
 }
 
 func withSummary(o workflow.ActivityOptions, summary string) workflow.ActivityOptions {

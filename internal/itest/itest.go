@@ -5,6 +5,8 @@ package itest
 
 import (
 	"context"
+	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +15,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"go.temporal.io/sdk/client"
+	tlog "go.temporal.io/sdk/log"
 
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
 	"github.com/roundhouse-rl/roundhouse/internal/devstack"
@@ -73,7 +78,21 @@ func Start(t testing.TB) Stack {
 	}
 	t.Cleanup(func() { sp.Stop(5 * time.Second) })
 	taddr := "127.0.0.1:" + strconv.Itoa(tport)
-	if err := devstack.WaitReady(ctx, tp, 2*time.Minute, devstack.TCPCheck(taddr), tlog); err != nil {
+	// A Temporal health check, not a bare TCP connect: another process that
+	// grabbed the port would pass the latter.
+	quiet := quietLogger()
+	temporalUp := func(ctx context.Context) error {
+		if err := devstack.TCPCheck(taddr)(ctx); err != nil {
+			return err // not listening yet: no need to dial
+		}
+		c, err := client.DialContext(ctx, client.Options{HostPort: taddr, Logger: quiet})
+		if err != nil {
+			return err
+		}
+		c.Close()
+		return nil
+	}
+	if err := devstack.WaitReady(ctx, tp, 2*time.Minute, temporalUp, tlog); err != nil {
 		t.Fatal(err)
 	}
 	if err := devstack.WaitReady(ctx, sp, time.Minute, devstack.HTTPCheck(cfg.Endpoint), slog); err != nil {
@@ -87,6 +106,10 @@ func Start(t testing.TB) Stack {
 		t.Fatal(err)
 	}
 	return Stack{Endpoints: connect.Endpoints{Temporal: taddr, Namespace: "default", S3: cfg}, Store: st, Dir: dir}
+}
+
+func quietLogger() tlog.Logger {
+	return tlog.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
 }
 
 var (
