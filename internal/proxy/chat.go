@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"mime"
 	"net/http"
 	"slices"
@@ -35,36 +36,92 @@ type chatRequest struct {
 }
 
 // parseChatRequest reads the harness's body and builds the one sent upstream:
-// the same object with "logprobs" and "return_token_ids" forced to true.
-// top_logprobs is forwarded as the harness set it: when the harness did not
-// ask for logprobs the whole logprobs object is hidden from it again anyway.
+// the same bytes with "logprobs" and "return_token_ids" set to true, by
+// overwriting the values the harness gave them (every occurrence) or adding
+// them before the closing brace. One scan finds the fields and validates the
+// body. Of a key given twice the last counts, as in the model server's JSON
+// parser. top_logprobs is forwarded as the harness set it: when the harness
+// did not ask for logprobs the whole logprobs object is hidden from it again
+// anyway.
 func parseChatRequest(body []byte) (chatRequest, error) {
-	if !json.Valid(body) {
-		return chatRequest{}, errors.New("request body is not valid JSON")
-	}
-	ms, err := decodeObject(body)
-	if err != nil {
-		return chatRequest{}, fmt.Errorf("request body: %w", err)
-	}
 	req := chatRequest{upstreamBody: body}
-	if v, ok := get(ms, "model"); ok {
-		_ = json.Unmarshal(v, &req.model) // a non-string model is the server's to reject
+	s := scanner{b: body}
+	if s.peek() != '{' {
+		if validJSON(body) {
+			return req, fmt.Errorf("request body: %w", errNotObject)
+		}
+		return req, errors.New("request body is not valid JSON")
 	}
-	if v, ok := get(ms, "stream"); ok {
-		req.stream = isTrue(v)
+	var forced []span // values of logprobs and return_token_ids
+	var hasLogprobs, hasTokenIDs bool
+	allTrue := true // every occurrence of them, whichever one the server takes
+	members := 0
+	s.open('{')
+	for first := true; s.next('}', first); first = false {
+		k, plain := s.key()
+		start := s.at()
+		v := s.value()
+		if s.err != nil {
+			break
+		}
+		members++
+		switch decodeKey(k, plain) {
+		case "model":
+			req.model = stringValue(v) // a non-string model is the server's to reject
+		case "stream":
+			req.stream = isTrue(v)
+		case "logprobs":
+			hasLogprobs, req.wantLogprobs = true, isTrue(v)
+			forced = append(forced, span{start: start, end: s.i})
+			allTrue = allTrue && req.wantLogprobs
+		case "return_token_ids":
+			hasTokenIDs, req.wantTokenIDs = true, isTrue(v)
+			forced = append(forced, span{start: start, end: s.i})
+			allTrue = allTrue && req.wantTokenIDs
+		}
 	}
-	if v, ok := get(ms, "logprobs"); ok {
-		req.wantLogprobs = isTrue(v)
+	closing := s.i - 1 // the object's closing brace
+	if s.end() != nil {
+		return req, errors.New("request body is not valid JSON")
 	}
-	if v, ok := get(ms, "return_token_ids"); ok {
-		req.wantTokenIDs = isTrue(v)
+	if hasLogprobs && hasTokenIDs && allTrue {
+		return req, nil
 	}
-	if !req.wantLogprobs || !req.wantTokenIDs {
-		ms = set(ms, "logprobs", json.RawMessage("true"))
-		ms = set(ms, "return_token_ids", json.RawMessage("true"))
-		req.upstreamBody = encodeObject(ms)
+	out := make([]byte, 0, len(body)+len(`,"logprobs":true,"return_token_ids":true`))
+	last := 0
+	for _, sp := range forced {
+		out = append(append(out, body[last:sp.start]...), "true"...)
+		last = sp.end
 	}
+	out = append(out, body[last:closing]...)
+	for _, add := range []struct {
+		member  string
+		present bool
+	}{{`"logprobs":true`, hasLogprobs}, {`"return_token_ids":true`, hasTokenIDs}} {
+		if add.present {
+			continue
+		}
+		if members > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, add.member...)
+		members++
+	}
+	req.upstreamBody = append(out, body[closing:]...)
 	return req, nil
+}
+
+// stringValue decodes a JSON string value, "" for any other value.
+func stringValue(v []byte) string {
+	s := scanner{b: v}
+	if s.peek() != '"' {
+		return ""
+	}
+	str := s.text()
+	if s.end() != nil {
+		return ""
+	}
+	return str
 }
 
 // chatResponse is the part of a chat completion (or stream chunk) the record
@@ -92,9 +149,11 @@ type respMessage struct {
 }
 
 type respLogprobs struct {
-	Content []struct {
-		Logprob float64 `json:"logprob"`
-	} `json:"content"`
+	Content []respLogprob `json:"content"`
+}
+
+type respLogprob struct {
+	Logprob float64 `json:"logprob"`
 }
 
 type respUsage struct {
@@ -105,22 +164,21 @@ type respUsage struct {
 // toolCall is one assembled tool call, in the shape (and key order) of a
 // non-streamed vLLM message.tool_calls entry.
 type toolCall struct {
-	ID       string `json:"id"`
-	Type     string `json:"type"`
-	Function struct {
-		Name      string `json:"name"`
-		Arguments string `json:"arguments"`
-	} `json:"function"`
+	ID       string       `json:"id"`
+	Type     string       `json:"type"`
+	Function toolFunction `json:"function"`
+}
+
+type toolFunction struct {
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
 }
 
 type toolCallDelta struct {
-	Index    int    `json:"index"`
-	ID       string `json:"id"`
-	Type     string `json:"type"`
-	Function *struct {
-		Name      string `json:"name"`
-		Arguments string `json:"arguments"`
-	} `json:"function"`
+	Index    int           `json:"index"`
+	ID       string        `json:"id"`
+	Type     string        `json:"type"`
+	Function *toolFunction `json:"function"`
 }
 
 // handleChat forwards one chat completion and fills rec. Only choice index 0
@@ -129,16 +187,14 @@ func (p *Proxy) handleChat(w http.ResponseWriter, r *http.Request, rec *schemas.
 	defer func() {
 		rec.LatencyMS = float64(time.Since(start).Microseconds()) / 1000
 		rec.Trainable = isTrainable(rec)
-		args := []any{"episode", rec.EpisodeID, "call", rec.CallIndex, "status", rec.HTTPStatus,
-			"stream", rec.Stream, "latency_ms", rec.LatencyMS, "trainable", rec.Trainable}
-		if rec.Error != "" {
-			p.log.Warn("proxy: call failed", append(args, "err", rec.Error)...)
-		} else {
-			p.log.Debug("proxy: call recorded", args...)
-		}
+		p.logCall(r.Context(), rec)
 	}()
 
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, p.opts.MaxBodyBytes))
+	n := r.ContentLength
+	if n > p.opts.MaxBodyBytes {
+		n = -1 // no buffer of the limit's size for a body that fails anyway
+	}
+	body, err := readBody(http.MaxBytesReader(w, r.Body, p.opts.MaxBodyBytes), n)
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
@@ -150,7 +206,7 @@ func (p *Proxy) handleChat(w http.ResponseWriter, r *http.Request, rec *schemas.
 		return
 	}
 	if ct := r.Header.Get("Content-Type"); ct != "" {
-		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+		if mediaType(ct) != "application/json" {
 			rec.Request = string(body)
 			p.fail(w, rec, http.StatusUnsupportedMediaType, "invalid_request_error",
 				fmt.Sprintf("Content-Type %q is not supported: send the chat completion as application/json", ct))
@@ -209,11 +265,68 @@ func (p *Proxy) handleChat(w http.ResponseWriter, r *http.Request, rec *schemas.
 		return
 	}
 	s := strip{tokenIDs: !req.wantTokenIDs, logprobs: !req.wantLogprobs}
-	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt == "text/event-stream" {
+	if mediaType(resp.Header.Get("Content-Type")) == "text/event-stream" {
 		p.relayStream(w, r, ctx, rc, resp, rec, s)
 		return
 	}
 	p.relayJSON(w, r, ctx, resp, rec, s)
+}
+
+// logCall logs a failed call as a warning and, when debug logging is on, a
+// recorded one. The arguments are built only then: this runs on every call.
+func (p *Proxy) logCall(ctx context.Context, rec *schemas.Call) {
+	level, msg := slog.LevelDebug, "proxy: call recorded"
+	if rec.Error != "" {
+		level, msg = slog.LevelWarn, "proxy: call failed"
+	}
+	if !p.log.Enabled(ctx, level) {
+		return
+	}
+	args := []any{"episode", rec.EpisodeID, "call", rec.CallIndex, "status", rec.HTTPStatus,
+		"stream", rec.Stream, "latency_ms", rec.LatencyMS, "trainable", rec.Trainable}
+	if rec.Error != "" {
+		args = append(args, "err", rec.Error)
+	}
+	p.log.Log(ctx, level, msg, args...)
+}
+
+// mediaType is the media type of a Content-Type value, "" when it does not
+// parse. The values OpenAI clients and vLLM send skip mime.ParseMediaType
+// and its map of parameters.
+func mediaType(ct string) string {
+	switch ct {
+	case "application/json", "text/event-stream":
+		return ct
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	if err != nil {
+		return ""
+	}
+	return mt
+}
+
+// readBody is io.ReadAll, but with the announced length n (-1: unknown) it
+// allocates once instead of growing from 512 bytes.
+func readBody(r io.Reader, n int64) ([]byte, error) {
+	if n < 0 {
+		return io.ReadAll(r)
+	}
+	// One byte more than announced, so that the read that sees EOF (or a
+	// body longer than announced) has room without growing the buffer.
+	b := make([]byte, 0, n+1)
+	for {
+		m, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+m]
+		if err != nil {
+			if err == io.EOF {
+				err = nil
+			}
+			return b, err
+		}
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+	}
 }
 
 // fail answers the harness with an OpenAI-style error and records it.
@@ -263,20 +376,19 @@ func (p *Proxy) relayUpstreamError(w http.ResponseWriter, resp *http.Response, r
 // relayJSON records a non-streamed completion and returns it minus what the
 // proxy added.
 func (p *Proxy) relayJSON(w http.ResponseWriter, r *http.Request, ctx context.Context, resp *http.Response, rec *schemas.Call, s strip) {
-	body, err := io.ReadAll(resp.Body)
+	body, err := readBody(resp.Body, resp.ContentLength)
 	if err != nil {
 		p.failUpstream(w, r, ctx, rec, fmt.Errorf("read response: %w", err))
 		return
 	}
 	rec.HTTPStatus = int32(resp.StatusCode)
 	out := body
-	var cr chatResponse
-	if err := json.Unmarshal(body, &cr); err != nil {
+	if cr, err := parseResponse(body); err != nil {
 		// Not a chat completion: hand it over untouched, keep it out of training.
 		rec.Error = fmt.Sprintf("model server response is not a chat completion: %v", err)
 	} else {
-		recordCompletion(rec, &cr)
-		if out, _, err = stripResponse(body, s); err != nil {
+		recordCompletion(rec, &cr.chatResponse)
+		if out, _, err = cr.stripped(s); err != nil {
 			rec.Error = fmt.Sprintf("strip proxy-added fields: %v", err)
 			out = body
 		}
@@ -311,7 +423,7 @@ func recordCompletion(rec *schemas.Call, cr *chatResponse) {
 		rec.FinishReason = *c.FinishReason
 	}
 	var m respMessage
-	if !isNull(c.Message) && json.Unmarshal(c.Message, &m) == nil {
+	if !isNull(c.Message) && parseMessage(c.Message, &m) == nil {
 		if m.Content != nil {
 			rec.Content = *m.Content
 		}
@@ -403,7 +515,7 @@ func (a *streamAssembly) add(c *chatResponse) {
 			continue
 		}
 		var d respMessage
-		if err := json.Unmarshal(ch.Delta, &d); err != nil {
+		if err := parseMessage(ch.Delta, &d); err != nil {
 			a.errs = append(a.errs, fmt.Sprintf("unparseable delta: %v", err))
 			continue
 		}
@@ -413,8 +525,8 @@ func (a *streamAssembly) add(c *chatResponse) {
 		if isNull(d.ToolCalls) {
 			continue
 		}
-		var tds []toolCallDelta
-		if err := json.Unmarshal(d.ToolCalls, &tds); err != nil {
+		tds, err := parseToolCallDeltas(d.ToolCalls)
+		if err != nil {
 			a.errs = append(a.errs, fmt.Sprintf("unparseable tool call delta: %v", err))
 			continue
 		}
@@ -490,13 +602,18 @@ func (p *Proxy) relayStream(w http.ResponseWriter, r *http.Request, ctx context.
 	var a streamAssembly
 	var clientErr, readErr error
 	br := bufio.NewReader(resp.Body)
-	var event []byte
+	var event []byte // reused: nothing keeps an event once it is forwarded
 	for clientErr == nil {
-		line, err := br.ReadBytes('\n')
+		start := len(event)
+		line, err := br.ReadSlice('\n')
 		event = append(event, line...)
-		if len(line) > 0 && len(bytes.TrimRight(line, "\r\n")) == 0 { // blank line ends an event
+		for err == bufio.ErrBufferFull { // a line longer than br's buffer
+			line, err = br.ReadSlice('\n')
+			event = append(event, line...)
+		}
+		if line := event[start:]; len(line) > 0 && len(bytes.TrimRight(line, "\r\n")) == 0 { // blank line ends an event
 			clientErr = p.forwardEvent(w, rc, event, &a, s)
-			event = nil
+			event = event[:0]
 		}
 		if err != nil {
 			if len(event) > 0 && clientErr == nil { // unterminated tail: pass through as is
@@ -529,50 +646,51 @@ func (p *Proxy) relayStream(w http.ResponseWriter, r *http.Request, ctx context.
 // sends a chunk with an empty delta and no finish reason only when logprobs
 // or token ids were requested (serving.py skips it otherwise).
 func (p *Proxy) forwardEvent(w http.ResponseWriter, rc *http.ResponseController, event []byte, a *streamAssembly, s strip) error {
-	lines := bytes.SplitAfter(event, []byte("\n"))
-	dataLine := -1
-	for i, l := range lines {
-		if bytes.HasPrefix(l, []byte("data:")) {
-			if dataLine >= 0 { // multi-line data: vLLM never sends it; pass it through unparsed
+	start, end := -1, -1 // the data line
+	for i := 0; i < len(event); {
+		next := len(event)
+		if j := bytes.IndexByte(event[i:], '\n'); j >= 0 {
+			next = i + j + 1
+		}
+		if bytes.HasPrefix(event[i:next], []byte("data:")) {
+			if start >= 0 { // multi-line data: vLLM never sends it; pass it through unparsed
 				a.errs = append(a.errs, "multi-line SSE data event passed through unrecorded")
-				dataLine = -1
+				start = -1
 				break
 			}
-			dataLine = i
+			start, end = i+len("data:"), next
 		}
+		i = next
 	}
-	out := event
-	if dataLine >= 0 {
-		line := lines[dataLine]
-		body := bytes.TrimRight(line, "\r\n")
-		ending := line[len(body):]
-		prefix := "data:"
-		payload := body[len(prefix):]
+	if start >= 0 {
+		payload := bytes.TrimRight(event[start:end], "\r\n")
 		if bytes.HasPrefix(payload, []byte(" ")) {
-			prefix, payload = "data: ", payload[1:]
+			payload, start = payload[1:], start+1
 		}
+		end = start + len(payload)
 		if string(payload) == "[DONE]" {
 			a.done = true
+		} else if c, err := parseResponse(payload); err != nil {
+			a.errs = append(a.errs, fmt.Sprintf("unparseable stream chunk: %v", err))
 		} else {
-			var c chatResponse
-			if err := json.Unmarshal(payload, &c); err != nil {
-				a.errs = append(a.errs, fmt.Sprintf("unparseable stream chunk: %v", err))
-			} else {
-				a.add(&c)
-				stripped, changed, err := stripResponse(payload, s)
-				switch {
-				case err != nil:
-					a.errs = append(a.errs, fmt.Sprintf("strip proxy-added fields: %v", err))
-				case changed && onlyAdded(&c, s):
-					return nil
-				case changed:
-					newLine := slices.Concat([]byte(prefix), stripped, ending)
-					out = slices.Concat(slices.Concat(lines[:dataLine]...), newLine, slices.Concat(lines[dataLine+1:]...))
+			a.add(&c.chatResponse)
+			stripped, changed, err := c.stripped(s)
+			switch {
+			case err != nil:
+				a.errs = append(a.errs, fmt.Sprintf("strip proxy-added fields: %v", err))
+			case changed && onlyAdded(&c.chatResponse, s):
+				return nil
+			case changed:
+				for _, b := range [][]byte{event[:start], stripped, event[end:]} {
+					if _, err := w.Write(b); err != nil {
+						return err
+					}
 				}
+				return rc.Flush()
 			}
 		}
 	}
-	if _, err := w.Write(out); err != nil {
+	if _, err := w.Write(event); err != nil {
 		return err
 	}
 	return rc.Flush()

@@ -5,14 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 )
 
-// This file edits JSON objects without disturbing anything the edit does not
-// touch: an object is decoded into its members in document order, values stay
-// raw bytes, and only objects on the path of an edit are re-encoded. vLLM emits
-// compact JSON, so an edited response differs from the original only in the
-// edited values.
+// This file edits JSON objects member by member: an object is split into its
+// members in document order, values stay raw bytes, and only objects on the
+// path of an edit are re-encoded (compactly). It is the general path for
+// stripping a response that the one-pass walk in response.go leaves to
+// encoding/json; vLLM emits compact JSON, so there too an edited response
+// differs from the original only in the edited values.
 
 var errNotObject = errors.New("not a JSON object")
 
@@ -22,39 +22,53 @@ type member struct {
 	val json.RawMessage
 }
 
-// decodeObject splits a JSON object into its members, in order.
+// decodeObject splits a JSON object into its members, in order. Values are
+// sub-slices of raw.
 func decodeObject(raw []byte) ([]member, error) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	tok, err := dec.Token()
-	if err != nil {
-		return nil, fmt.Errorf("read object: %w", err)
-	}
-	if d, ok := tok.(json.Delim); !ok || d != '{' {
-		return nil, errNotObject
+	s := scanner{b: raw}
+	if s.peek() != '{' {
+		if s.value(); s.end() == nil {
+			return nil, errNotObject
+		}
+		return nil, fmt.Errorf("read object: %w", s.err)
 	}
 	var ms []member
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return nil, fmt.Errorf("read key: %w", err)
+	s.open('{')
+	for first := true; s.next('}', first); first = false {
+		k, plain := s.key()
+		v := s.value()
+		if s.err == nil {
+			ms = append(ms, member{key: decodeKey(k, plain), val: v})
 		}
-		key, ok := tok.(string)
-		if !ok {
-			return nil, fmt.Errorf("object key is %T, not a string", tok)
-		}
-		var v json.RawMessage
-		if err := dec.Decode(&v); err != nil {
-			return nil, fmt.Errorf("read value of %q: %w", key, err)
-		}
-		ms = append(ms, member{key: key, val: v})
 	}
-	if _, err := dec.Token(); err != nil { // closing brace
-		return nil, fmt.Errorf("read object end: %w", err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, errors.New("data after the JSON object")
+	if err := s.end(); err != nil {
+		return nil, fmt.Errorf("read object: %w", err)
 	}
 	return ms, nil
+}
+
+// decodeArray splits a JSON array into its elements, sub-slices of raw.
+func decodeArray(raw []byte) ([]json.RawMessage, error) {
+	s := scanner{b: raw}
+	var vs []json.RawMessage
+	if s.open('[') {
+		for first := true; s.next(']', first); first = false {
+			vs = append(vs, s.value())
+		}
+	}
+	if err := s.end(); err != nil {
+		return nil, fmt.Errorf("read array: %w", err)
+	}
+	return vs, nil
+}
+
+// decodeKey turns the bytes between a key's quotes, as scanner.key returns
+// them, into the key.
+func decodeKey(k []byte, plain bool) string {
+	if plain {
+		return string(k)
+	}
+	return unquote(k)
 }
 
 // encodeObject is the inverse of decodeObject (compact).
@@ -74,11 +88,25 @@ func encodeObject(ms []member) []byte {
 }
 
 func encodeKey(k string) []byte {
+	if plainKey(k) {
+		return []byte(`"` + k + `"`)
+	}
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false) // Python's json does not escape <, >, &
 	_ = enc.Encode(k)        // a string always encodes
 	return bytes.TrimRight(b.Bytes(), "\n")
+}
+
+// plainKey reports whether k encodes as itself between quotes: printable
+// ASCII without quote or backslash (every key vLLM and OpenAI clients use).
+func plainKey(k string) bool {
+	for i := range len(k) {
+		if c := k[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return true
 }
 
 func encodeArray(vs []json.RawMessage) []byte {
@@ -142,16 +170,14 @@ func isEmptyObject(v json.RawMessage) bool {
 	if isNull(v) {
 		return true
 	}
-	ms, err := decodeObject(v)
-	if err != nil {
-		return false
-	}
-	for _, m := range ms {
-		if !isNull(m.val) {
+	s := scanner{b: v}
+	s.open('{')
+	for first := true; s.next('}', first); first = false {
+		if s.key(); !s.null() {
 			return false
 		}
 	}
-	return true
+	return s.end() == nil
 }
 
 // strip says which fields the proxy added to the request and must therefore
@@ -164,7 +190,8 @@ type strip struct {
 func (s strip) any() bool { return s.tokenIDs || s.logprobs }
 
 // stripResponse turns a response or stream chunk produced for the augmented
-// request back into what the client's own request would have produced.
+// request back into what the client's own request would have produced. It is
+// the general path of response.stripped.
 // vLLM emits these fields as null when they were not requested (non-streamed:
 // model_dump(); streamed: model_dump_json(exclude_unset=True) on fields the
 // server passes explicitly as None), so the proxy sets them to null rather than
@@ -181,8 +208,8 @@ func stripResponse(raw []byte, s strip) (out []byte, changed bool, err error) {
 		changed = nullify(ms, "prompt_token_ids")
 	}
 	if v, ok := get(ms, "choices"); ok && !isNull(v) {
-		var choices []json.RawMessage
-		if err := json.Unmarshal(v, &choices); err != nil {
+		choices, err := decodeArray(v)
+		if err != nil {
 			return nil, false, fmt.Errorf("choices: %w", err)
 		}
 		choicesChanged := false

@@ -713,10 +713,42 @@ func TestStripResponseKeepsEverythingElse(t *testing.T) {
 		if err != nil || string(got) != tc.want {
 			t.Errorf("strip %+v:\n got %s (%v)\nwant %s", tc.s, got, err, tc.want)
 		}
+		r, err := parseResponse([]byte(in))
+		if err != nil || !r.walked {
+			t.Fatalf("parseResponse: walked %v, %v", r.walked, err)
+		}
+		if got, _, err := r.stripped(tc.s); err != nil || string(got) != tc.want {
+			t.Errorf("spliced %+v:\n got %s (%v)\nwant %s", tc.s, got, err, tc.want)
+		}
 	}
 	// Absent fields stay absent; nothing to change leaves the bytes alone.
 	plain := `{ "choices": [ {"index": 0} ] }`
 	if got, changed, _ := stripResponse([]byte(plain), strip{true, true}); changed || string(got) != plain {
 		t.Errorf("unchanged input rewritten: %s", got)
+	}
+	// Splicing keeps even the whitespace around the hidden values.
+	spaced := `{ "choices": [ {"index": 0, "token_ids" : [1, 2] } ] }`
+	r, _ := parseResponse([]byte(spaced))
+	if got, changed, _ := r.stripped(strip{tokenIDs: true}); !changed || string(got) != `{ "choices": [ {"index": 0, "token_ids" : null } ] }` {
+		t.Errorf("spliced: %s", got)
+	}
+}
+
+func TestMediaTypeAndReadBody(t *testing.T) {
+	for ct, want := range map[string]string{
+		"application/json": "application/json", "application/json; charset=utf-8": "application/json",
+		"Application/JSON": "application/json", "text/event-stream; charset=utf-8": "text/event-stream",
+		"text/plain": "text/plain", "application/json;;": "",
+	} {
+		if got := mediaType(ct); got != want {
+			t.Errorf("mediaType(%q) = %q, want %q", ct, got, want)
+		}
+	}
+	// The announced length only sizes the buffer: a longer or shorter body
+	// is read whole, as io.ReadAll does.
+	for _, n := range []int64{-1, 0, 5, 11, 100} {
+		if b, err := readBody(strings.NewReader("hello world"), n); err != nil || string(b) != "hello world" {
+			t.Errorf("readBody(n=%d) = %q, %v", n, b, err)
+		}
 	}
 }

@@ -1,0 +1,360 @@
+package proxy
+
+import (
+	"encoding/json"
+	"slices"
+	"strconv"
+)
+
+// response is a chat completion or stream chunk from the model server, read
+// once: decoded into chatResponse, with the places of the values the proxy
+// may have to hide noted so that hiding them is splicing in null.
+type response struct {
+	chatResponse
+	raw    []byte
+	walked bool   // decoded by walkResponse; added is valid
+	added  []span // non-null values the proxy may have added, in order
+}
+
+// span is a value in response.raw.
+type span struct {
+	start, end int
+	logprobs   bool // choices[].logprobs; otherwise prompt or completion token ids
+}
+
+// parseResponse decodes a chat completion or stream chunk. walkResponse
+// handles what vLLM sends in one pass; whatever it leaves (including invalid
+// JSON) goes to json.Unmarshal, so the result and the error are json's
+// either way.
+func parseResponse(raw []byte) (r response, err error) {
+	r.raw = raw
+	if r.added, err = walkResponse(raw, &r.chatResponse); err == nil {
+		r.walked = true
+		return r, nil
+	}
+	var cr chatResponse // not r's field: that would put every r on the heap
+	err = json.Unmarshal(raw, &cr)
+	r.chatResponse = cr
+	return r, err
+}
+
+// stripped returns the response without what s hides, and whether that
+// changed anything (see stripResponse). Everything else stays byte for byte.
+func (r *response) stripped(s strip) (out []byte, changed bool, err error) {
+	if !s.any() {
+		return r.raw, false, nil
+	}
+	if !r.walked {
+		return stripResponse(r.raw, s)
+	}
+	hide := func(sp span) bool { return sp.logprobs && s.logprobs || !sp.logprobs && s.tokenIDs }
+	if !slices.ContainsFunc(r.added, hide) {
+		return r.raw, false, nil
+	}
+	size := len(r.raw) // exactly: the hidden values are most of an answer
+	for _, sp := range r.added {
+		if hide(sp) {
+			size += len("null") - (sp.end - sp.start)
+		}
+	}
+	out = make([]byte, 0, size)
+	last := 0
+	for _, sp := range r.added {
+		if hide(sp) {
+			out = append(append(out, r.raw[last:sp.start]...), "null"...)
+			last = sp.end
+		}
+	}
+	return append(out, r.raw[last:]...), true, nil
+}
+
+// The fields walkResponse decodes into each struct; see field.
+var (
+	responseFields = []string{"model", "choices", "usage", "prompt_token_ids", "error"}
+	choiceFields   = []string{"index", "message", "delta", "logprobs", "finish_reason", "token_ids"}
+	usageFields    = []string{"prompt_tokens", "completion_tokens"}
+	logprobsFields = []string{"content"}
+	logprobFields  = []string{"logprob"}
+	messageFields  = []string{"content", "tool_calls"}
+	toolCallFields = []string{"index", "id", "type", "function"}
+	functionFields = []string{"name", "arguments"}
+)
+
+// walkResponse decodes raw into cr exactly as json.Unmarshal would, in one
+// pass over the bytes, and returns the spans of the non-null
+// prompt_token_ids, choices[].token_ids and choices[].logprobs. It validates
+// all of raw on the way. It gives up (an error) on anything where matching
+// json.Unmarshal would take more code than it is worth and that vLLM does not
+// send: a field of an unexpected type, null inside choices or arrays,
+// duplicate fields, keys that only match a field ignoring case or that need
+// unescaping. The caller then falls back to json.Unmarshal.
+func walkResponse(raw []byte, cr *chatResponse) ([]span, error) {
+	s := &scanner{b: raw}
+	var spans []span
+	var seen uint
+	s.open('{')
+	for first := true; s.next('}', first); first = false {
+		switch s.field(responseFields, &seen) {
+		case "model":
+			if !s.null() {
+				cr.Model = s.text()
+			}
+		case "choices":
+			if s.null() || !s.open('[') {
+				break
+			}
+			cr.Choices = []respChoice{}
+			for first := true; s.next(']', first); first = false {
+				cr.Choices = append(cr.Choices, respChoice{})
+				s.choice(&cr.Choices[len(cr.Choices)-1], &spans)
+			}
+		case "usage":
+			if !s.null() {
+				cr.Usage = &respUsage{}
+				s.usage(cr.Usage)
+			}
+		case "prompt_token_ids":
+			if start := s.at(); !s.null() {
+				cr.PromptTokenIDs = s.int32s()
+				spans = append(spans, span{start: start, end: s.i})
+			}
+		case "error":
+			cr.Error = s.value()
+		default:
+			s.value()
+		}
+	}
+	return spans, s.end()
+}
+
+func (s *scanner) choice(c *respChoice, spans *[]span) {
+	var seen uint
+	s.open('{')
+	for first := true; s.next('}', first); first = false {
+		switch s.field(choiceFields, &seen) {
+		case "index":
+			if !s.null() {
+				c.Index = int(s.integer(strconv.IntSize))
+			}
+		case "message":
+			c.Message = s.value()
+		case "delta":
+			c.Delta = s.value()
+		case "logprobs":
+			if start := s.at(); !s.null() {
+				c.Logprobs = &respLogprobs{}
+				s.logprobs(c.Logprobs)
+				*spans = append(*spans, span{start: start, end: s.i, logprobs: true})
+			}
+		case "finish_reason":
+			if !s.null() {
+				f := s.text()
+				c.FinishReason = &f
+			}
+		case "token_ids":
+			if start := s.at(); !s.null() {
+				c.TokenIDs = s.int32s()
+				*spans = append(*spans, span{start: start, end: s.i})
+			}
+		default:
+			s.value()
+		}
+	}
+}
+
+func (s *scanner) usage(u *respUsage) {
+	var seen uint
+	s.open('{')
+	for first := true; s.next('}', first); first = false {
+		switch s.field(usageFields, &seen) {
+		case "prompt_tokens":
+			if !s.null() {
+				u.PromptTokens = int32(s.integer(32))
+			}
+		case "completion_tokens":
+			if !s.null() {
+				u.CompletionTokens = int32(s.integer(32))
+			}
+		default:
+			s.value()
+		}
+	}
+}
+
+func (s *scanner) logprobs(l *respLogprobs) {
+	var seen uint
+	s.open('{')
+	for first := true; s.next('}', first); first = false {
+		if s.field(logprobsFields, &seen) != "content" {
+			s.value()
+			continue
+		}
+		if s.null() || !s.open('[') {
+			continue
+		}
+		l.Content = []respLogprob{}
+		for first := true; s.next(']', first); first = false {
+			var e respLogprob
+			var entrySeen uint
+			s.open('{')
+			for first := true; s.next('}', first); first = false {
+				switch s.field(logprobFields, &entrySeen) {
+				case "logprob":
+					if !s.null() {
+						e.Logprob = s.float()
+					}
+				default:
+					s.value()
+				}
+			}
+			l.Content = append(l.Content, e)
+		}
+	}
+}
+
+// field reads a key of an object that json.Unmarshal would decode into a
+// struct with the given fields and returns the field it names, or "" for
+// any other key. seen collects the fields met so far, one bit each: a
+// duplicate fails, as does a key that encoding/json would match to a field
+// while this does not (it matches case-insensitively, after unescaping).
+func (s *scanner) field(fields []string, seen *uint) string {
+	k, plain := s.key()
+	if s.err != nil {
+		return ""
+	}
+	for i, f := range fields {
+		if string(k) == f {
+			if *seen&(1<<i) != 0 {
+				s.fail("duplicate field " + f)
+				return ""
+			}
+			*seen |= 1 << i
+			return f
+		}
+	}
+	if !plain {
+		s.fail("key needs unescaping")
+		return ""
+	}
+	for _, f := range fields {
+		if equalFoldASCII(k, f) {
+			s.fail("key differs from field " + f + " in case")
+			return ""
+		}
+	}
+	return ""
+}
+
+// equalFoldASCII compares k with a lower-case field name ignoring ASCII
+// case, as encoding/json matches keys to fields.
+func equalFoldASCII(k []byte, lower string) bool {
+	if len(k) != len(lower) {
+		return false
+	}
+	for i, c := range k {
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != lower[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// parseMessage decodes a choice's message or a chunk's delta as
+// json.Unmarshal would, in one pass for what vLLM sends (see walkResponse).
+func parseMessage(raw []byte, m *respMessage) error {
+	if walkMessage(raw, m) == nil {
+		return nil
+	}
+	*m = respMessage{}
+	return json.Unmarshal(raw, m)
+}
+
+func walkMessage(raw []byte, m *respMessage) error {
+	s := scanner{b: raw}
+	var seen uint
+	s.open('{')
+	for first := true; s.next('}', first); first = false {
+		switch s.field(messageFields, &seen) {
+		case "content":
+			if !s.null() {
+				c := s.text()
+				m.Content = &c
+			}
+		case "tool_calls":
+			m.ToolCalls = s.value()
+		default:
+			s.value()
+		}
+	}
+	return s.end()
+}
+
+// parseToolCallDeltas decodes a delta's tool_calls as json.Unmarshal would,
+// in one pass for what vLLM sends (see walkResponse).
+func parseToolCallDeltas(raw []byte) ([]toolCallDelta, error) {
+	if tds, err := walkToolCallDeltas(raw); err == nil {
+		return tds, nil
+	}
+	var tds []toolCallDelta
+	return tds, json.Unmarshal(raw, &tds)
+}
+
+func walkToolCallDeltas(raw []byte) ([]toolCallDelta, error) {
+	s := scanner{b: raw}
+	var tds []toolCallDelta
+	if !s.null() && s.open('[') {
+		tds = []toolCallDelta{}
+		for first := true; s.next(']', first); first = false {
+			var td toolCallDelta
+			var seen uint
+			s.open('{')
+			for first := true; s.next('}', first); first = false {
+				switch s.field(toolCallFields, &seen) {
+				case "index":
+					if !s.null() {
+						td.Index = int(s.integer(strconv.IntSize))
+					}
+				case "id":
+					if !s.null() {
+						td.ID = s.text()
+					}
+				case "type":
+					if !s.null() {
+						td.Type = s.text()
+					}
+				case "function":
+					if !s.null() {
+						td.Function = &toolFunction{}
+						s.function(td.Function)
+					}
+				default:
+					s.value()
+				}
+			}
+			tds = append(tds, td)
+		}
+	}
+	return tds, s.end()
+}
+
+func (s *scanner) function(f *toolFunction) {
+	var seen uint
+	s.open('{')
+	for first := true; s.next('}', first); first = false {
+		switch s.field(functionFields, &seen) {
+		case "name":
+			if !s.null() {
+				f.Name = s.text()
+			}
+		case "arguments":
+			if !s.null() {
+				f.Arguments = s.text()
+			}
+		default:
+			s.value()
+		}
+	}
+}
