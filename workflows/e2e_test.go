@@ -196,3 +196,9 @@ func TestTrainSurvivesWorkerKill(t *testing.T) {
 		t.Errorf("prefix %q", res.Prefix)
 	}
 }
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	itest.Cleanup()
+	os.Exit(code)
+}

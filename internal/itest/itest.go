@@ -112,12 +112,6 @@ func quietLogger() tlog.Logger {
 	return tlog.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
 }
 
-var (
-	buildOnce sync.Once
-	binDir    string
-	buildErr  error
-)
-
 // Root is the repository root (the directory holding go.mod).
 func Root(t testing.TB) string {
 	out, err := exec.Command("go", "env", "GOMOD").Output()
@@ -127,33 +121,49 @@ func Root(t testing.TB) string {
 	return filepath.Dir(strings.TrimSpace(string(out)))
 }
 
-// Binaries builds the worker, the starter and the minimal harness programs
-// once per test binary and returns their directory.
-func Binaries(t testing.TB) string {
+var (
+	buildMu sync.Mutex
+	built   = map[string]string{} // package list → directory
+)
+
+// Build builds the packages (paths relative to the repository root) once per
+// test binary into a temporary directory and returns it. Call Cleanup from
+// TestMain to remove the directories.
+func Build(t testing.TB, pkgs ...string) string {
 	t.Helper()
-	root := Root(t)
-	buildOnce.Do(func() {
-		binDir, buildErr = os.MkdirTemp("", "roundhouse-bin-")
-		if buildErr != nil {
-			return
-		}
-		cmd := exec.Command("go", "build", "-o", binDir+"/", "./workers/worker", "./starter", "./harnesses/minimal/cmd/...")
-		cmd.Dir = root
-		var out []byte
-		out, buildErr = cmd.CombinedOutput()
-		if buildErr != nil {
-			buildErr = &buildError{err: buildErr, out: string(out)}
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	key := strings.Join(pkgs, " ")
+	if dir, ok := built[key]; ok {
+		return dir
 	}
-	return binDir
+	dir, err := os.MkdirTemp("", "roundhouse-bin-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "go", append([]string{"build", "-o", dir + "/"}, pkgs...)...)
+	cmd.Dir = Root(t)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		os.RemoveAll(dir)
+		t.Fatalf("go build %s: %v\n%s", key, err, out)
+	}
+	built[key] = dir
+	return dir
 }
 
-type buildError struct {
-	err error
-	out string
+// Cleanup removes what Build built.
+func Cleanup() {
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	for key, dir := range built {
+		os.RemoveAll(dir)
+		delete(built, key)
+	}
 }
 
-func (e *buildError) Error() string { return "go build: " + e.err.Error() + "\n" + e.out }
+// Binaries builds the worker, the starter and the minimal harness programs.
+func Binaries(t testing.TB) string {
+	return Build(t, "./workers/worker", "./starter", "./harnesses/minimal/cmd/...")
+}

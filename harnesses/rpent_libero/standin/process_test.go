@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -22,47 +21,16 @@ import (
 	"github.com/roundhouse-rl/roundhouse/schemas"
 )
 
-var (
-	standinOnce sync.Once
-	standinDir  string
-	standinErr  error
-)
-
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if standinDir != "" {
-		os.RemoveAll(standinDir)
-	}
+	itest.Cleanup()
 	os.Exit(code)
 }
 
 // standinBinaries builds rpent and rpc-service once per test binary.
 func standinBinaries(t *testing.T) string {
-	t.Helper()
-	standinOnce.Do(func() {
-		if standinDir, standinErr = os.MkdirTemp("", "rpent-standin-"); standinErr != nil {
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", standinDir+"/", "./harnesses/rpent_libero/standin/cmd/...")
-		cmd.Dir = itest.Root(t)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			standinErr = &buildErr{err, string(out)}
-		}
-	})
-	if standinErr != nil {
-		t.Fatal(standinErr)
-	}
-	return standinDir
+	return itest.Build(t, "./harnesses/rpent_libero/standin/cmd/...")
 }
-
-type buildErr struct {
-	err error
-	out string
-}
-
-func (e *buildErr) Error() string { return "go build: " + e.err.Error() + "\n" + e.out }
 
 // alive says whether pid runs (a zombie has exited: it only awaits reaping).
 func alive(pid int) bool {
