@@ -27,3 +27,23 @@ type TrainerMetrics struct {
 	LogprobMismatch float64 `json:"logprob_mismatch"`
 	MeanRatio       float64 `json:"mean_ratio"`
 }
+
+// WeightsManifestFile is written last into weights/<id>/: the weights are
+// complete, and usable by the next round, exactly when it exists and its
+// files match it.
+const WeightsManifestFile = "manifest.json"
+
+// WeightsManifest lists the files of a weights id.
+type WeightsManifest struct {
+	WeightsID string         `json:"weights_id"`
+	Files     []WeightsFile  `json:"files"`
+	Metrics   TrainerMetrics `json:"metrics"`
+	CreatedAt int64          `json:"created_at_ms"`
+}
+
+// WeightsFile is one file of a weights id.
+type WeightsFile struct {
+	Name   string `json:"name"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+}

@@ -74,3 +74,9 @@ func (l Layout) Blob(name string) string { return l.Prefix() + "blobs/" + name }
 func (l Layout) Orphan(round int32, phase, episode string, retry int32) string {
 	return fmt.Sprintf("%sorphans/round=%d/phase=%s/%s-try%d.parquet", l.Prefix(), round, phase, episode, retry)
 }
+
+// TrainerLog is the log of one try of a round's trainer, uploaded while it
+// runs and when it ends, whether it succeeded or not.
+func (l Layout) TrainerLog(round int32, try int32) string {
+	return fmt.Sprintf("%slogs/train/round=%d/try-%d.log", l.Prefix(), round, try)
+}

@@ -1,0 +1,98 @@
+package activities_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/roundhouse-rl/roundhouse/activities"
+	"github.com/roundhouse-rl/roundhouse/internal/itest"
+	"github.com/roundhouse-rl/roundhouse/schemas"
+)
+
+// The trainer activity against real S3: publishes weights with a manifest,
+// uploads its log, returns the stored result on retry without training
+// twice, and fails with the log's tail when the trainer fails.
+func TestTrainPublishesAndVerifies(t *testing.T) {
+	stack := itest.Start(t)
+	ctx := context.Background()
+	s := stack.Store
+	dir := t.TempDir()
+	runs := filepath.Join(dir, "runs.txt")
+	setup := func(run, script string) {
+		t.Helper()
+		h := schemas.Harness{Name: "fake", Dir: dir,
+			Model:   schemas.ModelServer{WeightsFile: "policy.json"},
+			Trainer: schemas.Trainer{Command: []string{"sh", "-c", script, "trainer", "{weights_in}", "{weights_out}", "{metrics_out}", "{batch}"}}}
+		b, _ := json.Marshal(h)
+		l := schemas.Layout{Run: run}
+		for key, body := range map[string]string{l.Harness(): string(b), l.Weights("w0") + "policy.json": `{"w":0}`, l.Batch(1): "npz"} {
+			if err := s.Put(ctx, key, []byte(body)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	train := func(run string) (schemas.TrainerMetrics, error) {
+		var env testsuite.WorkflowTestSuite
+		aenv := env.NewTestActivityEnvironment()
+		aenv.RegisterActivity(&activities.Trainer{Store: s, WorkDir: filepath.Join(dir, "work")})
+		var tr *activities.Trainer
+		v, err := aenv.ExecuteActivity(tr.Train, activities.TrainInput{Run: run, Round: 1, BatchKey: schemas.Layout{Run: run}.Batch(1), WeightsIn: "w0", WeightsOut: "r1"})
+		var m schemas.TrainerMetrics
+		if err == nil {
+			err = v.Get(&m)
+		}
+		return m, err
+	}
+
+	good := `echo run >> ` + runs + `; echo "step 1 loss 0.25"; cat "$1" > /dev/null && echo '{"w":1}' > "$2" && echo '{"loss":0.25,"steps":1}' > "$3"`
+	setup("ok", good)
+	m, err := train("ok")
+	if err != nil || m.Loss != 0.25 || m.Steps != 1 {
+		t.Fatalf("train: %+v %v", m, err)
+	}
+	l := schemas.Layout{Run: "ok"}
+	b, err := s.Get(ctx, l.Weights("r1")+schemas.WeightsManifestFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var man schemas.WeightsManifest
+	if err := json.Unmarshal(b, &man); err != nil || len(man.Files) != 2 || man.Files[0].Name != "policy.json" || man.Files[0].Size != 8 || len(man.Files[0].SHA256) != 64 {
+		t.Fatalf("manifest %+v %v", man, err)
+	}
+	if got, _ := s.Get(ctx, l.Weights("r1")+"policy.json"); strings.TrimSpace(string(got)) != `{"w":1}` {
+		t.Fatalf("weights %q", got)
+	}
+	if log, err := s.Get(ctx, l.TrainerLog(1, 1)); err != nil || !strings.Contains(string(log), "step 1 loss 0.25") {
+		t.Fatalf("trainer log %q %v", log, err)
+	}
+	// A retry (the activity ran again after its result was lost) returns the
+	// published result instead of training twice.
+	if m2, err := train("ok"); err != nil || m2 != m {
+		t.Fatalf("retry: %+v %v", m2, err)
+	}
+	if b, _ := os.ReadFile(runs); strings.Count(string(b), "run") != 1 {
+		t.Fatalf("trainer ran %d times, want 1", strings.Count(string(b), "run"))
+	}
+
+	setup("fails", `echo "CUDA out of memory"; exit 3`)
+	if _, err := train("fails"); err == nil || !strings.Contains(err.Error(), "exit 3") || !strings.Contains(err.Error(), "CUDA out of memory") {
+		t.Fatalf("failing trainer: %v", err)
+	}
+	if ok, _ := s.Exists(ctx, schemas.Layout{Run: "fails"}.TrainerLog(1, 1)); !ok {
+		t.Error("the log of a failed trainer must be uploaded too")
+	}
+	if ok, _ := s.Exists(ctx, schemas.Layout{Run: "fails"}.Weights("r1")+schemas.WeightsManifestFile); ok {
+		t.Error("a failed trainer must publish no manifest")
+	}
+
+	setup("noweights", `echo '{"loss":1}' > "$3"`)
+	if _, err := train("noweights"); err == nil || !strings.Contains(err.Error(), "produced no policy.json") {
+		t.Fatalf("trainer without weights: %v", err)
+	}
+}
