@@ -34,6 +34,12 @@ global batch is sharded over the ranks, which all-reduce gradients, so N=1
 and N=2 take the same steps. Adam makes the toy's step size independent of
 the advantage scale; its defaults (lr 0.01, 4 epochs) are the toy's, not
 DESIGN.md's LLM learning rate 1e-6. Rank 0 writes the outputs, atomically.
+
+With --eval-out FILE (and --weights-theta, default --weights-in) nothing is
+trained: the same loss code evaluates the whole batch as one global batch at
+pi_theta against pi_old = --weights-in and writes the loss, its gradient with
+respect to each completion token's log pi_theta and to W and b, and the clip
+fractions as JSON; trainer_test.go checks them against internal/rl.PPOLoss.
 """
 
 import argparse
@@ -57,8 +63,11 @@ def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--batch", required=True, help="batch.npz")
     ap.add_argument("--weights-in", required=True, help="input policy.json (pi_old)")
-    ap.add_argument("--weights-out", required=True, help="output policy.json")
-    ap.add_argument("--metrics-out", required=True, help="metrics.json")
+    ap.add_argument("--weights-out", help="output policy.json (required unless --eval-out)")
+    ap.add_argument("--metrics-out", help="metrics.json (required unless --eval-out)")
+    ap.add_argument("--eval-out", help="evaluate instead of training: write the loss of the whole batch "
+                    "as one global batch at --weights-theta, and its gradients, to this JSON file")
+    ap.add_argument("--weights-theta", help="with --eval-out: the policy.json of pi_theta (default --weights-in)")
     ap.add_argument("--lr", type=float, default=0.01, help="Adam learning rate")
     ap.add_argument("--clip-low", type=float, default=0.2)
     ap.add_argument("--clip-high", type=float, default=0.28)
@@ -76,6 +85,8 @@ def parse_args(argv):
         (a.is_cap > 0, "--is-cap must be > 0"),
         (a.global_batch >= 1, "--global-batch must be >= 1"),
         (a.epochs >= 1, "--epochs must be >= 1"),
+        (a.eval_out or (a.weights_out and a.metrics_out), "--weights-out and --metrics-out are required to train"),
+        (a.eval_out or not a.weights_theta, "--weights-theta needs --eval-out"),
     ]
     for ok, msg in checks:
         if not ok:
@@ -201,24 +212,50 @@ def write_json(path, obj):
     os.replace(tmp, path)
 
 
-def train(a, rank, world):
+def prepare(a):
+    """Loads the weights and the batch and adds to the batch what does not
+    depend on theta: per token, the pi_old log prob (0 for forced tokens) and
+    the truncated importance weight against what the rollout engine reported."""
     wfile, W0, b0 = load_weights(a.weights_in)
     vocab, actions = wfile["vocab"], wfile["actions"]
     B = load_batch(a.batch, len(vocab), actions, vocab.index(IM_START))
-    n, adv, weight = len(B["adv"]), B["adv"], B["weight"]
-
-    W = torch.tensor(W0, requires_grad=True)
-    b = torch.tensor(b0, requires_grad=True)
+    n = len(B["adv"])
     with torch.no_grad():
-        old = action_logprobs(W, b, B["feats"], B["act"], np.arange(n)).numpy()
-    # Per token: pi_old log prob (0 for forced tokens) and the truncated
-    # importance weight against what the rollout engine reported.
+        old = action_logprobs(torch.from_numpy(W0), torch.from_numpy(b0), B["feats"], B["act"], np.arange(n)).numpy()
     old_tok = np.zeros_like(B["roll"])
     old_tok[B["first"]] = old
-    w_tok = np.minimum(np.exp(old_tok - B["roll"]), a.is_cap)
-    mismatch = float(np.abs(old_tok - B["roll"]).mean()) if len(old_tok) else 0.0
-    # Forced tokens have rho = 1, so their terms are A * w whatever theta is.
-    forced_w = np.add.reduceat(w_tok, B["co"][:-1]) - w_tok[B["first"]]
+    B["old_tok"] = old_tok
+    B["w_tok"] = np.minimum(np.exp(old_tok - B["roll"]), a.is_cap)
+    return wfile, W0, b0, B
+
+
+def batch_loss(W, b, B, idx, total_weight, a):
+    """The section-4 loss of samples idx divided by total_weight, the weight
+    of their whole global batch, so that the ranks' shards add up to it.
+    Every completion token goes through the objective; forced tokens have
+    log pi_theta = log pi_old = 0, hence rho = 1. Returns the loss, the
+    per-token log pi_theta (a graph node, for its gradient), the batch
+    positions of those tokens, rho and the clip masks."""
+    co, ntok = B["co"], B["ntok"][idx]
+    tok = np.concatenate([np.arange(co[i], co[i + 1]) for i in idx])
+    seg = torch.from_numpy(np.repeat(np.arange(len(idx)), ntok))
+    first = torch.from_numpy(np.concatenate([[0], np.cumsum(ntok)[:-1]]).astype(np.int64))
+    lp = torch.zeros(len(tok), dtype=torch.float64).index_put((first,), action_logprobs(W, b, B["feats"], B["act"], idx))
+    rho = torch.exp(lp - torch.from_numpy(B["old_tok"][tok]))
+    A = torch.from_numpy(B["adv"][idx])[seg]
+    L, clip, dual = ppo_objective(rho, A, a.clip_low, a.clip_high, a.dual_clip)
+    wl = torch.from_numpy(B["w_tok"][tok]) * L
+    per_sample = torch.zeros(len(idx), dtype=torch.float64).index_add(0, seg, wl) / torch.from_numpy(ntok).double()
+    loss = -(torch.from_numpy(B["weight"][idx]) * per_sample).sum() / total_weight
+    return loss, lp, tok, rho, clip, dual
+
+
+def train(a, rank, world):
+    wfile, W0, b0, B = prepare(a)
+    n, weight = len(B["adv"]), B["weight"]
+    W = torch.tensor(W0, requires_grad=True)
+    b = torch.tensor(b0, requires_grad=True)
+    mismatch = float(np.abs(B["old_tok"] - B["roll"]).mean()) if len(B["roll"]) else 0.0
 
     opt = torch.optim.Adam([W, b], lr=a.lr)
     rng = np.random.default_rng(a.seed)
@@ -233,21 +270,11 @@ def train(a, rank, world):
             opt.zero_grad()
             loss = torch.zeros((), dtype=torch.float64)
             if len(mine) and total_weight > 0:
-                A = torch.from_numpy(adv[mine])
-                rho = torch.exp(action_logprobs(W, b, B["feats"], B["act"], mine) - torch.from_numpy(old[mine]))
-                L, clip, dual = ppo_objective(rho, A, a.clip_low, a.clip_high, a.dual_clip)
-                w0 = torch.from_numpy(w_tok[B["first"][mine]])
-                ntok = torch.from_numpy(B["ntok"][mine]).double()
-                term = (w0 * L + A * torch.from_numpy(forced_w[mine])) / ntok
-                loss = -(torch.from_numpy(weight[mine]) * term).sum() / total_weight
+                loss, _, tok, rho, clip, dual = batch_loss(W, b, B, mine, total_weight, a)
                 loss.backward()
                 with torch.no_grad():
                     stats += torch.tensor([
-                        loss.item(),
-                        float(clip.sum()),
-                        float(dual.sum()),
-                        float(rho.sum() + (ntok - 1).sum()),
-                        float(ntok.sum()),
+                        loss.item(), float(clip.sum()), float(dual.sum()), float(rho.sum()), float(len(tok)),
                     ], dtype=torch.float64)
             for p in (W, b):
                 if p.grad is None:
@@ -279,6 +306,45 @@ def train(a, rank, world):
     return metrics
 
 
+def evaluate(a, rank, world):
+    """--eval-out: the loss of the whole batch as one global batch at
+    pi_theta = --weights-theta (pi_old = --weights-in), its gradient with
+    respect to every completion token's log pi_theta and to W and b, and the
+    clip fractions, computed by the code that trains and without a step.
+    The golden test in trainer_test.go compares it with internal/rl.PPOLoss."""
+    wfile, _, _, B = prepare(a)
+    tfile, Wt, bt = load_weights(a.weights_theta or a.weights_in)
+    if tfile["vocab"] != wfile["vocab"] or tfile["actions"] != wfile["actions"]:
+        raise InputError(f"weights {a.weights_theta}: vocab or actions differ from {a.weights_in}")
+    W = torch.tensor(Wt, requires_grad=True)
+    b = torch.tensor(bt, requires_grad=True)
+    mine = np.arange(len(B["adv"]))[rank::world]
+    grad_tok = torch.zeros(len(B["roll"]), dtype=torch.float64)
+    stats = torch.zeros(3, dtype=torch.float64)  # loss, clipped, dual
+    if len(mine):
+        loss, lp, tok, _, clip, dual = batch_loss(W, b, B, mine, B["weight"].sum(), a)
+        lp.retain_grad()
+        loss.backward()
+        grad_tok[torch.from_numpy(tok)] = lp.grad
+        stats += torch.tensor([loss.item(), float(clip.sum()), float(dual.sum())], dtype=torch.float64)
+    grads = [grad_tok, stats] + [p.grad if p.grad is not None else torch.zeros_like(p) for p in (W, b)]
+    if world > 1:
+        for g in grads:
+            dist.all_reduce(g)
+    tok_n = len(B["roll"])
+    if rank == 0:
+        write_json(a.eval_out, {
+            "loss": stats[0].item(),
+            "tokens": tok_n,
+            "clip_fraction": stats[1].item() / tok_n,
+            "dual_clip_fraction": stats[2].item() / tok_n,
+            "grad_logp": grad_tok.tolist(),
+            "grad_W": grads[2].tolist(),
+            "grad_b": grads[3].tolist(),
+            "ranks": world,
+        })
+
+
 def main(argv):
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
     distributed = "RANK" in os.environ and world > 1
@@ -287,7 +353,7 @@ def main(argv):
     try:
         a = parse_args(argv)
         torch.manual_seed(a.seed)
-        train(a, rank, world if distributed else 1)
+        (evaluate if a.eval_out else train)(a, rank, world if distributed else 1)
     except InputError as e:
         print(f"trainer: error: {e}", file=sys.stderr, flush=True)
         return 2

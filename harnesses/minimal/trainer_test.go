@@ -3,12 +3,15 @@ package minimal_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -16,6 +19,7 @@ import (
 	"github.com/roundhouse-rl/roundhouse/harnesses/minimal/episode"
 	"github.com/roundhouse-rl/roundhouse/harnesses/minimal/policy"
 	"github.com/roundhouse-rl/roundhouse/internal/npz"
+	"github.com/roundhouse-rl/roundhouse/internal/rl"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 )
 
@@ -259,4 +263,216 @@ func TestTrainerRejectsBadInput(t *testing.T) {
 	if _, err := runTrainer(t, 1, path, w0, filepath.Join(dir, "o2", "policy.json")); err == nil || !strings.Contains(err.Error(), "missing array") {
 		t.Errorf("missing arrays: %v", err)
 	}
+}
+
+// evalResult is what trainer.py --eval-out writes.
+type evalResult struct {
+	Loss             float64     `json:"loss"`
+	Tokens           int         `json:"tokens"`
+	ClipFraction     float64     `json:"clip_fraction"`
+	DualClipFraction float64     `json:"dual_clip_fraction"`
+	GradLogp         []float64   `json:"grad_logp"`
+	GradW            [][]float64 `json:"grad_W"`
+	GradB            []float64   `json:"grad_b"`
+	Ranks            int         `json:"ranks"`
+}
+
+// runEval runs trainer.py --eval-out under torchrun with nproc workers.
+func runEval(t *testing.T, nproc int, batch, old, theta string) evalResult {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "eval.json")
+	cmd := exec.Command(python, "torchrun.py",
+		"--nnodes", "1", "--nproc_per_node", strconv.Itoa(nproc),
+		"--rdzv_backend", "c10d", "--rdzv_endpoint", fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+		"--monitor_interval", "0.2",
+		"trainer.py", "--batch", batch, "--weights-in", old, "--weights-theta", theta, "--eval-out", out,
+		"--clip-low", "0.2", "--clip-high", "0.28", "--dual-clip", "3.0", "--is-cap", "2.0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("trainer --eval-out: %v\n%s", err, b)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r evalResult
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// TestTrainerGolden checks trainer.py's loss and gradients against the Go
+// implementation of DESIGN.md §4 (internal/rl.PPOLoss) on a batch of toy
+// calls, with π_θ perturbed away from π_old so that ratios leave the clip
+// range and hit the dual clip, and rollout logprobs shifted so that the
+// importance-weight cap binds. Both sides work in float64 from the same
+// float32 batch; they must agree within 1e-6 with one rank and with two.
+func TestTrainerGolden(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts torchrun three times")
+	}
+	needTorch(t)
+	p, err := policy.Load(w0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(7, 7))
+	f32 := func(x float64) float64 { return float64(float32(x)) } // as batch.npz stores it
+	advs := []float64{0.6, -0.6, 1, -1, -0.4, 0.25, 0}
+	var batch []sample
+	for task := range env.NumTasks() {
+		e, _ := env.New(task, 3+task)
+		pl := &episode.Local{Policy: p, Rand: rng}
+		episode.Run(context.Background(), pl, e, env.DefaultMaxTurns)
+		adv := advs[task%len(advs)]
+		for _, c := range pl.Calls {
+			// The rollout engine's logprobs differ from π_old by up to ±1.2:
+			// below π_old by more than ln 2 the cap of 2 applies.
+			lps := make([]float64, len(c.Logprobs))
+			for k, lp := range c.Logprobs {
+				lps[k] = f32(lp + 2.4*(rng.Float64()-0.5))
+			}
+			batch = append(batch, sample{c.Prompt, c.Completion, lps, f32(adv), f32(1 / float64(len(pl.Calls)))})
+		}
+	}
+	// A longer completion, so mean_t runs over different token counts.
+	long := batch[0]
+	long.completion = append(slices.Clone(long.completion), p.ImEndID())
+	long.logprobs = append(slices.Clone(long.logprobs), f32(-0.3))
+	long.adv, long.weight = f32(-0.8), f32(0.7)
+	batch = append(batch, long)
+
+	// π_θ: π_old with Gaussian noise on every weight.
+	theta := p.File
+	theta.B = slices.Clone(p.B)
+	theta.W = make([][]float64, len(p.W))
+	for i := range theta.B {
+		theta.B[i] += 0.8 * rng.NormFloat64()
+	}
+	for i, row := range p.W {
+		theta.W[i] = slices.Clone(row)
+		for k := range row {
+			theta.W[i][k] += 0.8 * rng.NormFloat64()
+		}
+	}
+	// Make sure some negative-advantage decision's ratio passes the dual
+	// clip's 3: raise the least likely such action on its features.
+	worst, lowest := -1, 1.0
+	for i, s := range batch {
+		k, _ := p.ActionIndex(p.Token(s.completion[0]))
+		if pr := math.Exp(p.LogProbs(s.prompt)[k]); s.adv < 0 && pr < lowest {
+			worst, lowest = i, pr
+		}
+	}
+	k, _ := p.ActionIndex(p.Token(batch[worst].completion[0]))
+	for _, f := range p.Features(batch[worst].prompt) {
+		theta.W[f][k] += 0.5
+	}
+	q, err := policy.New(theta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	batchPath, thetaPath := filepath.Join(dir, "batch.npz"), filepath.Join(dir, "theta.json")
+	if err := writeBatch(batchPath, batch); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Save(thetaPath); err != nil {
+		t.Fatal(err)
+	}
+
+	// The Go side: per-token logprobs from the Go policy, forced tokens 0.
+	ppo := func(pol *policy.Policy) (rl.PPOResult, [][]float64) {
+		var ss []rl.PPOSample
+		var dists [][]float64 // log π_θ over the actions, for the chain rule
+		for _, s := range batch {
+			k, _ := p.ActionIndex(p.Token(s.completion[0]))
+			lo, lt := make([]float64, len(s.completion)), make([]float64, len(s.completion))
+			lo[0], lt[0] = p.LogProbs(s.prompt)[k], pol.LogProbs(s.prompt)[k]
+			ss = append(ss, rl.PPOSample{Advantage: s.adv, Weight: s.weight, LogpTheta: lt, LogpOld: lo, LogpRollout: s.logprobs})
+			dists = append(dists, pol.LogProbs(s.prompt))
+		}
+		r, err := rl.PPOLoss(ss, rl.DefaultPPO())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r, dists
+	}
+	want, dists := ppo(q)
+	capped := 0
+	for _, s := range batch {
+		k, _ := p.ActionIndex(p.Token(s.completion[0]))
+		if p.LogProbs(s.prompt)[k]-s.logprobs[0] > math.Ln2 {
+			capped++
+		}
+	}
+	t.Logf("%d samples, %d tokens: %d clipped, %d dual-clipped, %d decisions at the IS cap; loss %.9f",
+		len(batch), want.Tokens, want.Clipped, want.DualClipped, capped, want.Loss)
+	if want.Clipped == 0 || want.DualClipped == 0 || capped == 0 {
+		t.Fatal("the batch does not exercise the clip, the dual clip and the IS cap")
+	}
+
+	// ∂Loss/∂W and ∂Loss/∂b by the chain rule through the softmax: only the
+	// decision token depends on θ, ∂log π(a)/∂z_k = [k = a] − π_k.
+	gW := make([][]float64, len(p.W))
+	for i := range gW {
+		gW[i] = make([]float64, len(p.Actions))
+	}
+	gB := make([]float64, len(p.Actions))
+	var gTok []float64
+	for i, s := range batch {
+		gTok = append(gTok, want.Grad[i]...)
+		a, _ := p.ActionIndex(p.Token(s.completion[0]))
+		for k, lp := range dists[i] {
+			d := -math.Exp(lp)
+			if k == a {
+				d++
+			}
+			d *= want.Grad[i][0]
+			gB[k] += d
+			for _, f := range p.Features(s.prompt) {
+				gW[f][k] += d
+			}
+		}
+	}
+
+	const tol = 1e-6
+	for _, n := range []int{1, 2} {
+		got := runEval(t, n, batchPath, w0, thetaPath)
+		var worst float64
+		diff := func(what string, x, y float64) {
+			worst = max(worst, math.Abs(x-y))
+			if math.Abs(x-y) > tol {
+				t.Errorf("%d ranks: %s: trainer %v, Go %v", n, what, x, y)
+			}
+		}
+		diff("loss", got.Loss, want.Loss)
+		if got.Ranks != n || got.Tokens != want.Tokens || len(got.GradLogp) != len(gTok) ||
+			got.ClipFraction != want.ClipFraction || got.DualClipFraction != want.DualClipFraction {
+			t.Fatalf("%d ranks: trainer %d ranks, %d tokens, %d gradients, clip %v dual %v; Go %d tokens, clip %v dual %v",
+				n, got.Ranks, got.Tokens, len(got.GradLogp), got.ClipFraction, got.DualClipFraction, want.Tokens, want.ClipFraction, want.DualClipFraction)
+		}
+		for i := range gTok {
+			diff(fmt.Sprintf("∂loss/∂logπθ of token %d", i), got.GradLogp[i], gTok[i])
+		}
+		for k := range gB {
+			diff(fmt.Sprintf("∂loss/∂b[%d]", k), got.GradB[k], gB[k])
+			for i := range gW {
+				diff(fmt.Sprintf("∂loss/∂W[%d][%d]", i, k), got.GradW[i][k], gW[i][k])
+			}
+		}
+		t.Logf("%d ranks: loss %.12f, largest difference from Go %.2g", n, got.Loss, worst)
+	}
+
+	// The training path: one step over the batch as one global batch is
+	// taken at θ = θ_old, so the loss it reports is PPOLoss at ρ = 1.
+	atOld, _ := ppo(p)
+	m, err := runTrainer(t, 2, batchPath, w0, filepath.Join(dir, "out", "policy.json"), "--epochs", "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if math.Abs(m.Loss-atOld.Loss) > tol || m.Steps != 1 {
+		t.Errorf("2-rank training step: loss %v (%d steps), Go %v", m.Loss, m.Steps, atOld.Loss)
+	}
+	t.Logf("2-rank training step at θ_old: loss %.12f, Go %.12f", m.Loss, atOld.Loss)
 }
