@@ -1,11 +1,15 @@
 package activities
 
 import (
-	"bytes"
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"os"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/activity"
@@ -67,17 +71,63 @@ type BatchInput struct {
 	Round              int32
 	MaxCallsPerEpisode int
 	Seed               int64
+	// Filters drop calls before selection (length, post-success).
+	Filters schemas.Filters
 }
 
 // BuildBatch computes leave-one-out advantages per group over valid
-// episodes, selects at most MaxCallsPerEpisode trainable calls per episode,
-// each weighing 1/(selected in its episode), and writes samples.parquet and
-// batch.npz. Same inputs, same keys and bytes: safe to retry.
+// episodes, drops calls the filters exclude, selects at most
+// MaxCallsPerEpisode trainable calls per episode, each weighing
+// 1/(selected in its episode), and writes samples.parquet and batch.npz.
+// Same inputs, same keys and bytes: safe to retry.
+//
+// Memory follows the selected batch, not the round: advantages and
+// selection read only the calls' ids and token counts; token arrays are
+// then read for the selected calls only and streamed to a temp file.
 func (c *Control) BuildBatch(ctx context.Context, in BatchInput) (schemas.BatchSummary, error) {
+	samples, sum, err := c.planBatch(ctx, in)
+	if err != nil || len(samples) == 0 {
+		return sum, err
+	}
+	l := schemas.Layout{Run: in.Run}
+	if _, err := store.WriteParquet(ctx, c.Store, l.Samples(in.Round), samples); err != nil {
+		return sum, err
+	}
+	heartbeat(ctx, "samples")
+	tmp, err := os.CreateTemp("", "batch-*.npz")
+	if err != nil {
+		return sum, fmt.Errorf("round %d batch: %w", in.Round, err)
+	}
+	defer os.Remove(tmp.Name())
+	defer tmp.Close()
+	if err := c.writeBatch(ctx, in, samples, tmp); err != nil {
+		return sum, fmt.Errorf("round %d batch: %w", in.Round, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return sum, fmt.Errorf("round %d batch: %w", in.Round, err)
+	}
+	sum.BatchKey = l.Batch(in.Round)
+	if err := c.Store.PutFile(ctx, sum.BatchKey, tmp.Name()); err != nil {
+		return sum, err
+	}
+	return sum, nil
+}
+
+// planned is an episode of a group with signal, and its calls' counts.
+type planned struct {
+	ep    schemas.Episode
+	adv   float64
+	calls []schemas.CallCounts
+}
+
+// planBatch is advantages and selection: the samples in batch order (group,
+// then episode id, then call index) and the summary, from episode rows and
+// the calls' CallCounts projection.
+func (c *Control) planBatch(ctx context.Context, in BatchInput) ([]schemas.Sample, schemas.BatchSummary, error) {
 	var sum schemas.BatchSummary
 	eps, err := c.readEpisodes(ctx, in.Run, in.Round, schemas.PhaseTrain)
 	if err != nil {
-		return sum, err
+		return nil, sum, err
 	}
 	groups := map[int32][]schemas.Episode{}
 	for _, e := range eps {
@@ -103,9 +153,8 @@ func (c *Control) BuildBatch(ctx context.Context, in BatchInput) (schemas.BatchS
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
 	sum.Groups = len(ids)
 
-	l := schemas.Layout{Run: in.Run}
-	var samples []schemas.Sample
-	var b batchArrays
+	var order []*planned
+	byID := map[string]*planned{}
 	for _, g := range ids {
 		members := groups[g]
 		rewards := make([]float64, len(members))
@@ -116,94 +165,211 @@ func (c *Control) BuildBatch(ctx context.Context, in BatchInput) (schemas.BatchS
 			continue // no reward diversity: counted, then dropped
 		}
 		sum.GroupsWithSignal++
-		adv := rl.LeaveOneOut(rewards)
-		for i, e := range members {
-			calls, err := store.ReadParquet[schemas.Call](ctx, c.Store, l.Calls(in.Round, schemas.PhaseTrain, e.EpisodeID))
-			if err != nil {
-				return sum, err
-			}
-			var trainable []schemas.Call
-			for _, call := range calls {
-				sum.Calls++
-				if call.Trainable && len(call.CompletionTokenIDs) > 0 && len(call.CompletionLogprobs) == len(call.CompletionTokenIDs) {
-					trainable = append(trainable, call)
-				} else {
-					sum.UntrainableCalls++
-				}
-			}
-			sel := rl.SelectCalls(len(trainable), in.MaxCallsPerEpisode, in.Seed, e.EpisodeID)
-			for _, k := range sel {
-				call := trainable[k]
-				w := 1 / float64(len(sel))
-				samples = append(samples, schemas.Sample{Run: in.Run, Round: in.Round, EpisodeID: e.EpisodeID,
-					Group: e.Group, CallIndex: call.CallIndex, Advantage: adv[i], Weight: w,
-					PromptTokens: int32(len(call.PromptTokenIDs)), CompletionTokens: int32(len(call.CompletionTokenIDs))})
-				if adv[i] == 0 {
-					sum.ZeroWeightSamples++
-				}
-				b.add(call, adv[i], w)
-			}
-			activity.RecordHeartbeat(ctx, e.EpisodeID)
+		for i, a := range rl.LeaveOneOut(rewards) {
+			p := &planned{ep: members[i], adv: a}
+			order = append(order, p)
+			byID[p.ep.EpisodeID] = p
 		}
+	}
+	if len(order) == 0 {
+		return nil, sum, nil
+	}
+	l := schemas.Layout{Run: in.Run}
+	err = store.ScanTable(ctx, c.Store, l.CallsDir(in.Round, schemas.PhaseTrain),
+		func(r schemas.CallCounts) string { return r.EpisodeID }, nil,
+		func(rows []schemas.CallCounts) error {
+			for _, r := range rows {
+				if p := byID[r.EpisodeID]; p != nil {
+					r.EpisodeID = "" // the map key holds it; no string per call
+					p.calls = append(p.calls, r)
+				}
+			}
+			return nil
+		})
+	if err != nil {
+		return nil, sum, fmt.Errorf("round %d calls: %w", in.Round, err)
+	}
+	heartbeat(ctx, "selection")
+
+	var samples []schemas.Sample
+	var eligible []int32
+	for _, p := range order {
+		sort.Slice(p.calls, func(i, j int) bool { return p.calls[i].CallIndex < p.calls[j].CallIndex })
+		eligible = eligible[:0]
+		for _, call := range p.calls {
+			sum.Calls++
+			// The proxy marks a call trainable only when its id counts match
+			// usage, so the counts stand in for the arrays here.
+			if !call.Trainable || call.CompletionTokens <= 0 {
+				sum.UntrainableCalls++
+				continue
+			}
+			switch rl.FilterCall(in.Filters, in.Round, call.CallIndex, int(call.PromptTokens)+int(call.CompletionTokens), p.ep.SuccessCall) {
+			case rl.DropLength:
+				sum.DroppedLength++
+				continue
+			case rl.DropPostSuccess:
+				sum.DroppedPostSuccess++
+				continue
+			}
+			eligible = append(eligible, call.CallIndex)
+		}
+		sel := rl.SelectCalls(len(eligible), in.MaxCallsPerEpisode, in.Seed, p.ep.EpisodeID)
+		for _, k := range sel {
+			call := p.calls[indexOf(p.calls, eligible[k])]
+			samples = append(samples, schemas.Sample{Run: in.Run, Round: in.Round, EpisodeID: p.ep.EpisodeID,
+				Group: p.ep.Group, CallIndex: call.CallIndex, Advantage: p.adv, Weight: 1 / float64(len(sel)),
+				PromptTokens: call.PromptTokens, CompletionTokens: call.CompletionTokens})
+			if p.adv == 0 {
+				sum.ZeroWeightSamples++
+			}
+		}
+		p.calls = nil
 	}
 	sum.Samples = len(samples)
-	if len(samples) == 0 {
-		return sum, nil
+	return samples, sum, nil
+}
+
+// heartbeat records progress when ctx is an activity's (benchmarks call
+// the batch code directly).
+func heartbeat(ctx context.Context, v any) {
+	if activity.IsActivity(ctx) {
+		activity.RecordHeartbeat(ctx, v)
 	}
-	if _, err := store.WriteParquet(ctx, c.Store, l.Samples(in.Round), samples); err != nil {
-		return sum, err
+}
+
+// indexOf finds a call index in calls sorted by index.
+func indexOf(calls []schemas.CallCounts, idx int32) int {
+	return sort.Search(len(calls), func(i int) bool { return calls[i].CallIndex >= idx })
+}
+
+// writeBatch reads the token arrays of the selected calls only (skipping
+// the files of episodes without a selected call) and streams batch.npz
+// (schemas/batch.go) to w. Array lengths come from the samples' counts,
+// checked against the arrays read.
+func (c *Control) writeBatch(ctx context.Context, in BatchInput, samples []schemas.Sample, w io.Writer) error {
+	type key struct {
+		ep  string
+		idx int32
 	}
-	data, err := b.encode()
+	pos := make(map[key]int, len(samples))
+	wanted := map[string]bool{}
+	for i, s := range samples {
+		pos[key{s.EpisodeID, s.CallIndex}] = i
+		wanted[s.EpisodeID] = true
+	}
+	toks := make([]schemas.CallTokens, len(samples))
+	found := 0
+	l := schemas.Layout{Run: in.Run}
+	dir := l.CallsDir(in.Round, schemas.PhaseTrain)
+	err := store.ScanTable(ctx, c.Store, dir, func(r schemas.CallTokens) string { return r.EpisodeID },
+		func(k string) bool { return !wanted[strings.TrimSuffix(strings.TrimPrefix(k, dir), ".parquet")] },
+		func(rows []schemas.CallTokens) error {
+			for _, r := range rows {
+				i, ok := pos[key{r.EpisodeID, r.CallIndex}]
+				if !ok || toks[i].EpisodeID != "" {
+					continue
+				}
+				s := samples[i]
+				if len(r.PromptTokenIDs) != int(s.PromptTokens) || len(r.CompletionTokenIDs) != int(s.CompletionTokens) ||
+					len(r.CompletionLogprobs) != len(r.CompletionTokenIDs) {
+					return fmt.Errorf("call %d of %s: %d prompt ids, %d completion ids, %d logprobs disagree with its counts %d and %d",
+						r.CallIndex, r.EpisodeID, len(r.PromptTokenIDs), len(r.CompletionTokenIDs), len(r.CompletionLogprobs), s.PromptTokens, s.CompletionTokens)
+				}
+				// Copy: the reader may reuse the row's backing arrays.
+				toks[i] = schemas.CallTokens{EpisodeID: r.EpisodeID, CallIndex: r.CallIndex,
+					PromptTokenIDs: slices.Clone(r.PromptTokenIDs), CompletionTokenIDs: slices.Clone(r.CompletionTokenIDs),
+					CompletionLogprobs: slices.Clone(r.CompletionLogprobs)}
+				found++
+			}
+			return nil
+		})
 	if err != nil {
-		return sum, fmt.Errorf("round %d batch: %w", in.Round, err)
+		return err
 	}
-	sum.BatchKey = l.Batch(in.Round)
-	if err := c.Store.Put(ctx, sum.BatchKey, data); err != nil {
-		return sum, err
+	if found != len(samples) {
+		return fmt.Errorf("%d of %d selected calls not found under %s", len(samples)-found, len(samples), dir)
 	}
-	return sum, nil
+	heartbeat(ctx, "tokens")
+	return encodeBatch(w, samples, toks)
 }
 
-// batchArrays accumulates the batch.npz arrays (schemas/batch.go).
-type batchArrays struct {
-	promptIDs, complIDs   []int32
-	promptOff, complOff   []int64
-	logprobs, adv, weight []float32
-}
-
-func (b *batchArrays) add(c schemas.Call, adv, w float64) {
-	if len(b.promptOff) == 0 {
-		b.promptOff, b.complOff = []int64{0}, []int64{0}
+// encodeBatch streams the batch arrays to w, one array after another.
+func encodeBatch(w io.Writer, samples []schemas.Sample, toks []schemas.CallTokens) error {
+	bw := bufio.NewWriterSize(w, 1<<20)
+	z := npz.NewWriter(bw)
+	var nPrompt, nCompl int
+	for _, s := range samples {
+		nPrompt += int(s.PromptTokens)
+		nCompl += int(s.CompletionTokens)
 	}
-	b.promptIDs = append(b.promptIDs, c.PromptTokenIDs...)
-	b.complIDs = append(b.complIDs, c.CompletionTokenIDs...)
-	b.promptOff = append(b.promptOff, int64(len(b.promptIDs)))
-	b.complOff = append(b.complOff, int64(len(b.complIDs)))
-	b.logprobs = append(b.logprobs, c.CompletionLogprobs...)
-	b.adv = append(b.adv, float32(adv))
-	b.weight = append(b.weight, float32(w))
-}
-
-func (b *batchArrays) encode() ([]byte, error) {
-	var buf bytes.Buffer
-	w := npz.NewWriter(&buf)
-	for _, err := range []error{
-		w.WriteInt32(schemas.BatchPromptIDs, b.promptIDs),
-		w.WriteInt64(schemas.BatchPromptOffsets, b.promptOff),
-		w.WriteInt32(schemas.BatchCompletionIDs, b.complIDs),
-		w.WriteInt64(schemas.BatchCompletionOffsets, b.complOff),
-		w.WriteFloat32(schemas.BatchRolloutLogprobs, b.logprobs),
-		w.WriteFloat32(schemas.BatchAdvantages, b.adv),
-		w.WriteFloat32(schemas.BatchWeights, b.weight),
-	} {
+	ids := func(name string, n int, get func(schemas.CallTokens) []int32) error {
+		a, err := z.Begin(name, npz.Int32, n)
 		if err != nil {
-			return nil, err
+			return err
+		}
+		for _, t := range toks {
+			if err := a.Int32(get(t)...); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	offsets := func(name string, count func(schemas.Sample) int32) error {
+		a, err := z.Begin(name, npz.Int64, len(samples)+1)
+		if err != nil {
+			return err
+		}
+		off := make([]int64, 1, len(samples)+1)
+		for _, s := range samples {
+			off = append(off, off[len(off)-1]+int64(count(s)))
+		}
+		return a.Int64(off...)
+	}
+	perCall := func(name string, get func(schemas.Sample) float64) error {
+		v := make([]float32, len(samples))
+		for i, s := range samples {
+			v[i] = float32(get(s))
+		}
+		return z.WriteFloat32(name, v)
+	}
+	for _, step := range []func() error{
+		func() error {
+			return ids(schemas.BatchPromptIDs, nPrompt, func(t schemas.CallTokens) []int32 { return t.PromptTokenIDs })
+		},
+		func() error {
+			return offsets(schemas.BatchPromptOffsets, func(s schemas.Sample) int32 { return s.PromptTokens })
+		},
+		func() error {
+			return ids(schemas.BatchCompletionIDs, nCompl, func(t schemas.CallTokens) []int32 { return t.CompletionTokenIDs })
+		},
+		func() error {
+			return offsets(schemas.BatchCompletionOffsets, func(s schemas.Sample) int32 { return s.CompletionTokens })
+		},
+		func() error {
+			a, err := z.Begin(schemas.BatchRolloutLogprobs, npz.Float32, nCompl)
+			if err != nil {
+				return err
+			}
+			for _, t := range toks {
+				if err := a.Float32(t.CompletionLogprobs...); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+		func() error {
+			return perCall(schemas.BatchAdvantages, func(s schemas.Sample) float64 { return s.Advantage })
+		},
+		func() error { return perCall(schemas.BatchWeights, func(s schemas.Sample) float64 { return s.Weight }) },
+		z.Close,
+		bw.Flush,
+	} {
+		if err := step(); err != nil {
+			return err
 		}
 	}
-	if err := w.Close(); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
+	return nil
 }
 
 // ReportInput names the episodes a report covers.

@@ -1,9 +1,11 @@
 package activities_test
 
 import (
+	"bytes"
 	"context"
 	"math"
 	"path/filepath"
+	"reflect"
 	"testing"
 
 	"go.temporal.io/sdk/testsuite"
@@ -40,7 +42,7 @@ func TestBuildBatch(t *testing.T) {
 	}
 	call := func(prompt, compl int32) schemas.Call {
 		return schemas.Call{Trainable: true, PromptTokenIDs: []int32{prompt, prompt + 1}, CompletionTokenIDs: []int32{compl, 2},
-			CompletionLogprobs: []float32{-float32(compl) / 10, 0}}
+			CompletionLogprobs: []float32{-float32(compl) / 10, 0}, PromptTokens: 2, CompletionTokens: 2}
 	}
 	// Group 0: rewards 1, 0, 0 plus one invalid episode (excluded, not a zero).
 	put(schemas.Episode{Group: 0, Attempt: 0, Valid: true, Success: true, Reward: 1}, []schemas.Call{call(10, 5), call(11, 6)})
@@ -108,6 +110,111 @@ func TestBuildBatch(t *testing.T) {
 	}
 	if ids[0] != 5 || lp[0] != -0.5 || adv[0] != 1 {
 		t.Errorf("first call: id %d logprob %v advantage %v, want 5, -0.5, 1", ids[0], lp[0], adv[0])
+	}
+}
+
+// TestBuildBatchFilters checks the length and post-success filters in
+// BuildBatch, their from-round gating, the counts of dropped calls, and that
+// a compacted calls partition gives the same batch as per-episode files.
+func TestBuildBatchFilters(t *testing.T) {
+	stack := itest.Start(t)
+	ctx := context.Background()
+	s := stack.Store
+	const round = 6
+	l := schemas.Layout{Run: "f"}
+	put := func(e schemas.Episode, calls []schemas.Call) {
+		t.Helper()
+		e.Run, e.Round, e.Phase, e.Valid = "f", round, schemas.PhaseTrain, true
+		e.EpisodeID = schemas.EpisodeID(round, schemas.PhaseTrain, e.Group, e.Attempt)
+		for i := range calls {
+			c := &calls[i]
+			c.EpisodeID, c.CallIndex, c.Trainable = e.EpisodeID, int32(i), true
+			c.CompletionTokenIDs, c.CompletionLogprobs = []int32{int32(i)}, []float32{-1}
+			c.PromptTokens, c.CompletionTokens = int32(len(c.PromptTokenIDs)), 1
+		}
+		if _, err := store.WriteParquet(ctx, s, l.Calls(round, schemas.PhaseTrain, e.EpisodeID), calls); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := store.WriteParquet(ctx, s, l.Episodes(round, schemas.PhaseTrain, e.EpisodeID), []schemas.Episode{e}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	short, long := []int32{1, 2}, []int32{1, 2, 3, 4, 5, 6, 7, 8, 9}
+	// Success reported after call 1: calls 2 and 3 are post-success; call 1 is too long.
+	put(schemas.Episode{Group: 0, Attempt: 0, Success: true, Reward: 1, SuccessCall: 2},
+		[]schemas.Call{{PromptTokenIDs: short}, {PromptTokenIDs: long}, {PromptTokenIDs: short}, {PromptTokenIDs: short}})
+	// Failure: success never came (-1); one long call.
+	put(schemas.Episode{Group: 0, Attempt: 1, SuccessCall: -1},
+		[]schemas.Call{{PromptTokenIDs: short}, {PromptTokenIDs: long}, {PromptTokenIDs: short}})
+
+	var env testsuite.WorkflowTestSuite
+	aenv := env.NewTestActivityEnvironment()
+	aenv.RegisterActivity(&activities.Control{Store: s})
+	var ctrl *activities.Control
+	build := func(f schemas.Filters) (schemas.BatchSummary, []schemas.Sample) {
+		t.Helper()
+		v, err := aenv.ExecuteActivity(ctrl.BuildBatch, activities.BatchInput{Run: "f", Round: round, MaxCallsPerEpisode: 16, Seed: 1, Filters: f})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sum schemas.BatchSummary
+		if err := v.Get(&sum); err != nil {
+			t.Fatal(err)
+		}
+		samples, err := store.ReadParquet[schemas.Sample](ctx, s, l.Samples(round))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sum, samples
+	}
+	calls := func(samples []schemas.Sample) map[string][]int32 {
+		out := map[string][]int32{}
+		for _, x := range samples {
+			out[x.EpisodeID] = append(out[x.EpisodeID], x.CallIndex)
+		}
+		return out
+	}
+	a0, a1 := schemas.EpisodeID(round, schemas.PhaseTrain, 0, 0), schemas.EpisodeID(round, schemas.PhaseTrain, 0, 1)
+	on := schemas.Filters{MaxTokens: 5, MaxTokensFromRound: round, PostSuccess: true, PostSuccessFromRound: round}
+	for _, c := range []struct {
+		name            string
+		f               schemas.Filters
+		length, success int
+		want            map[string][]int32
+	}{
+		{"off", schemas.Filters{}, 0, 0, map[string][]int32{a0: {0, 1, 2, 3}, a1: {0, 1, 2}}},
+		{"not yet", schemas.Filters{MaxTokens: 5, MaxTokensFromRound: round + 1, PostSuccess: true, PostSuccessFromRound: round + 1},
+			0, 0, map[string][]int32{a0: {0, 1, 2, 3}, a1: {0, 1, 2}}},
+		{"length", schemas.Filters{MaxTokens: 5}, 2, 0, map[string][]int32{a0: {0, 2, 3}, a1: {0, 2}}},
+		{"post-success", schemas.Filters{PostSuccess: true}, 0, 2, map[string][]int32{a0: {0, 1}, a1: {0, 1, 2}}},
+		{"both from round 6", on, 2, 2, map[string][]int32{a0: {0}, a1: {0, 2}}},
+	} {
+		sum, samples := build(c.f)
+		if sum.DroppedLength != c.length || sum.DroppedPostSuccess != c.success || sum.Calls != 7 {
+			t.Errorf("%s: dropped length %d post-success %d of %d calls, want %d, %d of 7", c.name, sum.DroppedLength, sum.DroppedPostSuccess, sum.Calls, c.length, c.success)
+		}
+		if got := calls(samples); !reflect.DeepEqual(got, c.want) {
+			t.Errorf("%s: selected %v, want %v", c.name, got, c.want)
+		}
+	}
+
+	// The same batch from the compacted partition, byte for byte.
+	before, err := s.Get(ctx, l.Batch(round))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Compact(ctx, s, l.CallsDir(round, schemas.PhaseTrain), func(c schemas.Call) string { return c.EpisodeID }); err != nil {
+		t.Fatal(err)
+	}
+	if sum, samples := build(on); sum.Samples != 3 || !reflect.DeepEqual(calls(samples), map[string][]int32{a0: {0}, a1: {0, 2}}) {
+		t.Errorf("compacted: %d samples %v", sum.Samples, calls(samples))
+	}
+	after, err := s.Get(ctx, l.Batch(round))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(before, after) {
+		t.Errorf("batch from the compacted partition differs (%d vs %d bytes)", len(after), len(before))
 	}
 }
 

@@ -148,6 +148,7 @@ func (r *Rollout) RunEpisode(ctx context.Context, in EpisodeInput) (EpisodeResul
 		Suite: in.Task.Suite, InitID: in.InitID, Group: in.Group, Attempt: in.Attempt, Retry: retry,
 		WeightsID: in.WeightsID, Success: out.Success, Reward: out.Reward, Valid: out.Valid,
 		FailureClass: out.FailureClass, Termination: out.Termination, NumCalls: int32(len(calls)),
+		SuccessCall: successCall(out, len(calls)),
 		StartedAtMS: started.UnixMilli(), DurationMS: time.Since(started).Milliseconds(), Host: r.Host,
 		Artifacts: "s3://" + r.Store.Bucket + "/" + artifacts,
 	}
@@ -310,4 +311,13 @@ func (r *Rollout) RecoverOrphans(ctx context.Context) (int, error) {
 		}
 	}
 	return len(orphans), nil
+}
+
+// successCall is Episode.SuccessCall: the first call index after the env
+// reported success, -1 when it never did or the adapter cannot tell when.
+func successCall(out outcome.Result, calls int) int32 {
+	if out.Success && out.EndsAtSuccess {
+		return int32(calls)
+	}
+	return -1
 }

@@ -118,6 +118,22 @@ type Collect struct {
 	ValidateEveryRound bool `yaml:"validate_every_round" json:"validate_every_round"`
 	// FinalValidation validates the last round's weights after training.
 	FinalValidation bool `yaml:"final_validation" json:"final_validation"`
+	// Filters drop calls before selection (DESIGN.md §4); all off by default.
+	Filters Filters `yaml:"filters" json:"filters"`
+}
+
+// Filters are the optional selection filters. Each is off when its main
+// field is zero/false and, when on, applies from round *FromRound on (0 or 1:
+// from the first round), so "post-success from round 6" is
+// {post_success: true, post_success_from_round: 6}.
+type Filters struct {
+	// MaxTokens drops calls whose prompt + completion token count exceeds it (0: off).
+	MaxTokens          int   `yaml:"max_tokens" json:"max_tokens"`
+	MaxTokensFromRound int32 `yaml:"max_tokens_from_round" json:"max_tokens_from_round"`
+	// PostSuccess drops calls made after the environment already reported
+	// success (Episode.SuccessCall); episodes where that is unknown keep all calls.
+	PostSuccess          bool  `yaml:"post_success" json:"post_success"`
+	PostSuccessFromRound int32 `yaml:"post_success_from_round" json:"post_success_from_round"`
 }
 
 // Trainer is the command that performs one training update.

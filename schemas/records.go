@@ -53,6 +53,25 @@ type Call struct {
 	Trainable bool `parquet:"trainable" json:"trainable"`
 }
 
+// CallCounts is the projection of Call that advantages and selection read:
+// no token arrays, no request, so a round's calls are cheap to scan.
+type CallCounts struct {
+	EpisodeID        string `parquet:"episode_id"`
+	CallIndex        int32  `parquet:"call_index"`
+	PromptTokens     int32  `parquet:"prompt_tokens"`
+	CompletionTokens int32  `parquet:"completion_tokens"`
+	Trainable        bool   `parquet:"trainable"`
+}
+
+// CallTokens is the projection of Call that the training batch needs.
+type CallTokens struct {
+	EpisodeID          string    `parquet:"episode_id"`
+	CallIndex          int32     `parquet:"call_index"`
+	PromptTokenIDs     []int32   `parquet:"prompt_token_ids,list"`
+	CompletionTokenIDs []int32   `parquet:"completion_token_ids,list"`
+	CompletionLogprobs []float32 `parquet:"completion_logprobs,list"`
+}
+
 // Episode is the outcome of one episode
 // (episodes/round=R/phase=P/<episode>.parquet).
 type Episode struct {
@@ -75,10 +94,14 @@ type Episode struct {
 	FailureClass string  `parquet:"failure_class" json:"failure_class"`
 	Termination  string  `parquet:"termination" json:"termination"`
 	NumCalls     int32   `parquet:"num_calls" json:"num_calls"`
-	StartedAtMS  int64   `parquet:"started_at_ms" json:"started_at_ms"`
-	DurationMS   int64   `parquet:"duration_ms" json:"duration_ms"`
-	Host         string  `parquet:"host" json:"host"`
-	Artifacts    string  `parquet:"artifacts" json:"artifacts"`
+	// SuccessCall is the index of the first call made after the environment
+	// reported success (so calls from it on are post-success), or -1 when
+	// success never came or the outcome adapter cannot tell when it came.
+	SuccessCall int32  `parquet:"success_call" json:"success_call"`
+	StartedAtMS int64  `parquet:"started_at_ms" json:"started_at_ms"`
+	DurationMS  int64  `parquet:"duration_ms" json:"duration_ms"`
+	Host        string `parquet:"host" json:"host"`
+	Artifacts   string `parquet:"artifacts" json:"artifacts"`
 }
 
 // Sample is one call selected for training (samples/round=R/samples.parquet).

@@ -43,18 +43,21 @@ type RoundSummary struct {
 
 // BatchSummary is what building a round's training batch reports.
 type BatchSummary struct {
-	Episodes          int            `json:"episodes"`
-	Valid             int            `json:"valid"`
-	Invalid           int            `json:"invalid"`
-	InvalidByCause    map[string]int `json:"invalid_by_cause,omitempty"`
-	Successes         int            `json:"successes"`
-	Groups            int            `json:"groups"`
-	GroupsWithSignal  int            `json:"groups_with_signal"`
-	Calls             int            `json:"calls"`
-	UntrainableCalls  int            `json:"untrainable_calls"`
-	Samples           int            `json:"samples"`
-	ZeroWeightSamples int            `json:"zero_weight_samples"`
-	BatchKey          string         `json:"batch_key"` // S3 key of batch.npz ("" when no sample)
+	Episodes         int            `json:"episodes"`
+	Valid            int            `json:"valid"`
+	Invalid          int            `json:"invalid"`
+	InvalidByCause   map[string]int `json:"invalid_by_cause,omitempty"`
+	Successes        int            `json:"successes"`
+	Groups           int            `json:"groups"`
+	GroupsWithSignal int            `json:"groups_with_signal"`
+	Calls            int            `json:"calls"`
+	UntrainableCalls int            `json:"untrainable_calls"`
+	// Calls dropped by the selection filters (schemas.Filters), before selection.
+	DroppedLength      int    `json:"dropped_length"`
+	DroppedPostSuccess int    `json:"dropped_post_success"`
+	Samples            int    `json:"samples"`
+	ZeroWeightSamples  int    `json:"zero_weight_samples"`
+	BatchKey           string `json:"batch_key"` // S3 key of batch.npz ("" when no sample)
 }
 
 // State is runs/<run>/state.json: where a run stands, for people and tools

@@ -128,7 +128,7 @@ func Train(ctx workflow.Context, in TrainInput) (TrainResult, error) {
 	prog.Phase = "advantages"
 	var batch schemas.BatchSummary
 	if err := workflow.ExecuteActivity(ctrl, control.BuildBatch, activities.BatchInput{
-		Run: in.Run, Round: in.Round, MaxCallsPerEpisode: c.MaxCallsPerEpisode, Seed: c.Seed,
+		Run: in.Run, Round: in.Round, MaxCallsPerEpisode: c.MaxCallsPerEpisode, Seed: c.Seed, Filters: c.Filters,
 	}).Get(ctx, &batch); err != nil {
 		return result, fmt.Errorf("round %d batch: %w", in.Round, err)
 	}

@@ -22,6 +22,10 @@ type Result struct {
 	Reward       float64
 	FailureClass string
 	Termination  string
+	// EndsAtSuccess says the episode stops the moment the environment
+	// reports success, so no call follows it (the post-success filter then
+	// drops nothing). Adapters that cannot tell leave it false: unknown.
+	EndsAtSuccess bool
 }
 
 // Exit is how the episode process ended.
@@ -94,7 +98,10 @@ func minimal(spec schemas.OutcomeSpec, dir string, exit Exit) Result {
 	if exit.Code != 0 || o.Error != "" {
 		return infra(fmt.Sprintf("planner error (exit %d): %s", exit.Code, o.Error))
 	}
-	return valid(o.Terminated, nil, o.Termination)
+	r := valid(o.Terminated, nil, o.Termination)
+	// The toy's episode loop exits when the env terminates with success.
+	r.EndsAtSuccess = o.Terminated
+	return r
 }
 
 // jsonFields reads the fields a harness names by dotted path.

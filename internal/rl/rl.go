@@ -104,3 +104,32 @@ func SelectCalls(n, max int, seed int64, episodeID string) []int {
 	sort.Ints(idx)
 	return idx
 }
+
+// Drop says why a call is left out before selection.
+type Drop int
+
+// Reasons a call is left out before selection.
+const (
+	Keep            Drop = iota
+	DropLength           // prompt + completion tokens exceed Filters.MaxTokens
+	DropPostSuccess      // made after the environment reported success
+)
+
+// active reports whether a filter that starts at from applies in round.
+// from ≤ 1 means every round.
+func active(round, from int32) bool { return round >= from }
+
+// FilterCall applies the selection filters of a round to one call of an
+// episode: tokens is its prompt + completion count, successCall the
+// episode's Episode.SuccessCall. successCall ≤ 0 is unknown and drops
+// nothing: -1 is written when the adapter cannot tell, and rows written
+// before the field existed read it as 0.
+func FilterCall(f schemas.Filters, round int32, callIndex int32, tokens int, successCall int32) Drop {
+	if f.MaxTokens > 0 && active(round, f.MaxTokensFromRound) && tokens > f.MaxTokens {
+		return DropLength
+	}
+	if f.PostSuccess && active(round, f.PostSuccessFromRound) && successCall > 0 && callIndex >= successCall {
+		return DropPostSuccess
+	}
+	return Keep
+}

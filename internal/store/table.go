@@ -31,11 +31,20 @@ func isPart(key string) bool { return strings.HasPrefix(path.Base(key), "part-")
 // then part-file rows of episodes no per-episode file holds.
 func ReadTable[T any](ctx context.Context, s *Store, dir string, episodeOf func(T) string) ([]T, error) {
 	var out []T
-	err := scanTable(ctx, s, dir, episodeOf, func(rows []T) error { out = append(out, rows...); return nil })
+	err := scanTable(ctx, s, dir, episodeOf, nil, func(rows []T) error { out = append(out, rows...); return nil })
 	return out, err
 }
 
-func scanTable[T any](ctx context.Context, s *Store, dir string, episodeOf func(T) string, emit func([]T) error) error {
+// ScanTable streams a partition's rows to emit in batches, with ReadTable's
+// precedence, without holding the table. T may be a subset of the stored
+// columns (a narrower struct with the same parquet names): only those
+// columns are decoded. skip, when set, leaves out per-episode files by key;
+// part-file rows are always emitted, so emit must filter what it does not want.
+func ScanTable[T any](ctx context.Context, s *Store, dir string, episodeOf func(T) string, skip func(key string) bool, emit func([]T) error) error {
+	return scanTable(ctx, s, dir, episodeOf, skip, emit)
+}
+
+func scanTable[T any](ctx context.Context, s *Store, dir string, episodeOf func(T) string, skip func(string) bool, emit func([]T) error) error {
 	objs, err := s.List(ctx, dir)
 	if err != nil {
 		return err
@@ -48,6 +57,9 @@ func scanTable[T any](ctx context.Context, s *Store, dir string, episodeOf func(
 		}
 		if isPart(o.Key) {
 			parts = append(parts, o.Key)
+			continue
+		}
+		if skip != nil && skip(o.Key) {
 			continue
 		}
 		rows, err := ReadParquet[T](ctx, s, o.Key)
@@ -145,7 +157,7 @@ func Compact[T any](ctx context.Context, s *Store, dir string, episodeOf func(T)
 	defer os.Remove(tmp.Name())
 	defer tmp.Close()
 	w := parquet.NewGenericWriter[T](tmp, parquet.Compression(&parquet.Zstd), parquet.MaxRowsPerRowGroup(RowsPerGroup))
-	err = scanTable(ctx, s, dir, episodeOf, func(rows []T) error {
+	err = scanTable(ctx, s, dir, episodeOf, nil, func(rows []T) error {
 		st.Rows += int64(len(rows))
 		_, err := w.Write(rows)
 		return err
