@@ -33,7 +33,7 @@ func rootCmd() *cobra.Command {
 	root.PersistentFlags().StringVar(&e.Temporal, "temporal", e.Temporal, "Temporal frontend host:port (env ROUNDHOUSE_TEMPORAL)")
 	root.PersistentFlags().StringVar(&e.S3.Endpoint, "s3-endpoint", e.S3.Endpoint, "S3 endpoint URL (env ROUNDHOUSE_S3_ENDPOINT)")
 	root.PersistentFlags().StringVar(&e.S3.Bucket, "bucket", e.S3.Bucket, "S3 bucket (env ROUNDHOUSE_BUCKET)")
-	root.AddCommand(trainCmd(&e), statusCmd(&e), validateCmd())
+	root.AddCommand(trainCmd(&e), statusCmd(&e), validateCmd(), reportCmd(&e))
 	return root
 }
 
