@@ -19,7 +19,9 @@ var (
 	learnRounds = flag.Int("learn.rounds", 2, "rounds of the learning test")
 	learnGroups = flag.Int("learn.groups", 6, "groups per round of the learning test")
 	learnSeeds  = flag.Int("learn.seeds", 3, "independent runs of the learning test")
-	learnArgs   = flag.String("learn.args", "", "extra trainer flags, space separated")
+	// The toy learns with the hyperparameters harness.yaml passes (trainer.py
+	// defaults to the LLM values of DESIGN.md §4: lr 1e-6, one epoch).
+	learnArgs = flag.String("learn.args", "--lr 0.01 --epochs 4", "trainer flags, space separated")
 )
 
 const (

@@ -31,9 +31,24 @@ advantage A:
     loss  = -sum_s weight_s * mean_t(w*L) / sum_s weight_s   per global batch
 Samples are shuffled (seeded) into global batches of --global-batch; each
 global batch is sharded over the ranks, which all-reduce gradients, so N=1
-and N=2 take the same steps. Adam makes the toy's step size independent of
-the advantage scale; its defaults (lr 0.01, 4 epochs) are the toy's, not
-DESIGN.md's LLM learning rate 1e-6. Rank 0 writes the outputs, atomically.
+and N=2 take the same steps. The flag defaults are DESIGN.md section 4's
+(lr 1e-6, clip 0.2/0.28, dual clip 3.0, IS cap 2.0, global batch 128) and one
+epoch; the toy needs lr 0.01 and 4 epochs, which harness.yaml passes. Adam
+makes the toy's step size independent of the advantage scale. Rank 0 writes
+the outputs, atomically.
+
+Hugging Face path (--model hf, or --model auto with --weights-in a directory
+holding config.json and `transformers` importable): the model is
+AutoModelForCausalLM.from_pretrained(--weights-in, torch_dtype=--torch-dtype:
+float32 on CPU, bfloat16 on CUDA by default). Per selected call, one forward
+pass over prompt+completion; log_softmax at positions len(prompt)-1 .. end-1
+gathered at the completion ids gives log pi_theta (pi_old: the same before
+training), and the same loss as the toy applies. Ranks sum gradients by
+all_reduce (gloo on CPU, NCCL on CUDA), AdamW steps, and rank 0 writes
+model.save_pretrained(--weights-out) plus --weights-in's tokenizer files and
+metrics.json. --eval-out works there too (per-token logp_theta, logp_old and
+grad_logp; no parameter gradients). trainer_hf_test.go checks it with a fake
+transformers package (testdata/fake_transformers).
 
 With --eval-out FILE (and --weights-theta, default --weights-in) nothing is
 trained: the same loss code evaluates the whole batch as one global batch at
@@ -62,19 +77,26 @@ class InputError(Exception):
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--batch", required=True, help="batch.npz")
-    ap.add_argument("--weights-in", required=True, help="input policy.json (pi_old)")
-    ap.add_argument("--weights-out", help="output policy.json (required unless --eval-out)")
+    ap.add_argument("--weights-in", required=True,
+                    help="pi_old: the toy's policy.json, or a Hugging Face model directory (with config.json)")
+    ap.add_argument("--weights-out", help="output policy.json, or for --model hf the output model directory "
+                    "(required unless --eval-out)")
+    ap.add_argument("--model", choices=("auto", "toy", "hf"), default="auto",
+                    help="hf: a Hugging Face causal LM via transformers; toy: policy.json; auto (default): hf when "
+                    "--weights-in is a directory with config.json and transformers is importable, else toy")
+    ap.add_argument("--torch-dtype", choices=("auto", "float32", "bfloat16", "float16"), default="auto",
+                    help="--model hf: parameter dtype (auto: bfloat16 on CUDA, float32 on CPU)")
     ap.add_argument("--metrics-out", help="metrics.json (required unless --eval-out)")
     ap.add_argument("--eval-out", help="evaluate instead of training: write the loss of the whole batch "
                     "as one global batch at --weights-theta, and its gradients, to this JSON file")
-    ap.add_argument("--weights-theta", help="with --eval-out: the policy.json of pi_theta (default --weights-in)")
-    ap.add_argument("--lr", type=float, default=0.01, help="Adam learning rate")
+    ap.add_argument("--weights-theta", help="with --eval-out: pi_theta, a policy.json or model directory (default --weights-in)")
+    ap.add_argument("--lr", type=float, default=1e-6, help="learning rate (Adam on the toy, AdamW on hf)")
     ap.add_argument("--clip-low", type=float, default=0.2)
     ap.add_argument("--clip-high", type=float, default=0.28)
     ap.add_argument("--dual-clip", type=float, default=3.0)
     ap.add_argument("--is-cap", type=float, default=2.0, help="cap of the rollout importance weight")
     ap.add_argument("--global-batch", type=int, default=128, help="samples per optimizer step")
-    ap.add_argument("--epochs", type=int, default=4, help="passes over the batch")
+    ap.add_argument("--epochs", type=int, default=1, help="passes over the batch")
     ap.add_argument("--seed", type=int, default=0, help="shuffling seed")
     a = ap.parse_args(argv)
     checks = [
@@ -121,9 +143,8 @@ def load_weights(path):
     return w, W, b
 
 
-def load_batch(path, vocab_size, actions, im_start):
-    """Returns per-sample features, action index, completion length, rollout
-    logprobs, advantage and weight, all validated."""
+def load_arrays(path, vocab_size):
+    """The validated arrays of batch.npz (schemas/batch.go) and the sample count."""
     try:
         z = np.load(path)
         arr = {k: z[k] for k in z.files}
@@ -156,7 +177,16 @@ def load_batch(path, vocab_size, actions, im_start):
             raise InputError(f"batch {path}: {k} is not finite")
     if (arr["weights"] < 0).any() or arr["weights"].sum() <= 0:
         raise InputError(f"batch {path}: weights must be >= 0 with a positive sum")
+    for i in range(n):
+        if arr["completion_offsets"][i + 1] == arr["completion_offsets"][i]:
+            raise InputError(f"batch {path}: sample {i} has no completion tokens")
+    return arr, n
 
+
+def load_batch(path, vocab_size, actions, im_start):
+    """Returns per-sample features, action index, completion length, rollout
+    logprobs, advantage and weight, all validated."""
+    arr, n = load_arrays(path, vocab_size)
     action_index = {t: k for k, t in enumerate(actions)}
     po, co = arr["prompt_offsets"], arr["completion_offsets"]
     feats, act, ntok = [], np.zeros(n, np.int64), np.zeros(n, np.int64)
@@ -238,9 +268,20 @@ def batch_loss(W, b, B, idx, total_weight, a):
     positions of those tokens, rho and the clip masks."""
     co, ntok = B["co"], B["ntok"][idx]
     tok = np.concatenate([np.arange(co[i], co[i + 1]) for i in idx])
-    seg = torch.from_numpy(np.repeat(np.arange(len(idx)), ntok))
     first = torch.from_numpy(np.concatenate([[0], np.cumsum(ntok)[:-1]]).astype(np.int64))
     lp = torch.zeros(len(tok), dtype=torch.float64).index_put((first,), action_logprobs(W, b, B["feats"], B["act"], idx))
+    return loss_of_logprobs(lp, B, idx, tok, total_weight, a)
+
+
+def loss_of_logprobs(lp, B, idx, tok, total_weight, a):
+    """The section-4 loss of samples idx given lp, the float64 log pi_theta
+    of their completion tokens (batch positions tok, in sample order):
+    shared by the toy and the Hugging Face path. B holds per batch token
+    the pi_old log prob "old_tok" and the truncated importance weight
+    "w_tok", and per sample "co" (completion offsets), "ntok", "adv" and
+    "weight"."""
+    ntok = B["ntok"][idx]
+    seg = torch.from_numpy(np.repeat(np.arange(len(idx)), ntok))
     rho = torch.exp(lp - torch.from_numpy(B["old_tok"][tok]))
     A = torch.from_numpy(B["adv"][idx])[seg]
     L, clip, dual = ppo_objective(rho, A, a.clip_low, a.clip_high, a.dual_clip)
@@ -345,15 +386,259 @@ def evaluate(a, rank, world):
         })
 
 
+# ---------------------------------------------------------------------------
+# Hugging Face causal LM (--model hf). Same batch, same loss_of_logprobs; the
+# per-token log probs come from one forward pass over prompt+completion.
+
+TOKENIZER_FILES = (
+    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+    "vocab.json", "merges.txt", "tokenizer.model", "chat_template.jinja", "chat_template.json",
+    "generation_config.json",
+)
+
+
+def transformers_available():
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def use_hf(a):
+    """Whether this run trains a Hugging Face model rather than the toy."""
+    if a.model == "hf":
+        if not transformers_available():
+            raise InputError("--model hf needs the transformers package, which is not importable")
+        return True
+    if a.model == "toy":
+        return False
+    return os.path.isfile(os.path.join(a.weights_in, "config.json")) and transformers_available()
+
+
+def hf_device():
+    if torch.cuda.is_available():
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(local)
+        return torch.device("cuda", local)
+    return torch.device("cpu")
+
+
+def hf_dtype(a):
+    if a.torch_dtype == "auto":
+        return torch.bfloat16 if torch.cuda.is_available() else torch.float32
+    return getattr(torch, a.torch_dtype)
+
+
+def load_hf(path, a, device):
+    if not os.path.isfile(os.path.join(path, "config.json")):
+        raise InputError(f"weights {path}: not a Hugging Face model directory (no config.json)")
+    from transformers import AutoModelForCausalLM
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=hf_dtype(a))
+    except (OSError, ValueError) as e:
+        raise InputError(f"weights {path}: {e}") from e
+    model.to(device)
+    # No dropout: pi_old and pi_theta are the same deterministic function.
+    model.eval()
+    return model
+
+
+def hf_vocab_size(model):
+    try:
+        return int(model.get_input_embeddings().num_embeddings)
+    except (AttributeError, TypeError):
+        return int(getattr(getattr(model, "config", None), "vocab_size", 1 << 62))
+
+
+def hf_logprobs(model, B, idx, device):
+    """log pi(completion token | prompt, earlier completion) of samples idx,
+    concatenated in sample order, float64 on the CPU (with the graph to the
+    model when grad is enabled): per sample one forward pass over
+    prompt+completion, log_softmax at positions len(prompt)-1 .. end-1,
+    gathered at the completion ids."""
+    out = []
+    for i in idx:
+        p, c = B["prompts"][i], B["completions"][i]
+        ids = torch.from_numpy(np.concatenate([p, c])).to(device)[None]
+        res = model(input_ids=ids)
+        logits = res.logits if hasattr(res, "logits") else res[0]
+        logits = logits[0, len(p) - 1:len(p) + len(c) - 1].float()
+        lp = torch.log_softmax(logits, dim=-1).gather(1, torch.from_numpy(c).to(device)[:, None])[:, 0]
+        out.append(lp.double().cpu())
+    return torch.cat(out)
+
+
+def hf_prepare(a, device):
+    """The model at --weights-in (pi_old) and the batch with per token the
+    pi_old log prob and the truncated importance weight."""
+    model = load_hf(a.weights_in, a, device)
+    arr, n = load_arrays(a.batch, hf_vocab_size(model))
+    po, co = arr["prompt_offsets"].astype(np.int64), arr["completion_offsets"].astype(np.int64)
+    B = {
+        "prompts": [arr["prompt_ids"][po[i]:po[i + 1]].astype(np.int64) for i in range(n)],
+        "completions": [arr["completion_ids"][co[i]:co[i + 1]].astype(np.int64) for i in range(n)],
+        "co": co, "ntok": np.diff(co), "roll": arr["rollout_logprobs"].astype(np.float64),
+        "adv": arr["advantages"].astype(np.float64), "weight": arr["weights"].astype(np.float64),
+    }
+    for i in range(n):
+        if len(B["prompts"][i]) == 0:
+            raise InputError(f"batch {a.batch}: sample {i} has an empty prompt")
+    with torch.no_grad():
+        B["old_tok"] = hf_logprobs(model, B, np.arange(n), device).numpy()
+    B["w_tok"] = np.minimum(np.exp(B["old_tok"] - B["roll"]), a.is_cap)
+    return model, B
+
+
+def tokens_of(B, idx):
+    return np.concatenate([np.arange(B["co"][i], B["co"][i + 1]) for i in idx])
+
+
+def all_reduce_grads(params, world):
+    """Data parallel by hand: sum the ranks' gradients (each rank's loss is
+    already divided by the global batch's weight). Unlike DDP's hooks this
+    works when a rank's shard of a global batch is empty."""
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+        if world > 1:
+            dist.all_reduce(p.grad)
+
+
+def all_reduce_cpu(t, device):
+    """Sums the CPU tensor t over the ranks in place (NCCL needs it on the GPU)."""
+    if device.type == "cuda":
+        h = t.to(device)
+        dist.all_reduce(h)
+        t.copy_(h.cpu())
+    else:
+        dist.all_reduce(t)
+
+
+def save_hf(model, a):
+    """model.save_pretrained into --weights-out plus the tokenizer files of
+    --weights-in, via a temporary directory so a reader sees whole files."""
+    import shutil
+    out = os.path.abspath(a.weights_out)
+    tmp = out.rstrip("/") + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    model.save_pretrained(tmp)
+    for name in TOKENIZER_FILES:
+        src = os.path.join(a.weights_in, name)
+        if os.path.isfile(src) and not os.path.exists(os.path.join(tmp, name)):
+            shutil.copy2(src, os.path.join(tmp, name))
+    os.makedirs(out, exist_ok=True)
+    for name in os.listdir(tmp):
+        os.replace(os.path.join(tmp, name), os.path.join(out, name))
+    os.rmdir(tmp)
+
+
+def hf_train(a, rank, world):
+    device = hf_device()
+    model, B = hf_prepare(a, device)
+    n, weight = len(B["adv"]), B["weight"]
+    mismatch = float(np.abs(B["old_tok"] - B["roll"]).mean())
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=a.lr)
+    rng = np.random.default_rng(a.seed)
+    stats = torch.zeros(5, dtype=torch.float64)  # loss sum, clipped, dual, ratio sum, tokens
+    steps = 0
+    for _ in range(a.epochs):
+        perm = rng.permutation(n)
+        for lo in range(0, n, a.global_batch):
+            gb = perm[lo:lo + a.global_batch]
+            total_weight = weight[gb].sum()
+            mine = gb[rank::world]
+            opt.zero_grad()
+            if len(mine) and total_weight > 0:
+                tok = tokens_of(B, mine)
+                lp = hf_logprobs(model, B, mine, device)
+                loss, _, tok, rho, clip, dual = loss_of_logprobs(lp, B, mine, tok, total_weight, a)
+                loss.backward()
+                with torch.no_grad():
+                    stats += torch.tensor([
+                        loss.item(), float(clip.sum()), float(dual.sum()), float(rho.sum()), float(len(tok)),
+                    ], dtype=torch.float64)
+            all_reduce_grads(params, world)
+            opt.step()
+            steps += 1
+    if world > 1:
+        all_reduce_cpu(stats, device)
+    loss_sum, clipped_n, dual_n, ratio_sum, tok_n = stats.tolist()
+    metrics = {
+        "loss": loss_sum / steps,
+        "steps": steps,
+        "samples": n,
+        "tokens": int(len(B["roll"])),
+        "clip_fraction": clipped_n / tok_n if tok_n else 0.0,
+        "dual_clip_fraction": dual_n / tok_n if tok_n else 0.0,
+        "logprob_mismatch": mismatch,
+        "mean_ratio": ratio_sum / tok_n if tok_n else 1.0,
+    }
+    if rank == 0:
+        save_hf(model, a)
+        write_json(a.metrics_out, metrics)
+        print(f"trainer: {json.dumps(metrics)}", flush=True)
+    return metrics
+
+
+def hf_evaluate(a, rank, world):
+    """--eval-out for --model hf: like evaluate, with pi_theta the model
+    directory --weights-theta; reports the per-token log pi_old and log
+    pi_theta as well (no parameter gradients)."""
+    device = hf_device()
+    _, B = hf_prepare(a, device)
+    theta = load_hf(a.weights_theta or a.weights_in, a, device)
+    tok_n = len(B["roll"])
+    mine = np.arange(len(B["adv"]))[rank::world]
+    grad_tok = torch.zeros(tok_n, dtype=torch.float64)
+    lp_tok = torch.zeros(tok_n, dtype=torch.float64)
+    stats = torch.zeros(3, dtype=torch.float64)  # loss, clipped, dual
+    if len(mine):
+        tok = tokens_of(B, mine)
+        lp = hf_logprobs(theta, B, mine, device)
+        lp.retain_grad()
+        loss, _, tok, _, clip, dual = loss_of_logprobs(lp, B, mine, tok, B["weight"].sum(), a)
+        loss.backward()
+        grad_tok[torch.from_numpy(tok)] = lp.grad
+        lp_tok[torch.from_numpy(tok)] = lp.detach()
+        stats += torch.tensor([loss.item(), float(clip.sum()), float(dual.sum())], dtype=torch.float64)
+    if world > 1:
+        for g in (grad_tok, lp_tok, stats):
+            all_reduce_cpu(g, device)
+    if rank == 0:
+        write_json(a.eval_out, {
+            "loss": stats[0].item(),
+            "tokens": tok_n,
+            "clip_fraction": stats[1].item() / tok_n,
+            "dual_clip_fraction": stats[2].item() / tok_n,
+            "grad_logp": grad_tok.tolist(),
+            "logp_theta": lp_tok.tolist(),
+            "logp_old": B["old_tok"].tolist(),
+            "ranks": world,
+            "model": "hf",
+        })
+
+
 def main(argv):
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
     distributed = "RANK" in os.environ and world > 1
-    if distributed:
-        dist.init_process_group("gloo")
     try:
         a = parse_args(argv)
+        hf = use_hf(a)
+    except InputError as e:
+        print(f"trainer: error: {e}", file=sys.stderr, flush=True)
+        return 2
+    if distributed:
+        # The toy's tensors live on the CPU; a Hugging Face model uses the GPU when there is one.
+        dist.init_process_group("nccl" if hf and torch.cuda.is_available() else "gloo")
+    try:
         torch.manual_seed(a.seed)
-        (evaluate if a.eval_out else train)(a, rank, world if distributed else 1)
+        if hf:
+            (hf_evaluate if a.eval_out else hf_train)(a, rank, world if distributed else 1)
+        else:
+            (evaluate if a.eval_out else train)(a, rank, world if distributed else 1)
     except InputError as e:
         print(f"trainer: error: {e}", file=sys.stderr, flush=True)
         return 2

@@ -70,7 +70,7 @@ func TestTrainerSign(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	m, err := runTrainer(t, 1, batch, w0, out, "--epochs", "1")
+	m, err := runTrainer(t, 1, batch, w0, out, "--epochs", "1", "--lr", "0.01")
 	if err != nil {
 		t.Fatal(err)
 	}
