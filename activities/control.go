@@ -70,6 +70,7 @@ type BatchInput struct {
 	Run                string
 	Round              int32
 	MaxCallsPerEpisode int
+	Selection          string // rl.SelectRandom (default), SelectFirst, SelectLast, SelectSpread
 	Seed               int64
 	// Filters drop calls before selection (length, post-success).
 	Filters schemas.Filters
@@ -214,7 +215,7 @@ func (c *Control) planBatch(ctx context.Context, in BatchInput) ([]schemas.Sampl
 			}
 			eligible = append(eligible, call.CallIndex)
 		}
-		sel := rl.SelectCalls(len(eligible), in.MaxCallsPerEpisode, in.Seed, p.ep.EpisodeID)
+		sel := rl.SelectCalls(len(eligible), in.MaxCallsPerEpisode, in.Selection, in.Seed, p.ep.EpisodeID)
 		for _, k := range sel {
 			call := p.calls[indexOf(p.calls, eligible[k])]
 			samples = append(samples, schemas.Sample{Run: in.Run, Round: in.Round, EpisodeID: p.ep.EpisodeID,

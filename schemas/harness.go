@@ -107,6 +107,9 @@ type Collect struct {
 	Groups             int `yaml:"groups" json:"groups"`
 	Attempts           int `yaml:"attempts" json:"attempts"`
 	MaxCallsPerEpisode int `yaml:"max_calls_per_episode" json:"max_calls_per_episode"`
+	// Selection is the rule picking an episode's calls when it has more than
+	// MaxCallsPerEpisode: random (default, seeded), first, last or spread.
+	Selection string `yaml:"selection" json:"selection"`
 	// InfraRetries is how many more times an episode that failed for
 	// infrastructure reasons is tried before it is recorded as invalid.
 	InfraRetries int   `yaml:"infra_retries" json:"infra_retries"`

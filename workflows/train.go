@@ -128,11 +128,13 @@ func Train(ctx workflow.Context, in TrainInput) (TrainResult, error) {
 	prog.Phase = "advantages"
 	var batch schemas.BatchSummary
 	if err := workflow.ExecuteActivity(ctrl, control.BuildBatch, activities.BatchInput{
-		Run: in.Run, Round: in.Round, MaxCallsPerEpisode: c.MaxCallsPerEpisode, Seed: c.Seed, Filters: c.Filters,
+		Run: in.Run, Round: in.Round, MaxCallsPerEpisode: c.MaxCallsPerEpisode, Selection: c.Selection, Seed: c.Seed, Filters: c.Filters,
 	}).Get(ctx, &batch); err != nil {
 		return result, fmt.Errorf("round %d batch: %w", in.Round, err)
 	}
 	summary.BatchSummary = batch
+	workflow.SetCurrentDetails(ctx, fmt.Sprintf("round %d/%d: %d/%d valid episodes, %d/%d groups with signal, %d samples (%d zero-weight), %d of %d calls untrainable",
+		in.Round, in.Rounds, batch.Valid, batch.Episodes, batch.GroupsWithSignal, batch.Groups, batch.Samples, batch.ZeroWeightSamples, batch.UntrainableCalls, batch.Calls))
 	if lost > 0 {
 		if summary.InvalidByCause == nil {
 			summary.InvalidByCause = map[string]int{}
@@ -148,9 +150,14 @@ func Train(ctx workflow.Context, in TrainInput) (TrainResult, error) {
 	if batch.BatchKey != "" {
 		prog.Phase = "train"
 		out := fmt.Sprintf("r%d", in.Round)
+		// A failing trainer is retried without limit, backing off to every 5
+		// minutes: the round waits, its last error (with the log's tail)
+		// visible in the UI, and resumes by itself once the trainer or its
+		// host is fixed. Harness errors are not retried.
 		tctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 			TaskQueue: TrainQueue, StartToCloseTimeout: h.Trainer.Timeout.D() + 5*time.Minute, HeartbeatTimeout: 2 * time.Minute,
-			RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 3},
+			RetryPolicy: &temporal.RetryPolicy{InitialInterval: 10 * time.Second, BackoffCoefficient: 2,
+				MaximumInterval: 5 * time.Minute, NonRetryableErrorTypes: []string{"BadHarness"}},
 		})
 		var trainer *activities.Trainer
 		if err := workflow.ExecuteActivity(tctx, trainer.Train, activities.TrainInput{

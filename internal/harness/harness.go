@@ -209,6 +209,11 @@ func Check(h schemas.Harness) error {
 		}
 		names[s.Name] = true
 	}
+	switch h.Collect.Selection {
+	case "", "random", "first", "last", "spread":
+	default:
+		return &FieldError{"collect.selection", fmt.Errorf("%q: use random, first, last or spread", h.Collect.Selection)}
+	}
 	switch h.Episode.Outcome.Adapter {
 	case "minimal", "rpent_libero":
 	case "json":

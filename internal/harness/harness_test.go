@@ -76,6 +76,7 @@ func TestBadInputNamesTheProblem(t *testing.T) {
 		{"overlapping splits", strings.Replace(good, `val_init_ids: "45-49"`, `val_init_ids: "40-49"`, 1), nil, []string{"init id 40", "train_init_ids", "val_init_ids"}},
 		{"undeclared placeholder", strings.Replace(good, "{bin}/episode", "{bindir}/episode", 1), nil, []string{"{bindir}", "episode.command"}},
 		{"one attempt", strings.Replace(good, "attempts: 2", "attempts: 1", 1), nil, []string{"attempts", "at least 2"}},
+		{"unknown selection rule", strings.Replace(good, "attempts: 2}", "attempts: 2, selection: best}", 1), nil, []string{"collect.selection", "best"}},
 		{"bad duration", strings.Replace(good, "timeout: 30s", "timeout: soon", 1), nil, []string{"soon", "duration"}},
 	}
 	for _, c := range cases {

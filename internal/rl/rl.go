@@ -85,16 +85,36 @@ func PlanGroups(pool, initIDs []int32, n int, seed int64, round int32) []Group {
 	return out
 }
 
-// SelectCalls picks at most max of an episode's n calls for training,
-// uniformly at random but reproducibly from (seed, episode id); the result is
-// sorted. Each selected call then weighs 1/len(result).
-func SelectCalls(n, max int, seed int64, episodeID string) []int {
+// Selection rules for SelectCalls.
+const (
+	SelectRandom = "random" // uniform, reproducible from (seed, episode id); the default
+	SelectFirst  = "first"  // the first max calls
+	SelectLast   = "last"   // the last max calls
+	SelectSpread = "spread" // evenly spaced over the episode
+)
+
+// SelectCalls picks at most max of an episode's n calls for training by
+// rule; the result is sorted and the same for the same inputs. Each selected
+// call then weighs 1/len(result).
+func SelectCalls(n, max int, rule string, seed int64, episodeID string) []int {
 	idx := make([]int, n)
 	for i := range idx {
 		idx[i] = i
 	}
 	if max <= 0 || n <= max {
 		return idx
+	}
+	switch rule {
+	case SelectFirst:
+		return idx[:max]
+	case SelectLast:
+		return idx[n-max:]
+	case SelectSpread:
+		out := make([]int, max)
+		for i := range out {
+			out[i] = i * n / max
+		}
+		return out
 	}
 	h := fnv.New64a()
 	h.Write([]byte(episodeID))

@@ -89,19 +89,34 @@ func TestPlanGroupsDeterministicAndSpread(t *testing.T) {
 }
 
 func TestSelectCalls(t *testing.T) {
-	if got := SelectCalls(5, 16, 1, "e"); len(got) != 5 {
+	if got := SelectCalls(5, 16, SelectRandom, 1, "e"); len(got) != 5 {
 		t.Fatalf("short episode: %v", got)
 	}
-	a := SelectCalls(40, 16, 1, "ep-1")
-	if len(a) != 16 || !reflect.DeepEqual(a, SelectCalls(40, 16, 1, "ep-1")) {
+	a := SelectCalls(40, 16, SelectRandom, 1, "ep-1")
+	if len(a) != 16 || !reflect.DeepEqual(a, SelectCalls(40, 16, SelectRandom, 1, "ep-1")) {
 		t.Fatalf("selection not deterministic or wrong size: %v", a)
 	}
-	if reflect.DeepEqual(a, SelectCalls(40, 16, 2, "ep-1")) {
+	if reflect.DeepEqual(a, SelectCalls(40, 16, SelectRandom, 2, "ep-1")) {
 		t.Fatal("another seed should select other calls")
 	}
 	for i := 1; i < len(a); i++ {
 		if a[i] <= a[i-1] {
 			t.Fatalf("selection not sorted and unique: %v", a)
+		}
+	}
+}
+
+func TestSelectionRules(t *testing.T) {
+	for _, c := range []struct {
+		rule string
+		want []int
+	}{
+		{SelectFirst, []int{0, 1, 2}},
+		{SelectLast, []int{7, 8, 9}},
+		{SelectSpread, []int{0, 3, 6}},
+	} {
+		if got := SelectCalls(10, 3, c.rule, 1, "e"); !reflect.DeepEqual(got, c.want) {
+			t.Errorf("%s: %v, want %v", c.rule, got, c.want)
 		}
 	}
 }
