@@ -291,14 +291,13 @@ def loss_of_logprobs(lp, B, idx, tok, total_weight, a):
     return loss, lp, tok, rho, clip, dual
 
 
-def train(a, rank, world):
-    wfile, W0, b0, B = prepare(a)
+def optimize(a, rank, world, B, params, opt, device, loss_of):
+    """The update both policies share: --epochs passes over the batch in
+    global batches of --global-batch samples, each split over the ranks;
+    loss_of(mine, total_weight) returns batch_loss's tuple for this rank's
+    share. Returns metrics.json's content."""
     n, weight = len(B["adv"]), B["weight"]
-    W = torch.tensor(W0, requires_grad=True)
-    b = torch.tensor(b0, requires_grad=True)
     mismatch = float(np.abs(B["old_tok"] - B["roll"]).mean()) if len(B["roll"]) else 0.0
-
-    opt = torch.optim.Adam([W, b], lr=a.lr)
     rng = np.random.default_rng(a.seed)
     stats = torch.zeros(5, dtype=torch.float64)  # loss sum, clipped, dual, ratio sum, tokens
     steps = 0
@@ -309,25 +308,20 @@ def train(a, rank, world):
             total_weight = weight[gb].sum()
             mine = gb[rank::world]
             opt.zero_grad()
-            loss = torch.zeros((), dtype=torch.float64)
             if len(mine) and total_weight > 0:
-                loss, _, tok, rho, clip, dual = batch_loss(W, b, B, mine, total_weight, a)
+                loss, _, tok, rho, clip, dual = loss_of(mine, total_weight)
                 loss.backward()
                 with torch.no_grad():
                     stats += torch.tensor([
                         loss.item(), float(clip.sum()), float(dual.sum()), float(rho.sum()), float(len(tok)),
                     ], dtype=torch.float64)
-            for p in (W, b):
-                if p.grad is None:
-                    p.grad = torch.zeros_like(p)
-                if world > 1:
-                    dist.all_reduce(p.grad)
+            all_reduce_grads(params, world)
             opt.step()
             steps += 1
     if world > 1:
-        dist.all_reduce(stats)
+        all_reduce_cpu(stats, device)
     loss_sum, clipped_n, dual_n, ratio_sum, tok_n = stats.tolist()
-    metrics = {
+    return {
         "loss": loss_sum / steps,
         "steps": steps,
         "samples": n,
@@ -337,6 +331,15 @@ def train(a, rank, world):
         "logprob_mismatch": mismatch,
         "mean_ratio": ratio_sum / tok_n if tok_n else 1.0,
     }
+
+
+def train(a, rank, world):
+    wfile, W0, b0, B = prepare(a)
+    W = torch.tensor(W0, requires_grad=True)
+    b = torch.tensor(b0, requires_grad=True)
+    opt = torch.optim.Adam([W, b], lr=a.lr)
+    metrics = optimize(a, rank, world, B, [W, b], opt, torch.device("cpu"),
+                       lambda mine, total_weight: batch_loss(W, b, B, mine, total_weight, a))
     if rank == 0:
         out = dict(wfile)
         out["W"] = W.detach().numpy().tolist()
@@ -537,45 +540,14 @@ def save_hf(model, a):
 def hf_train(a, rank, world):
     device = hf_device()
     model, B = hf_prepare(a, device)
-    n, weight = len(B["adv"]), B["weight"]
-    mismatch = float(np.abs(B["old_tok"] - B["roll"]).mean())
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=a.lr)
-    rng = np.random.default_rng(a.seed)
-    stats = torch.zeros(5, dtype=torch.float64)  # loss sum, clipped, dual, ratio sum, tokens
-    steps = 0
-    for _ in range(a.epochs):
-        perm = rng.permutation(n)
-        for lo in range(0, n, a.global_batch):
-            gb = perm[lo:lo + a.global_batch]
-            total_weight = weight[gb].sum()
-            mine = gb[rank::world]
-            opt.zero_grad()
-            if len(mine) and total_weight > 0:
-                tok = tokens_of(B, mine)
-                lp = hf_logprobs(model, B, mine, device)
-                loss, _, tok, rho, clip, dual = loss_of_logprobs(lp, B, mine, tok, total_weight, a)
-                loss.backward()
-                with torch.no_grad():
-                    stats += torch.tensor([
-                        loss.item(), float(clip.sum()), float(dual.sum()), float(rho.sum()), float(len(tok)),
-                    ], dtype=torch.float64)
-            all_reduce_grads(params, world)
-            opt.step()
-            steps += 1
-    if world > 1:
-        all_reduce_cpu(stats, device)
-    loss_sum, clipped_n, dual_n, ratio_sum, tok_n = stats.tolist()
-    metrics = {
-        "loss": loss_sum / steps,
-        "steps": steps,
-        "samples": n,
-        "tokens": int(len(B["roll"])),
-        "clip_fraction": clipped_n / tok_n if tok_n else 0.0,
-        "dual_clip_fraction": dual_n / tok_n if tok_n else 0.0,
-        "logprob_mismatch": mismatch,
-        "mean_ratio": ratio_sum / tok_n if tok_n else 1.0,
-    }
+
+    def loss(mine, total_weight):
+        lp = hf_logprobs(model, B, mine, device)
+        return loss_of_logprobs(lp, B, mine, tokens_of(B, mine), total_weight, a)
+
+    metrics = optimize(a, rank, world, B, params, opt, device, loss)
     if rank == 0:
         save_hf(model, a)
         write_json(a.metrics_out, metrics)
