@@ -350,6 +350,22 @@ def train(a, rank, world):
     return metrics
 
 
+def write_eval(a, B, stats, grad_tok, world, **extra):
+    """Writes --eval-out: the loss, clip fractions (stats: loss, clipped,
+    dual-clipped, summed over ranks) and d loss / d log pi_theta per token."""
+    tok_n = len(B["roll"])
+    out = {
+        "loss": stats[0].item(),
+        "tokens": tok_n,
+        "clip_fraction": stats[1].item() / tok_n,
+        "dual_clip_fraction": stats[2].item() / tok_n,
+        "grad_logp": grad_tok.tolist(),
+        "ranks": world,
+    }
+    out.update(extra)
+    write_json(a.eval_out, out)
+
+
 def evaluate(a, rank, world):
     """--eval-out: the loss of the whole batch as one global batch at
     pi_theta = --weights-theta (pi_old = --weights-in), its gradient with
@@ -375,18 +391,8 @@ def evaluate(a, rank, world):
     if world > 1:
         for g in grads:
             dist.all_reduce(g)
-    tok_n = len(B["roll"])
     if rank == 0:
-        write_json(a.eval_out, {
-            "loss": stats[0].item(),
-            "tokens": tok_n,
-            "clip_fraction": stats[1].item() / tok_n,
-            "dual_clip_fraction": stats[2].item() / tok_n,
-            "grad_logp": grad_tok.tolist(),
-            "grad_W": grads[2].tolist(),
-            "grad_b": grads[3].tolist(),
-            "ranks": world,
-        })
+        write_eval(a, B, stats, grad_tok, world, grad_W=grads[2].tolist(), grad_b=grads[3].tolist())
 
 
 # ---------------------------------------------------------------------------
@@ -580,17 +586,7 @@ def hf_evaluate(a, rank, world):
         for g in (grad_tok, lp_tok, stats):
             all_reduce_cpu(g, device)
     if rank == 0:
-        write_json(a.eval_out, {
-            "loss": stats[0].item(),
-            "tokens": tok_n,
-            "clip_fraction": stats[1].item() / tok_n,
-            "dual_clip_fraction": stats[2].item() / tok_n,
-            "grad_logp": grad_tok.tolist(),
-            "logp_theta": lp_tok.tolist(),
-            "logp_old": B["old_tok"].tolist(),
-            "ranks": world,
-            "model": "hf",
-        })
+        write_eval(a, B, stats, grad_tok, world, logp_theta=lp_tok.tolist(), logp_old=B["old_tok"].tolist(), model="hf")
 
 
 def main(argv):
