@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/roundhouse-rl/roundhouse/internal/connect"
 	"github.com/roundhouse-rl/roundhouse/internal/devstack"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 )
@@ -71,15 +72,12 @@ func tools(ctx context.Context) error {
 	return nil
 }
 
+// env points the worker and starter at the dev stack's servers.
 func env() []string {
-	s := store.FromEnv()
-	return []string{
-		"ROUNDHOUSE_TEMPORAL=127.0.0.1:" + strconv.Itoa(temporalPort),
-		"ROUNDHOUSE_S3_ENDPOINT=http://127.0.0.1:" + strconv.Itoa(s3Port),
-		"ROUNDHOUSE_BUCKET=" + s.Bucket,
-		"ROUNDHOUSE_UI=http://127.0.0.1:" + strconv.Itoa(uiPort),
-		"AWS_ACCESS_KEY_ID=" + s.AccessKey, "AWS_SECRET_ACCESS_KEY=" + s.SecretKey, "AWS_REGION=" + s.Region,
-	}
+	e := connect.FromEnv()
+	e.Temporal = "127.0.0.1:" + strconv.Itoa(temporalPort)
+	e.S3.Endpoint = "http://127.0.0.1:" + strconv.Itoa(s3Port)
+	return append(e.Env(), "ROUNDHOUSE_UI=http://127.0.0.1:"+strconv.Itoa(uiPort))
 }
 
 func up(ctx context.Context) error {

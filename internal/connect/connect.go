@@ -36,6 +36,17 @@ func FromEnv() Endpoints {
 	return e
 }
 
+// Env is the environment that makes FromEnv return e in a child process
+// (a worker or starter started by the dev stack or a test).
+func (e Endpoints) Env() []string {
+	c := e.S3
+	return []string{
+		"ROUNDHOUSE_TEMPORAL=" + e.Temporal, "ROUNDHOUSE_NAMESPACE=" + e.Namespace,
+		"ROUNDHOUSE_S3_ENDPOINT=" + c.Endpoint, "ROUNDHOUSE_BUCKET=" + c.Bucket,
+		"AWS_ACCESS_KEY_ID=" + c.AccessKey, "AWS_SECRET_ACCESS_KEY=" + c.SecretKey, "AWS_REGION=" + c.Region,
+	}
+}
+
 // Temporal dials the server and checks it answers within 10 seconds.
 func Temporal(ctx context.Context, e Endpoints, logger tlog.Logger) (client.Client, error) {
 	// One trace follows a round from the starter through workflows and

@@ -32,14 +32,7 @@ type Stack struct {
 }
 
 // Env returns the environment a worker or starter process needs for the stack.
-func (s Stack) Env() []string {
-	c := s.Endpoints.S3
-	return []string{
-		"ROUNDHOUSE_TEMPORAL=" + s.Endpoints.Temporal, "ROUNDHOUSE_S3_ENDPOINT=" + c.Endpoint,
-		"ROUNDHOUSE_BUCKET=" + c.Bucket, "AWS_ACCESS_KEY_ID=" + c.AccessKey,
-		"AWS_SECRET_ACCESS_KEY=" + c.SecretKey, "AWS_REGION=" + c.Region,
-	}
-}
+func (s Stack) Env() []string { return s.Endpoints.Env() }
 
 // Start brings up the servers and stops them when the test ends. Missing
 // tools fail the test with the command that builds them.
