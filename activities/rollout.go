@@ -316,7 +316,12 @@ func (r *Rollout) RecoverOrphans(ctx context.Context) (int, error) {
 // successCall is Episode.SuccessCall: the first call index after the env
 // reported success, -1 when it never did or the adapter cannot tell when.
 func successCall(out outcome.Result, calls int) int32 {
-	if out.Success && out.EndsAtSuccess {
+	switch {
+	case !out.Success:
+		return -1
+	case out.SuccessTurn > 0:
+		return int32(min(out.SuccessTurn, calls))
+	case out.EndsAtSuccess:
 		return int32(calls)
 	}
 	return -1

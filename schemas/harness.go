@@ -86,6 +86,9 @@ type OutcomeSpec struct {
 	Success string `yaml:"success" json:"success"`
 	Reward  string `yaml:"reward" json:"reward"`
 	Error   string `yaml:"error" json:"error"`
+	// SuccessTurn, optional, is the 1-based planner turn at which the
+	// environment reported success; it lets the post-success filter work.
+	SuccessTurn string `yaml:"success_turn" json:"success_turn"`
 }
 
 // Task is one task of the harness; Suite groups tasks in reports.

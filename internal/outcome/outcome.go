@@ -26,6 +26,10 @@ type Result struct {
 	// reports success, so no call follows it (the post-success filter then
 	// drops nothing). Adapters that cannot tell leave it false: unknown.
 	EndsAtSuccess bool
+	// SuccessTurn is the 1-based planner turn (model call) whose action the
+	// environment answered with success, 0 when unknown: calls from index
+	// SuccessTurn on came after success, which the post-success filter drops.
+	SuccessTurn int
 }
 
 // Exit is how the episode process ended.
@@ -132,7 +136,16 @@ func jsonFields(spec schemas.OutcomeSpec, dir string, exit Exit) Result {
 		}
 		reward = &f
 	}
-	return valid(success, reward, "")
+	r := valid(success, reward, "")
+	if success && spec.SuccessTurn != "" {
+		tv, ok := lookup(doc, spec.SuccessTurn)
+		f, isNum := tv.(float64)
+		if !ok || !isNum || f < 1 || f != float64(int(f)) {
+			return infra(fmt.Sprintf("%s has no positive whole number at %s (the harness's outcome.success_turn)", spec.File, spec.SuccessTurn))
+		}
+		r.SuccessTurn = int(f)
+	}
+	return r
 }
 
 // lookup follows a dotted path (a.b.0.c) through decoded JSON.

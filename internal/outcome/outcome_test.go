@@ -36,6 +36,12 @@ func TestDecide(t *testing.T) {
 		{"json error field", jsonSpec, `{"env":{"done":false,"score":0},"error":"sim crashed"}`, Exit{},
 			Result{FailureClass: schemas.FailureInfra}},
 		{"json missing success", jsonSpec, `{"env":{"score":1}}`, Exit{}, Result{FailureClass: schemas.FailureInfra}},
+		{"json success turn", schemas.OutcomeSpec{Adapter: "json", File: "r.json", Success: "ok", SuccessTurn: "turn"}, `{"ok":true,"turn":3}`, Exit{},
+			Result{Valid: true, Success: true, Reward: 1, SuccessTurn: 3}},
+		{"json success turn ignored on failure", schemas.OutcomeSpec{Adapter: "json", File: "r.json", Success: "ok", SuccessTurn: "turn"}, `{"ok":false,"turn":null}`, Exit{},
+			Result{Valid: true, FailureClass: schemas.FailureTask}},
+		{"json success turn not a number", schemas.OutcomeSpec{Adapter: "json", File: "r.json", Success: "ok", SuccessTurn: "turn"}, `{"ok":true,"turn":"3"}`, Exit{},
+			Result{FailureClass: schemas.FailureInfra}},
 		{"json array path", schemas.OutcomeSpec{Adapter: "json", File: "r.json", Success: "steps.1.ok"}, `{"steps":[{"ok":false},{"ok":true}]}`, Exit{},
 			Result{Valid: true, Success: true, Reward: 1}},
 	}
@@ -45,7 +51,7 @@ func TestDecide(t *testing.T) {
 			os.WriteFile(filepath.Join(dir, c.spec.File), []byte(c.file), 0o644)
 		}
 		got := Decide(c.spec, dir, c.exit)
-		if got.Valid != c.want.Valid || got.Success != c.want.Success || got.Reward != c.want.Reward || got.FailureClass != c.want.FailureClass {
+		if got.Valid != c.want.Valid || got.Success != c.want.Success || got.Reward != c.want.Reward || got.FailureClass != c.want.FailureClass || got.SuccessTurn != c.want.SuccessTurn {
 			t.Errorf("%s: got %+v, want %+v", c.name, got, c.want)
 		}
 		if c.want.Termination != "" && got.Termination != c.want.Termination {

@@ -80,6 +80,7 @@ func rpentLibero(dir string, exit Exit) Result {
 	}
 	var states struct {
 		Steps *[]struct {
+			Turn       int  `json:"turn"`
 			Terminated bool `json:"terminated"`
 		} `json:"steps"`
 	}
@@ -92,7 +93,11 @@ func rpentLibero(dir string, exit Exit) Result {
 	steps := *states.Steps
 	for i, s := range steps {
 		if s.Terminated {
-			return valid(true, nil, fmt.Sprintf("terminated at step %d of %d", i+1, len(steps)))
+			r := valid(true, nil, fmt.Sprintf("terminated at step %d of %d", i+1, len(steps)))
+			// A step's turn is the planner call whose tool call ran it; a
+			// states.json without turns leaves the success call unknown.
+			r.SuccessTurn = max(s.Turn, 0)
+			return r
 		}
 	}
 	why := fmt.Sprintf("not terminated after %d steps", len(steps))

@@ -83,10 +83,14 @@ func TestRPentLibero(t *testing.T) {
 		why        []string // substrings of the termination text
 	}{
 		{"success from terminated", transcript(nil, nil, ok, ok), steps(false, true), Exit{},
-			Result{Valid: true, Success: true, Reward: 1}, []string{"terminated at step 2 of 2"}},
+			Result{Valid: true, Success: true, Reward: 1, SuccessTurn: 2}, []string{"terminated at step 2 of 2"}},
+		{"steps after success: the first terminated step's turn", transcript(nil, nil, ok, ok, ok), steps(false, true, true), Exit{},
+			Result{Valid: true, Success: true, Reward: 1, SuccessTurn: 2}, []string{"terminated at step 2 of 3"}},
 		{"finish claim without terminated is a task failure", transcript(claimSuccess, nil, ok), steps(false), Exit{},
 			Result{Valid: true, FailureClass: schemas.FailureTask}, []string{"not terminated after 1 steps", "claimed success"}},
 		{"finish claiming failure does not hide success", transcript(map[string]any{"success": false}, nil, ok), steps(true), Exit{},
+			Result{Valid: true, Success: true, Reward: 1, SuccessTurn: 1}, nil},
+		{"steps without turns leave the success turn unknown", transcript(nil, nil, ok), map[string]any{"steps": []any{map[string]any{"terminated": true}}}, Exit{},
 			Result{Valid: true, Success: true, Reward: 1}, nil},
 		{"no steps at all", transcript(nil, nil), steps(), Exit{},
 			Result{Valid: true, FailureClass: schemas.FailureTask}, []string{"after 0 steps"}},
@@ -101,7 +105,7 @@ func TestRPentLibero(t *testing.T) {
 		{"service error in text parts", transcript(nil, nil, []any{map[string]any{"type": "text", "text": `{"error": "sam3 timed out"}`}}), steps(false), Exit{},
 			Result{FailureClass: schemas.FailureInfra}, []string{"sam3 timed out"}},
 		{"null error field in a tool result is fine", transcript(nil, "", `{"status":"executed","error":null}`), steps(true), Exit{},
-			Result{Valid: true, Success: true, Reward: 1}, nil},
+			Result{Valid: true, Success: true, Reward: 1, SuccessTurn: 1}, nil},
 		{"plain-text tool result is fine", transcript(nil, false, "the bowl is grasped"), steps(false), Exit{},
 			Result{Valid: true, FailureClass: schemas.FailureTask}, nil},
 		{"no transcript", nil, steps(true), Exit{Code: 1},
@@ -117,7 +121,7 @@ func TestRPentLibero(t *testing.T) {
 	for _, c := range cases {
 		dir := rpentDir(t, c.transcript, c.states)
 		got := Decide(spec, dir, c.exit)
-		if got.Valid != c.want.Valid || got.Success != c.want.Success || got.Reward != c.want.Reward || got.FailureClass != c.want.FailureClass {
+		if got.Valid != c.want.Valid || got.Success != c.want.Success || got.Reward != c.want.Reward || got.FailureClass != c.want.FailureClass || got.SuccessTurn != c.want.SuccessTurn {
 			t.Errorf("%s: got %+v, want %+v", c.name, got, c.want)
 		}
 		if got.Termination == "" {
