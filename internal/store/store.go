@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/feature/s3/transfermanager"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/parquet-go/parquet-go"
@@ -52,11 +53,20 @@ func FromEnv() Config {
 const (
 	OpTimeout       = 30 * time.Second
 	TransferTimeout = 10 * time.Minute
+	// minTransferRate sizes a file transfer's timeout: a multi-GB
+	// checkpoint shard may take long, but never slower than this.
+	minTransferRate = 8 << 20 // bytes per second
 )
+
+// transferTimeout is the budget of moving size bytes.
+func transferTimeout(size int64) time.Duration {
+	return TransferTimeout + time.Duration(size/minTransferRate)*time.Second
+}
 
 // Store reads and writes one bucket.
 type Store struct {
 	c      *s3.Client
+	tm     *transfermanager.Client // multipart, parallel parts for large files
 	Bucket string
 	cfg    Config
 }
@@ -77,7 +87,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 			o.UsePathStyle = true // self-hosted servers such as versitygw
 		}
 	})
-	return &Store{c: c, Bucket: cfg.Bucket, cfg: cfg}, nil
+	return &Store{c: c, tm: transfermanager.New(c), Bucket: cfg.Bucket, cfg: cfg}, nil
 }
 
 // Check verifies the server answers and the bucket exists, with a short
@@ -156,9 +166,15 @@ func (s *Store) PutFile(ctx context.Context, key, path string) error {
 		return fmt.Errorf("upload %s: %w", path, err)
 	}
 	defer f.Close()
-	ctx, cancel := context.WithTimeout(ctx, TransferTimeout)
+	st, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("upload %s: %w", path, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, transferTimeout(st.Size()))
 	defer cancel()
-	if _, err := s.c.PutObject(ctx, &s3.PutObjectInput{Bucket: &s.Bucket, Key: &key, Body: f}); err != nil {
+	// The transfer manager switches to a parallel multipart upload above its
+	// threshold: single PUTs stop at 5 GB, checkpoint shards may not.
+	if _, err := s.tm.UploadObject(ctx, &transfermanager.UploadObjectInput{Bucket: &s.Bucket, Key: &key, Body: f}); err != nil {
 		return fmt.Errorf("put %s to s3://%s/%s: %w", path, s.Bucket, key, err)
 	}
 	return nil
@@ -167,13 +183,14 @@ func (s *Store) PutFile(ctx context.Context, key, path string) error {
 // GetFile downloads an object to path atomically (temp file + rename), so a
 // crash never leaves a half-written file that looks complete.
 func (s *Store) GetFile(ctx context.Context, key, path string) error {
-	ctx, cancel := context.WithTimeout(ctx, TransferTimeout)
-	defer cancel()
-	out, err := s.c.GetObject(ctx, &s3.GetObjectInput{Bucket: &s.Bucket, Key: &key})
+	hctx, hcancel := context.WithTimeout(ctx, OpTimeout)
+	head, err := s.c.HeadObject(hctx, &s3.HeadObjectInput{Bucket: &s.Bucket, Key: &key})
+	hcancel()
 	if err != nil {
 		return fmt.Errorf("get s3://%s/%s: %w", s.Bucket, key, err)
 	}
-	defer out.Body.Close()
+	ctx, cancel := context.WithTimeout(ctx, transferTimeout(aws.ToInt64(head.ContentLength)))
+	defer cancel()
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("download s3://%s/%s: %w", s.Bucket, key, err)
 	}
@@ -182,14 +199,15 @@ func (s *Store) GetFile(ctx context.Context, key, path string) error {
 		return fmt.Errorf("download s3://%s/%s: %w", s.Bucket, key, err)
 	}
 	defer os.Remove(tmp.Name())
-	if _, err := io.Copy(tmp, out.Body); err != nil {
-		tmp.Close()
-		return fmt.Errorf("download s3://%s/%s: %w", s.Bucket, key, err)
+	// Ranged parts in parallel, written in place.
+	_, err = s.tm.DownloadObject(ctx, &transfermanager.DownloadObjectInput{Bucket: &s.Bucket, Key: &key, WriterAt: tmp})
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
 	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("download s3://%s/%s: %w", s.Bucket, key, err)
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
 	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
+	if err != nil {
 		return fmt.Errorf("download s3://%s/%s: %w", s.Bucket, key, err)
 	}
 	return nil
