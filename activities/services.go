@@ -19,6 +19,7 @@ import (
 	"github.com/roundhouse-rl/roundhouse/internal/devstack"
 	"github.com/roundhouse-rl/roundhouse/internal/harness"
 	"github.com/roundhouse-rl/roundhouse/internal/ports"
+	"github.com/roundhouse-rl/roundhouse/internal/weights"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 )
 
@@ -64,12 +65,12 @@ func (e *ServiceError) Unwrap() error { return e.Err }
 // Shared services are started once and kept; a service that died is
 // restarted by the next episode that needs it.
 func (r *Rollout) acquire(ctx context.Context, h schemas.Harness, run, weightsID string) (map[string]string, func(), error) {
-	// The model server's key holds the weights' ETag: a run replaced under
+	// The model server's key holds the manifest's ETag: a run replaced under
 	// the same name never reuses the old run's server or cached files.
-	remote := schemas.Layout{Run: run}.Weights(weightsID) + h.Model.WeightsFile
-	etag, err := r.Store.ETag(ctx, remote)
+	remote := schemas.Layout{Run: run}.Weights(weightsID)
+	etag, err := r.Store.ETag(ctx, remote+schemas.WeightsManifestFile)
 	if err != nil {
-		return nil, nil, fmt.Errorf("weights %s: %w", weightsID, err)
+		return nil, nil, fmt.Errorf("weights %s are not published (no manifest): %w", weightsID, err)
 	}
 	modelKey := h.Digest + "/" + run + "/" + weightsID + "/" + etag
 	for {
@@ -97,14 +98,13 @@ func (r *Rollout) acquire(ctx context.Context, h schemas.Harness, run, weightsID
 		}
 		spec := h.Model.Service
 		spec.Name = modelName
-		local := filepath.Join(r.WorkDir, "weights", filepath.FromSlash(modelKey), h.Model.WeightsFile)
+		local := filepath.Join(r.WorkDir, "weights", filepath.FromSlash(modelKey))
 		err := r.ensure(ctx, h, spec, modelKey, vars, func() (map[string]string, error) {
-			if _, err := os.Stat(local); err != nil {
-				if err := r.Store.GetFile(ctx, remote, local); err != nil {
-					return nil, err
-				}
+			if _, err := weights.Fetch(ctx, r.Store, remote, local); err != nil {
+				return nil, err
 			}
-			return map[string]string{"weights": local, "served_name": h.Model.ServedName}, nil
+			pruneWeights(filepath.Join(r.WorkDir, "weights"), modelKey)
+			return map[string]string{"weights": filepath.Join(local, h.Model.WeightsFile), "served_name": h.Model.ServedName}, nil
 		})
 		if err != nil {
 			r.mu.Unlock()
@@ -303,5 +303,17 @@ func (r *Rollout) Close() {
 	for name, s := range r.services {
 		s.stop()
 		delete(r.services, name)
+	}
+}
+
+// pruneWeights removes the host's cached weights other than keep (a path
+// digest/run/weights/etag under root): the model slot serves one weights id
+// at a time, and checkpoints of earlier rounds would fill the disk.
+func pruneWeights(root, keep string) {
+	dirs, _ := filepath.Glob(filepath.Join(root, "*", "*", "*", "*"))
+	for _, d := range dirs {
+		if rel, err := filepath.Rel(root, d); err == nil && strings.TrimSuffix(filepath.ToSlash(rel), ".manifest.json") != keep {
+			os.RemoveAll(d)
+		}
 	}
 }

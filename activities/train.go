@@ -2,8 +2,6 @@ package activities
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,6 +19,7 @@ import (
 	"github.com/roundhouse-rl/roundhouse/internal/harness"
 	"github.com/roundhouse-rl/roundhouse/internal/proc"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
+	"github.com/roundhouse-rl/roundhouse/internal/weights"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 )
 
@@ -58,8 +57,8 @@ func (t *Trainer) Train(ctx context.Context, in TrainInput) (schemas.TrainerMetr
 	}
 	l := schemas.Layout{Run: in.Run}
 	outPrefix := l.Weights(in.WeightsOut)
-	if man, err := t.readManifest(ctx, outPrefix); err == nil {
-		if err := t.verify(ctx, outPrefix, man); err == nil {
+	if man, err := weights.Read(ctx, t.Store, outPrefix); err == nil {
+		if err := weights.Verify(ctx, t.Store, outPrefix, man); err == nil {
 			return man.Metrics, nil
 		}
 	}
@@ -68,11 +67,13 @@ func (t *Trainer) Train(ctx context.Context, in TrainInput) (schemas.TrainerMetr
 	if err := os.RemoveAll(dir); err != nil {
 		return m, fmt.Errorf("train dir: %w", err)
 	}
-	file := h.Model.WeightsFile
+	// Weights are directories; a harness naming weights_file gets that
+	// file's path inside them instead.
+	inDir, outDir := filepath.Join(dir, "in"), filepath.Join(dir, "out", "weights")
 	vars := map[string]string{
 		"batch":       filepath.Join(dir, schemas.BatchFile),
-		"weights_in":  filepath.Join(dir, "in", file),
-		"weights_out": filepath.Join(dir, "out", file),
+		"weights_in":  filepath.Join(inDir, h.Model.WeightsFile),
+		"weights_out": filepath.Join(outDir, h.Model.WeightsFile),
 		"metrics_out": filepath.Join(dir, "out", schemas.TrainerMetricsFile),
 		"round":       strconv.Itoa(int(in.Round)),
 		"harness_dir": h.Dir,
@@ -82,13 +83,13 @@ func (t *Trainer) Train(ctx context.Context, in TrainInput) (schemas.TrainerMetr
 		return m, err
 	}
 	vars["rdzv_port"] = strconv.Itoa(port)
-	if err := os.MkdirAll(filepath.Join(dir, "out"), 0o755); err != nil {
+	if err := os.MkdirAll(outDir, 0o755); err != nil {
 		return m, fmt.Errorf("train dir: %w", err)
 	}
 	if err := t.Store.GetFile(ctx, in.BatchKey, vars["batch"]); err != nil {
 		return m, err
 	}
-	if err := t.Store.GetFile(ctx, l.Weights(in.WeightsIn)+file, vars["weights_in"]); err != nil {
+	if _, err := weights.Fetch(ctx, t.Store, l.Weights(in.WeightsIn), inDir); err != nil {
 		return m, err
 	}
 	args, err := harness.FillArgs(h.Trainer.Command, vars)
@@ -135,76 +136,19 @@ func (t *Trainer) Train(ctx context.Context, in TrainInput) (schemas.TrainerMetr
 	if err != nil {
 		return m, fmt.Errorf("trainer of round %d wrote no readable %s: %w", in.Round, schemas.TrainerMetricsFile, err)
 	}
-	man := schemas.WeightsManifest{WeightsID: in.WeightsOut, Metrics: m, CreatedAt: time.Now().UnixMilli()}
-	for _, f := range []struct{ name, path string }{{file, vars["weights_out"]}, {schemas.TrainerMetricsFile, vars["metrics_out"]}} {
-		wf, err := describe(f.name, f.path)
-		if err != nil {
-			return m, fmt.Errorf("trainer of round %d produced no %s: %w", in.Round, f.name, err)
-		}
-		if err := t.Store.PutFile(ctx, outPrefix+f.name, f.path); err != nil {
-			return m, err
-		}
-		man.Files = append(man.Files, wf)
+	files, err := weights.Dir(outDir)
+	if err != nil {
+		return m, fmt.Errorf("trainer of round %d produced no weights: %w", in.Round, err)
 	}
-	if err := putJSON(ctx, t.Store, outPrefix+schemas.WeightsManifestFile, man); err != nil {
+	if h.Model.WeightsFile != "" {
+		if _, err := os.Stat(vars["weights_out"]); err != nil {
+			return m, fmt.Errorf("trainer of round %d did not write %s (the harness's model.weights_file): %w", in.Round, h.Model.WeightsFile, err)
+		}
+	}
+	if _, err := weights.Publish(ctx, t.Store, outPrefix, files, schemas.WeightsManifest{WeightsID: in.WeightsOut, Metrics: m}); err != nil {
 		return m, err
 	}
-	if err := t.verify(ctx, outPrefix, man); err != nil {
-		return m, fmt.Errorf("weights %s after publishing: %w", in.WeightsOut, err)
-	}
 	return m, nil
-}
-
-func (t *Trainer) readManifest(ctx context.Context, prefix string) (schemas.WeightsManifest, error) {
-	var man schemas.WeightsManifest
-	b, err := t.Store.Get(ctx, prefix+schemas.WeightsManifestFile)
-	if err != nil {
-		return man, err
-	}
-	if err := json.Unmarshal(b, &man); err != nil {
-		return man, fmt.Errorf("%s%s: %w", prefix, schemas.WeightsManifestFile, err)
-	}
-	return man, nil
-}
-
-// verify checks that every file the manifest lists is stored with its size.
-func (t *Trainer) verify(ctx context.Context, prefix string, man schemas.WeightsManifest) error {
-	if len(man.Files) == 0 {
-		return errors.New("manifest lists no files")
-	}
-	objs, err := t.Store.List(ctx, prefix)
-	if err != nil {
-		return err
-	}
-	size := map[string]int64{}
-	for _, o := range objs {
-		size[strings.TrimPrefix(o.Key, prefix)] = o.Size
-	}
-	for _, f := range man.Files {
-		got, ok := size[f.Name]
-		if !ok {
-			return fmt.Errorf("%s%s is missing", prefix, f.Name)
-		}
-		if got != f.Size {
-			return fmt.Errorf("%s%s has %d bytes, the manifest says %d", prefix, f.Name, got, f.Size)
-		}
-	}
-	return nil
-}
-
-// describe sizes and hashes a produced file for the manifest.
-func describe(name, path string) (schemas.WeightsFile, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return schemas.WeightsFile{}, err
-	}
-	defer f.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, f)
-	if err != nil {
-		return schemas.WeightsFile{}, err
-	}
-	return schemas.WeightsFile{Name: name, Size: n, SHA256: hex.EncodeToString(h.Sum(nil))}, nil
 }
 
 // lastLine is the trainer's latest progress line (step, loss, tokens/s),

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 
@@ -12,6 +13,7 @@ import (
 
 	"github.com/roundhouse-rl/roundhouse/activities"
 	"github.com/roundhouse-rl/roundhouse/internal/itest"
+	"github.com/roundhouse-rl/roundhouse/internal/weights"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 )
 
@@ -24,19 +26,38 @@ func TestTrainPublishesAndVerifies(t *testing.T) {
 	s := stack.Store
 	dir := t.TempDir()
 	runs := filepath.Join(dir, "runs.txt")
-	setup := func(run, script string) {
+	// w0 is a weights directory: policy.json, or a checkpoint with a
+	// nested tokenizer when the harness names no weights_file.
+	setupWith := func(run, weightsFile, script string) {
 		t.Helper()
 		h := schemas.Harness{Name: "fake", Dir: dir,
-			Model:   schemas.ModelServer{WeightsFile: "policy.json"},
+			Model:   schemas.ModelServer{WeightsFile: weightsFile},
 			Trainer: schemas.Trainer{Command: []string{"sh", "-c", script, "trainer", "{weights_in}", "{weights_out}", "{metrics_out}", "{batch}"}}}
 		b, _ := json.Marshal(h)
 		l := schemas.Layout{Run: run}
-		for key, body := range map[string]string{l.Harness(): string(b), l.Weights("w0") + "policy.json": `{"w":0}`, l.Batch(1): "npz"} {
+		for key, body := range map[string]string{l.Harness(): string(b), l.Batch(1): "npz"} {
 			if err := s.Put(ctx, key, []byte(body)); err != nil {
 				t.Fatal(err)
 			}
 		}
+		w0 := t.TempDir()
+		files := map[string]string{"policy.json": `{"w":0}`}
+		if weightsFile == "" {
+			files = map[string]string{"config.json": `{"layers":2}`, "tokenizer/tokenizer.json": `{}`}
+		}
+		for name, body := range files {
+			os.MkdirAll(filepath.Dir(filepath.Join(w0, name)), 0o755)
+			os.WriteFile(filepath.Join(w0, name), []byte(body), 0o644)
+		}
+		wf, err := weights.Dir(w0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := weights.Publish(ctx, s, l.Weights("w0"), wf, schemas.WeightsManifest{WeightsID: "w0"}); err != nil {
+			t.Fatal(err)
+		}
 	}
+	setup := func(run, script string) { setupWith(run, "policy.json", script) }
 	train := func(run string) (schemas.TrainerMetrics, error) {
 		var env testsuite.WorkflowTestSuite
 		aenv := env.NewTestActivityEnvironment()
@@ -62,7 +83,7 @@ func TestTrainPublishesAndVerifies(t *testing.T) {
 		t.Fatal(err)
 	}
 	var man schemas.WeightsManifest
-	if err := json.Unmarshal(b, &man); err != nil || len(man.Files) != 2 || man.Files[0].Name != "policy.json" || man.Files[0].Size != 8 || len(man.Files[0].SHA256) != 64 {
+	if err := json.Unmarshal(b, &man); err != nil || len(man.Files) != 1 || man.Files[0].Name != "policy.json" || man.Files[0].Size != 8 || len(man.Files[0].SHA256) != 64 || man.Metrics.Loss != 0.25 {
 		t.Fatalf("manifest %+v %v", man, err)
 	}
 	if got, _ := s.Get(ctx, l.Weights("r1")+"policy.json"); strings.TrimSpace(string(got)) != `{"w":1}` {
@@ -92,7 +113,27 @@ func TestTrainPublishesAndVerifies(t *testing.T) {
 	}
 
 	setup("noweights", `echo '{"loss":1}' > "$3"`)
-	if _, err := train("noweights"); err == nil || !strings.Contains(err.Error(), "produced no policy.json") {
+	if _, err := train("noweights"); err == nil || !strings.Contains(err.Error(), "produced no weights") {
 		t.Fatalf("trainer without weights: %v", err)
+	}
+	setup("otherfile", `echo '{"w":1}' > "$(dirname "$2")/model.bin"; echo '{"loss":1}' > "$3"`)
+	if _, err := train("otherfile"); err == nil || !strings.Contains(err.Error(), "did not write policy.json") {
+		t.Fatalf("trainer writing another file than weights_file: %v", err)
+	}
+
+	// Directory weights: {weights_in} and {weights_out} are directories; the
+	// whole output directory, nested files included, is published.
+	setupWith("dirs", "", `test -f "$1/config.json" && test -f "$1/tokenizer/tokenizer.json" && cp -r "$1/." "$2" && echo shard > "$2/model.safetensors" && echo '{"loss":0.5}' > "$3"`)
+	if _, err := train("dirs"); err != nil {
+		t.Fatalf("directory weights: %v", err)
+	}
+	got, err := weights.Read(ctx, s, schemas.Layout{Run: "dirs"}.Weights("r1"))
+	var names []string
+	for _, f := range got.Files {
+		names = append(names, f.Name)
+	}
+	sort.Strings(names)
+	if err != nil || strings.Join(names, ",") != "config.json,model.safetensors,tokenizer/tokenizer.json" {
+		t.Fatalf("published directory: %v %v", names, err)
 	}
 }

@@ -41,7 +41,8 @@ type WeightsManifest struct {
 	CreatedAt int64          `json:"created_at_ms"`
 }
 
-// WeightsFile is one file of a weights id.
+// WeightsFile is one file of a weights id; Name is its slash-separated
+// path inside the weights directory (e.g. tokenizer/tokenizer.json).
 type WeightsFile struct {
 	Name   string `json:"name"`
 	Size   int64  `json:"size"`

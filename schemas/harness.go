@@ -58,7 +58,9 @@ type Ready struct {
 type ModelServer struct {
 	Service    `yaml:",inline"`
 	ServedName string `yaml:"served_name" json:"served_name"`
-	// WeightsFile is the file (relative to a weights directory) the command reads.
+	// WeightsFile, optional, is the one file of a weights directory that the
+	// model server and trainer use: {weights}, {weights_in} and
+	// {weights_out} then name that file instead of the directory.
 	WeightsFile string `yaml:"weights_file" json:"weights_file"`
 }
 

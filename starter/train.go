@@ -21,6 +21,7 @@ import (
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
 	"github.com/roundhouse-rl/roundhouse/internal/harness"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
+	"github.com/roundhouse-rl/roundhouse/internal/weights"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 	"github.com/roundhouse-rl/roundhouse/workflows"
 )
@@ -97,7 +98,7 @@ func train(ctx context.Context, out io.Writer, e *connect.Endpoints, f trainFlag
 	if f.groups < 1 || f.attempts < 2 {
 		return fmt.Errorf("--groups %d --attempts %d: need at least 1 group of at least 2 attempts", f.groups, f.attempts)
 	}
-	weightsFile, err := findWeights(f.weights, h.Model.WeightsFile)
+	weightFiles, err := findWeights(f.weights, h.Model.WeightsFile)
 	if err != nil {
 		return err
 	}
@@ -153,7 +154,7 @@ func train(ctx context.Context, out io.Writer, e *connect.Endpoints, f trainFlag
 	if err := s.Put(ctx, l.Harness(), hb); err != nil {
 		return err
 	}
-	if err := s.PutFile(ctx, l.Weights("w0")+h.Model.WeightsFile, weightsFile); err != nil {
+	if _, err := weights.Publish(ctx, s, l.Weights("w0"), weightFiles, schemas.WeightsManifest{WeightsID: "w0"}); err != nil {
 		return err
 	}
 	in := workflows.TrainInput{Run: f.run, Harness: h, InitialWeights: "w0", Weights: "w0", Rounds: int32(f.rounds),
@@ -180,22 +181,32 @@ func train(ctx context.Context, out io.Writer, e *connect.Endpoints, f trainFlag
 }
 
 // findWeights accepts the weights file itself or a directory holding it.
-func findWeights(path, file string) (string, error) {
+// findWeights lists the starting weights: a directory (a checkpoint, every
+// file under it) or, for a harness naming a weights_file, that one file.
+func findWeights(path, file string) ([]weights.File, error) {
 	if path == "" {
-		return "", errors.New("--weights is required: pass the initial weights, e.g. --weights harnesses/minimal/weights/w0")
+		return nil, errors.New("--weights is required: pass the initial weights, e.g. --weights harnesses/minimal/weights/w0")
 	}
 	st, err := os.Stat(path)
 	if err != nil {
-		return "", fmt.Errorf("--weights %s does not exist: pass a weights directory or %s file", path, file)
+		return nil, fmt.Errorf("--weights %s does not exist: pass a weights directory", path)
 	}
-	if st.IsDir() {
-		p := filepath.Join(path, file)
-		if _, err := os.Stat(p); err != nil {
-			return "", fmt.Errorf("--weights %s has no %s: pass the directory that holds it", path, file)
+	if !st.IsDir() {
+		if file == "" {
+			return nil, fmt.Errorf("--weights %s is a file; this harness's weights are a directory (no model.weights_file): pass the checkpoint directory", path)
 		}
-		return p, nil
+		return []weights.File{{Name: file, Path: path}}, nil
 	}
-	return path, nil
+	if file != "" {
+		if _, err := os.Stat(filepath.Join(path, file)); err != nil {
+			return nil, fmt.Errorf("--weights %s has no %s (the harness's model.weights_file): pass the directory that holds it", path, file)
+		}
+	}
+	files, err := weights.Dir(path)
+	if err != nil {
+		return nil, fmt.Errorf("--weights: %w", err)
+	}
+	return files, nil
 }
 
 func isRunning(ctx context.Context, c client.Client, id string) (bool, error) {

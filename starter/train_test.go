@@ -21,6 +21,7 @@ func TestTrainBadInput(t *testing.T) {
 	weights := "../harnesses/minimal/weights/w0"
 	broken := filepath.Join(dir, "broken.yaml")
 	os.WriteFile(broken, []byte("name: [\n"), 0o644)
+	os.Mkdir(filepath.Join(dir, "empty"), 0o755)
 	port, _ := devstack.FreePort()
 	// An endpoint nothing listens on: reaching it would fail the test differently.
 	e := connect.Endpoints{Temporal: "127.0.0.1:" + strconv.Itoa(port), Namespace: "default"}
@@ -35,6 +36,8 @@ func TestTrainBadInput(t *testing.T) {
 		{"unknown var", trainFlags{config: good, run: "r", weights: weights, rounds: 1, vars: []string{"gpu=0"}}, []string{"--var gpu=0", "known vars"}},
 		{"missing weights", trainFlags{config: good, run: "r", weights: filepath.Join(dir, "w9"), rounds: 1}, []string{"--weights", "w9", "does not exist"}},
 		{"weights dir without file", trainFlags{config: good, run: "r", weights: dir, rounds: 1}, []string{"policy.json"}},
+		{"a file for directory weights", trainFlags{config: "../harnesses/rpent_libero/harness.yaml", run: "r", weights: weights + "/policy.json", rounds: 1}, []string{"policy.json is a file", "checkpoint directory"}},
+		{"empty weights dir", trainFlags{config: "../harnesses/rpent_libero/harness.yaml", run: "r", weights: dir + "/empty", rounds: 1}, []string{"holds no files"}},
 		{"bad run name", trainFlags{config: good, run: "a b", weights: weights, rounds: 1}, []string{"--run", "a b"}},
 		{"bad pool report", trainFlags{config: good, run: "r", weights: weights, rounds: 1, poolReport: broken}, []string{"--pool-report", "report.json"}},
 	}

@@ -2,11 +2,11 @@
 # serve_vllm.sh WEIGHTS VLLM [vllm serve options…]
 #
 # Execs `VLLM serve MODEL_DIR options…` for the planner model that WEIGHTS
-# names. Roundhouse hands the model server one file per weights id
-# ({weights}), while vLLM loads a model directory, so WEIGHTS is either
-#   - model_dir.txt: its first line is the absolute path of the model
-#     directory on storage every rollout host mounts, or
-#   - the model directory itself (once Roundhouse moves directories).
+# ({weights}) names: either
+#   - the model directory itself (Roundhouse fetched it from S3), or
+#   - model_dir.txt (with model_server.weights_file: model_dir.txt): its
+#     first line is the absolute path of the model directory on storage
+#     every rollout host mounts.
 # Anything else fails before vLLM starts, with the reason on stderr (the
 # model server's log), so the episode's infrastructure failure says why.
 set -eu
