@@ -6,12 +6,14 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/parquet-go/parquet-go"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/roundhouse-rl/roundhouse/internal/itest"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
@@ -78,66 +80,136 @@ func writePart[T any](tb testing.TB, s *store.Store, key string, gen func(emit f
 }
 
 // BenchmarkPlanBatch is benchmark (a): advantages and selection over the
-// records of one million calls (groups of 6 episodes, 50 calls each, one
-// compacted calls partition in the real S3 server). Only the CallCounts
-// columns are decoded; the token arrays and requests stay unread.
+// records of one million calls (3,334 groups × 6 episodes × 50 calls, each
+// call with a 1,024-token prompt and 256-token completion array) in the
+// real S3 server, in both layouts a round has: one compacted part file
+// (after Compact) and one file per episode (while the round runs, 20,004
+// objects). Only the CallCounts columns are decoded; fetched-MB says how
+// much crossed the network.
 func BenchmarkPlanBatch(b *testing.B) {
 	stack := itest.Start(b)
-	ctx := context.Background()
 	s := stack.Store
 	const (
-		run      = "bench"
-		round    = 1
-		groups   = 3334 // × 6 episodes × 50 calls ≈ 1,000,200 calls
+		groups   = 3334
 		attempts = 6
 		perEp    = 50
 	)
-	l := schemas.Layout{Run: run}
-	writePart(b, s, l.EpisodesDir(round, schemas.PhaseTrain)+store.PartFile, func(emit func(schemas.Episode)) {
-		for g := 0; g < groups; g++ {
-			for a := 0; a < attempts; a++ {
-				ok := (g+a)%3 == 0
-				emit(schemas.Episode{Run: run, Round: round, Phase: schemas.PhaseTrain, Group: int32(g), Attempt: int32(a),
-					EpisodeID: schemas.EpisodeID(round, schemas.PhaseTrain, int32(g), int32(a)), Valid: a != 5 || g%10 != 0,
-					Success: ok, Reward: map[bool]float64{true: 1}[ok], NumCalls: perEp, SuccessCall: -1})
+	for _, layout := range []string{"part", "episodes"} {
+		b.Run(layout, func(b *testing.B) {
+			ctx := context.Background()
+			run := "bench-" + layout
+			stored := writeRound(b, s, run, groups, attempts, perEp, layout == "part")
+			c := &Control{Store: s}
+			in := BatchInput{Run: run, Round: 1, MaxCallsPerEpisode: 16, Seed: 1,
+				Filters: schemas.Filters{MaxTokens: 4800, PostSuccess: true}}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				var sum schemas.BatchSummary
+				var err error
+				before := store.Received()
+				peak := peakHeap(func() { _, sum, err = c.planBatch(ctx, in) })
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(float64(peak)/(1<<20), "peak-heap-MiB")
+				b.ReportMetric(float64(store.Received()-before)/1e6, "fetched-MB")
+				b.ReportMetric(float64(stored)/1e6, "stored-MB")
+				b.ReportMetric(float64(sum.Calls), "calls")
+				b.ReportMetric(float64(sum.Samples), "samples")
 			}
-		}
-	})
-	prompt := make([]int32, 64)
-	compl := make([]int32, 16)
-	lp := make([]float32, 16)
-	for i := range prompt {
-		prompt[i] = int32(i * 7919 % 32000)
+		})
 	}
-	writePart(b, s, l.CallsDir(round, schemas.PhaseTrain)+store.PartFile, func(emit func(schemas.Call)) {
-		for g := 0; g < groups; g++ {
-			for a := 0; a < attempts; a++ {
-				id := schemas.EpisodeID(round, schemas.PhaseTrain, int32(g), int32(a))
-				for c := 0; c < perEp; c++ {
-					p := 3000 + (g*31+a*7+c*13)%2000
-					emit(schemas.Call{Run: run, Round: round, Phase: schemas.PhaseTrain, EpisodeID: id, Group: int32(g),
-						Attempt: int32(a), CallIndex: int32(c), Request: `{"model":"m","messages":[]}`,
-						PromptTokenIDs: prompt, CompletionTokenIDs: compl, CompletionLogprobs: lp,
-						PromptTokens: int32(p), CompletionTokens: int32(200 + c%300), Trainable: c%25 != 24})
+}
+
+// writeRound stores a synthetic round's episodes and calls, compacted into
+// part files or as one file per episode, and returns the calls' stored bytes.
+func writeRound(b *testing.B, s *store.Store, run string, groups, attempts, perEp int, compacted bool) int64 {
+	b.Helper()
+	ctx := context.Background()
+	const round = 1
+	l := schemas.Layout{Run: run}
+	episode := func(g, a int) schemas.Episode {
+		ok := (g+a)%3 == 0
+		return schemas.Episode{Run: run, Round: round, Phase: schemas.PhaseTrain, Group: int32(g), Attempt: int32(a),
+			EpisodeID: schemas.EpisodeID(round, schemas.PhaseTrain, int32(g), int32(a)), Valid: a != 5 || g%10 != 0,
+			Success: ok, Reward: map[bool]float64{true: 1}[ok], NumCalls: int32(perEp), SuccessCall: -1}
+	}
+	// Token arrays of realistic length; a prompt grows by its episode's
+	// earlier turns, so consecutive calls share a prefix as real ones do.
+	base := make([]int32, 4096)
+	for i := range base {
+		base[i] = int32(i * 7919 % 151_000)
+	}
+	compl := make([]int32, 256)
+	lp := make([]float32, 256)
+	calls := func(g, a int, emit func(schemas.Call)) {
+		id := schemas.EpisodeID(round, schemas.PhaseTrain, int32(g), int32(a))
+		for c := 0; c < perEp; c++ {
+			p := 3000 + (g*31+a*7+c*13)%2000
+			off := (g*13 + a) % 2048
+			for i := range compl {
+				compl[i] = int32((g*7 + a*3 + c + i*31) % 151_000)
+				lp[i] = -float32(i%17) / 10
+			}
+			emit(schemas.Call{Run: run, Round: round, Phase: schemas.PhaseTrain, EpisodeID: id, Group: int32(g),
+				Attempt: int32(a), CallIndex: int32(c), Request: `{"model":"m","messages":[]}`,
+				PromptTokenIDs: base[off : off+1024], CompletionTokenIDs: compl, CompletionLogprobs: lp,
+				PromptTokens: int32(p), CompletionTokens: int32(200 + c%300), Trainable: c%25 != 24})
+		}
+	}
+	if compacted {
+		writePart(b, s, l.EpisodesDir(round, schemas.PhaseTrain)+store.PartFile, func(emit func(schemas.Episode)) {
+			for g := 0; g < groups; g++ {
+				for a := 0; a < attempts; a++ {
+					emit(episode(g, a))
 				}
 			}
+		})
+		writePart(b, s, l.CallsDir(round, schemas.PhaseTrain)+store.PartFile, func(emit func(schemas.Call)) {
+			for g := 0; g < groups; g++ {
+				for a := 0; a < attempts; a++ {
+					calls(g, a, emit)
+				}
+			}
+		})
+	} else {
+		// One file per episode, as the rollout activity writes them.
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(2 * runtime.NumCPU())
+		for gi := 0; gi < groups; gi++ {
+			g.Go(func() error {
+				for a := 0; a < attempts; a++ {
+					ep := episode(gi, a)
+					var rows []schemas.Call
+					calls(gi, a, func(c schemas.Call) {
+						c.PromptTokenIDs = slices.Clone(c.PromptTokenIDs)
+						c.CompletionTokenIDs = slices.Clone(c.CompletionTokenIDs)
+						c.CompletionLogprobs = slices.Clone(c.CompletionLogprobs)
+						rows = append(rows, c)
+					})
+					if _, err := store.WriteParquet(gctx, s, l.Calls(round, schemas.PhaseTrain, ep.EpisodeID), rows); err != nil {
+						return err
+					}
+					if _, err := store.WriteParquet(gctx, s, l.Episodes(round, schemas.PhaseTrain, ep.EpisodeID), []schemas.Episode{ep}); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
 		}
-	})
-	c := &Control{Store: s}
-	in := BatchInput{Run: run, Round: round, MaxCallsPerEpisode: 16, Seed: 1,
-		Filters: schemas.Filters{MaxTokens: 4800, PostSuccess: true}}
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		var sum schemas.BatchSummary
-		var err error
-		peak := peakHeap(func() { _, sum, err = c.planBatch(ctx, in) })
-		if err != nil {
+		if err := g.Wait(); err != nil {
 			b.Fatal(err)
 		}
-		b.ReportMetric(float64(peak)/(1<<20), "peak-heap-MiB")
-		b.ReportMetric(float64(sum.Calls), "calls")
-		b.ReportMetric(float64(sum.Samples), "samples")
 	}
+	objs, err := s.List(ctx, l.CallsDir(round, schemas.PhaseTrain))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var n int64
+	for _, o := range objs {
+		n += o.Size
+	}
+	return n
 }
 
 // BenchmarkWriteBatch is benchmark (b): batch.npz for 20,000 selected calls

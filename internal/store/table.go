@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/parquet-go/parquet-go"
+	"golang.org/x/sync/errgroup"
 )
 
 // A table partition (e.g. calls/round=1/phase=train/) holds one small file
@@ -50,7 +51,7 @@ func scanTable[T any](ctx context.Context, s *Store, dir string, episodeOf func(
 		return err
 	}
 	seen := map[string]bool{}
-	var parts []string
+	var parts, small []string
 	for _, o := range objs {
 		if !strings.HasSuffix(o.Key, ".parquet") {
 			continue
@@ -62,15 +63,33 @@ func scanTable[T any](ctx context.Context, s *Store, dir string, episodeOf func(
 		if skip != nil && skip(o.Key) {
 			continue
 		}
-		rows, err := ReadParquet[T](ctx, s, o.Key)
-		if err != nil {
+		small = append(small, o.Key)
+	}
+	// Per-episode files are many and small (thousands in a large round):
+	// fetched smallWindow at a time in parallel, emitted in key order so
+	// readers see the same sequence on every run.
+	for start := 0; start < len(small); start += smallWindow {
+		keys := small[start:min(start+smallWindow, len(small))]
+		rows := make([][]T, len(keys))
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(smallParallel)
+		for i, key := range keys {
+			g.Go(func() error {
+				var err error
+				rows[i], err = ReadParquet[T](gctx, s, key)
+				return err
+			})
+		}
+		if err := g.Wait(); err != nil {
 			return err
 		}
-		for _, r := range rows {
-			seen[episodeOf(r)] = true
-		}
-		if err := emit(rows); err != nil {
-			return err
+		for _, rs := range rows {
+			for _, r := range rs {
+				seen[episodeOf(r)] = true
+			}
+			if err := emit(rs); err != nil {
+				return err
+			}
 		}
 	}
 	for _, key := range parts {
@@ -89,23 +108,30 @@ func scanTable[T any](ctx context.Context, s *Store, dir string, episodeOf func(
 	return nil
 }
 
-// streamPart reads a large Parquet object in batches through a temp file,
-// so memory holds one batch, not the file.
+// smallParallel and smallWindow bound the per-episode files read at once
+// and held before emitting.
+const (
+	smallParallel = 48
+	smallWindow   = 256
+)
+
+// partReadBuffer is the size of each ranged read into a part file: large
+// enough that a column chunk takes few requests.
+const partReadBuffer = 4 << 20
+
+// streamPart reads a large Parquet object in batches with ranged reads:
+// memory holds one batch, and only the footer and the column chunks of T's
+// columns cross the network.
 func streamPart[T any](ctx context.Context, s *Store, key string, emit func([]T) error) error {
-	tmp, err := os.CreateTemp("", "part-*.parquet")
+	obj, err := s.Open(ctx, key)
 	if err != nil {
-		return fmt.Errorf("read %s: %w", key, err)
-	}
-	defer os.Remove(tmp.Name())
-	tmp.Close()
-	if err := s.GetFile(ctx, key, tmp.Name()); err != nil {
 		return err
 	}
-	f, err := os.Open(tmp.Name())
+	f, err := parquet.OpenFile(obj, obj.Size(), parquet.ReadBufferSize(partReadBuffer),
+		parquet.SkipBloomFilters(true), parquet.SkipPageIndex(true))
 	if err != nil {
-		return fmt.Errorf("read %s: %w", key, err)
+		return fmt.Errorf("open parquet s3://%s/%s: %w", s.Bucket, key, err)
 	}
-	defer f.Close()
 	r := parquet.NewGenericReader[T](f)
 	defer r.Close()
 	buf := make([]T, 256)
