@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/roundhouse-rl/roundhouse/internal/npz"
@@ -108,6 +109,11 @@ func runTrainer(t *testing.T, nproc int, batch, in, out string, args ...string) 
 	}
 	if err := json.Unmarshal(b, &m); err != nil {
 		return m, fmt.Errorf("metrics: %w", err)
+	}
+	// The progress line the trainer activity heartbeats, once per step.
+	last := fmt.Sprintf("step %d/%d loss ", m.Steps, m.Steps)
+	if !strings.Contains(output.String(), last) || !strings.Contains(output.String(), " tokens/s ") {
+		return m, fmt.Errorf("trainer printed no progress line %q…tokens/s:\n%s", last, output.String())
 	}
 	return m, nil
 }

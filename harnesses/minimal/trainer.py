@@ -61,6 +61,7 @@ import argparse
 import json
 import os
 import sys
+import time
 
 import numpy as np
 import torch
@@ -301,6 +302,8 @@ def optimize(a, rank, world, B, params, opt, device, loss_of):
     rng = np.random.default_rng(a.seed)
     stats = torch.zeros(5, dtype=torch.float64)  # loss sum, clipped, dual, ratio sum, tokens
     steps = 0
+    total_steps = a.epochs * -(-n // a.global_batch)
+    t0 = time.monotonic()
     for _ in range(a.epochs):
         perm = rng.permutation(n)
         for lo in range(0, n, a.global_batch):
@@ -318,6 +321,12 @@ def optimize(a, rank, world, B, params, opt, device, loss_of):
             all_reduce_grads(params, world)
             opt.step()
             steps += 1
+            if rank == 0:
+                # The progress line the trainer activity heartbeats: this
+                # rank's share of the loss, tokens/s over all ranks.
+                rate = float(stats[4]) * world / max(time.monotonic() - t0, 1e-9)
+                step_loss = loss.item() if len(mine) and total_weight > 0 else 0.0
+                print(f"step {steps}/{total_steps} loss {step_loss:.6f} tokens/s {rate:.0f}", flush=True)
     if world > 1:
         all_reduce_cpu(stats, device)
     loss_sum, clipped_n, dual_n, ratio_sum, tok_n = stats.tolist()
