@@ -466,3 +466,21 @@ func (c *Control) FinishRound(ctx context.Context, in RoundDoneInput) error {
 	in.State.UpdatedAtMS = time.Now().UnixMilli()
 	return putJSON(ctx, c.Store, l.State(), in.State)
 }
+
+// SaveState writes the run's state.json alone (a stopped run's).
+func (c *Control) SaveState(ctx context.Context, st schemas.State) error {
+	st.UpdatedAtMS = time.Now().UnixMilli()
+	return putJSON(ctx, c.Store, schemas.Layout{Run: st.Run}.State(), st)
+}
+
+// StopMarker is the body of a run's STOP object.
+type StopMarker struct {
+	Reason string `json:"reason"`
+	AtMS   int64  `json:"at_ms"`
+}
+
+// MarkStop writes the run's STOP marker, which episodes not yet started
+// check before they run. Idempotent: a second stop rewrites the marker.
+func (c *Control) MarkStop(ctx context.Context, run, reason string) error {
+	return putJSON(ctx, c.Store, schemas.Layout{Run: run}.Stop(), StopMarker{Reason: reason, AtMS: time.Now().UnixMilli()})
+}

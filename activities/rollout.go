@@ -69,6 +69,11 @@ type EpisodeResult struct {
 	Calls        int
 	Retry        int32
 	Bytes        int
+	// Skipped: not run because the run is stopping (no record written).
+	Skipped bool
+	// Recorded: the episode row already existed (a resumed round); it was
+	// returned, not run again.
+	Recorded bool
 }
 
 // RunEpisode runs one episode through the proxy, decides its outcome and
@@ -104,6 +109,21 @@ func (r *Rollout) RunEpisode(ctx context.Context, in EpisodeInput) (EpisodeResul
 			}
 		}
 	}()
+	// A resumed round finds the episodes it already completed; a stopping
+	// run skips the episodes that have not started.
+	if done, ok, err := r.recorded(ctx, in, id); err != nil {
+		return res, err
+	} else if ok {
+		return done, nil
+	}
+	l := schemas.Layout{Run: in.Run}
+	if stop, err := r.Store.Exists(ctx, l.Stop()); err != nil {
+		return res, err
+	} else if stop {
+		log.Info("run is stopping; episode skipped", "episode", id)
+		res.Skipped = true
+		return res, nil
+	}
 	h, err := r.harnesses.get(ctx, r.Store, in.Run)
 	if err != nil {
 		return res, err
@@ -117,7 +137,6 @@ func (r *Rollout) RunEpisode(ctx context.Context, in EpisodeInput) (EpisodeResul
 		return res, fmt.Errorf("episode %s: %w", id, err)
 	}
 	res.Valid, res.Success, res.Reward, res.FailureClass, res.Calls = out.Valid, out.Success, out.Reward, out.FailureClass, len(calls)
-	l := schemas.Layout{Run: in.Run}
 	if !out.Valid && info.Attempt < in.InfraTries {
 		// Infrastructure failures are not attempts with reward 0: keep this
 		// try's records as an orphan, then try again.
@@ -325,4 +344,24 @@ func successCall(out outcome.Result, calls int) int32 {
 		return int32(calls)
 	}
 	return -1
+}
+
+// recorded returns the stored result of an episode whose row exists: the
+// row is written last, so its presence means the episode is complete.
+func (r *Rollout) recorded(ctx context.Context, in EpisodeInput, id string) (EpisodeResult, bool, error) {
+	key := schemas.Layout{Run: in.Run}.Episodes(in.Round, in.Phase, id)
+	ok, err := r.Store.Exists(ctx, key)
+	if err != nil || !ok {
+		return EpisodeResult{}, false, err
+	}
+	rows, err := store.ReadParquet[schemas.Episode](ctx, r.Store, key)
+	if err != nil {
+		return EpisodeResult{}, false, err
+	}
+	if len(rows) != 1 {
+		return EpisodeResult{}, false, fmt.Errorf("%s holds %d rows, want 1", key, len(rows))
+	}
+	e := rows[0]
+	return EpisodeResult{EpisodeID: id, Valid: e.Valid, Success: e.Success, Reward: e.Reward, FailureClass: e.FailureClass,
+		Calls: int(e.NumCalls), Retry: e.Retry, Recorded: true}, true, nil
 }

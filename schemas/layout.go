@@ -80,3 +80,12 @@ func (l Layout) Orphan(round int32, phase, episode string, retry int32) string {
 func (l Layout) TrainerLog(round int32, try int32) string {
 	return fmt.Sprintf("%slogs/train/round=%d/try-%d.log", l.Prefix(), round, try)
 }
+
+// Stop is the marker of a run asked to stop: episodes that have not
+// started yet skip themselves while it exists. `starter train` removes it
+// when it resumes the run.
+func (l Layout) Stop() string { return l.Prefix() + "STOP" }
+
+// RunSpec is run.json: what the run was started with, written first, so a
+// resumed run keeps its rounds, groups and attempts.
+func (l Layout) RunSpec() string { return l.Prefix() + "run.json" }

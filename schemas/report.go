@@ -71,5 +71,21 @@ type State struct {
 	Rounds          int32          `json:"rounds"`
 	Summaries       []RoundSummary `json:"summaries"`
 	FinalValSuccess float64        `json:"final_val_success"`
-	UpdatedAtMS     int64          `json:"updated_at_ms"`
+	// Stopped: the run ended on a stop request during round RoundsDone+1
+	// in StoppedPhase; resuming restarts that round, skipping what it did.
+	Stopped      bool   `json:"stopped,omitempty"`
+	StoppedPhase string `json:"stopped_phase,omitempty"`
+	UpdatedAtMS  int64  `json:"updated_at_ms"`
+}
+
+// RunSpec is a run's run.json: how `starter train` started it.
+type RunSpec struct {
+	Run              string   `json:"run"`
+	Rounds           int32    `json:"rounds"`
+	Groups           int      `json:"groups"`
+	Attempts         int      `json:"attempts"`
+	PoolReport       string   `json:"pool_report,omitempty"` // bucket key
+	WeightsSource    string   `json:"weights_source"`        // the --weights path, for people
+	HeartbeatTimeout Duration `json:"heartbeat_timeout"`
+	StartedAtMS      int64    `json:"started_at_ms"`
 }

@@ -1,11 +1,9 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"os"
-	"time"
 
 	"github.com/spf13/cobra"
 	tlog "go.temporal.io/sdk/log"
@@ -28,18 +26,12 @@ func statusCmd(e *connect.Endpoints) *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
-			defer cancel()
-			v, err := c.QueryWorkflow(ctx, workflows.WorkflowID(run), "", workflows.ProgressQuery)
+			p, err := workflows.QueryProgress(cmd.Context(), c, run)
 			if err != nil {
-				return fmt.Errorf("run %s: %w", run, err)
-			}
-			var p workflows.Progress
-			if err := v.Get(&p); err != nil {
-				return fmt.Errorf("run %s progress: %w", run, err)
+				return err
 			}
 			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "run %s: round %d/%d, phase %s, %d/%d episodes, %d successes\n", run, p.Round, p.Rounds, p.Phase, p.EpisodesDone, p.EpisodesTotal, p.Successes)
+			fmt.Fprintf(out, "run %s: round %d/%d, phase %s, %d/%d episodes, %d successes\n", run, p.Round, p.Rounds, p.Phase, p.Episodes.Done, p.Episodes.Total, p.Episodes.Successes)
 			printSummaries(out, p.Summaries)
 			return nil
 		},

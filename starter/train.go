@@ -14,9 +14,11 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
 	"github.com/roundhouse-rl/roundhouse/internal/harness"
@@ -34,7 +36,7 @@ func rootCmd() *cobra.Command {
 	root.PersistentFlags().StringVar(&e.Temporal, "temporal", e.Temporal, "Temporal frontend host:port (env ROUNDHOUSE_TEMPORAL)")
 	root.PersistentFlags().StringVar(&e.S3.Endpoint, "s3-endpoint", e.S3.Endpoint, "S3 endpoint URL (env ROUNDHOUSE_S3_ENDPOINT)")
 	root.PersistentFlags().StringVar(&e.S3.Bucket, "bucket", e.S3.Bucket, "S3 bucket (env ROUNDHOUSE_BUCKET)")
-	root.AddCommand(trainCmd(&e), statusCmd(&e), validateCmd(), reportCmd(&e))
+	root.AddCommand(trainCmd(&e), statusCmd(&e), validateCmd(), reportCmd(&e), stopCmd(&e), cancelCmd(&e))
 	return root
 }
 
@@ -44,6 +46,10 @@ type trainFlags struct {
 	vars                             []string
 	replace, detach                  bool
 	heartbeat                        time.Duration
+	stopFile                         string
+	// set says which flags the user gave: a resumed run keeps its own
+	// rounds, groups and attempts unless told otherwise.
+	set map[string]bool
 }
 
 func trainCmd(e *connect.Endpoints) *cobra.Command {
@@ -51,7 +57,14 @@ func trainCmd(e *connect.Endpoints) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "train",
 		Short: "Run RL rounds: validate, select the pool, collect, compute advantages, train",
+		Long: `Run RL rounds: validate, select the pool, collect, compute advantages, train.
+
+With the name of a run that is running, follows it. With a run that failed
+or was stopped, resumes it where it stopped (completed episodes, reports and
+weights are kept) with the same starting weights.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			f.set = map[string]bool{}
+			cmd.Flags().Visit(func(fl *pflag.Flag) { f.set[fl.Name] = true })
 			return train(cmd.Context(), cmd.OutOrStdout(), e, f)
 		},
 	}
@@ -67,6 +80,7 @@ func trainCmd(e *connect.Endpoints) *cobra.Command {
 	fl.BoolVar(&f.replace, "replace", false, "delete an earlier finished run of the same name before starting")
 	fl.BoolVar(&f.detach, "detach", false, "start the run and return without following it")
 	fl.DurationVar(&f.heartbeat, "heartbeat-timeout", 30*time.Second, "how long a silent rollout worker keeps an episode before it is retried elsewhere")
+	fl.StringVar(&f.stopFile, "stop-file", "", "while following, a file whose creation asks for a controlled stop (default runs/<run>/STOP under the current directory)")
 	return cmd
 }
 
@@ -98,9 +112,14 @@ func train(ctx context.Context, out io.Writer, e *connect.Endpoints, f trainFlag
 	if f.groups < 1 || f.attempts < 2 {
 		return fmt.Errorf("--groups %d --attempts %d: need at least 1 group of at least 2 attempts", f.groups, f.attempts)
 	}
-	weightFiles, err := findWeights(f.weights, h.Model.WeightsFile)
-	if err != nil {
-		return err
+	var weightFiles []weights.File
+	if f.weights != "" || f.replace {
+		if weightFiles, err = findWeights(f.weights, h.Model.WeightsFile); err != nil {
+			return err
+		}
+	}
+	if f.stopFile == "" {
+		f.stopFile = filepath.Join("runs", f.run, "STOP")
 	}
 	var pool []byte
 	if f.poolReport != "" {
@@ -130,23 +149,55 @@ func train(ctx context.Context, out io.Writer, e *connect.Endpoints, f trainFlag
 	}
 	if running {
 		fmt.Fprintf(out, "run %s is already running; following it\n", f.run)
-		return follow(ctx, out, c, s, e, id, f.run, f.detach)
+		return follow(ctx, out, c, s, e, id, f.run, f.detach, f.stopFile)
 	}
 	exists, err := s.Exists(ctx, l.Harness())
 	if err != nil {
 		return err
 	}
-	if exists && !f.replace {
-		return fmt.Errorf("run %s already has data at s3://%s/%s: choose another --run, or pass --replace to delete it and start over", f.run, s.Bucket, l.Prefix())
-	}
-	if exists {
+	if exists && f.replace {
 		n, err := s.DeletePrefix(ctx, l.Prefix())
 		if err != nil {
 			return err
 		}
 		fmt.Fprintf(out, "deleted %d objects of the earlier run %s\n", n, f.run)
+		exists = false
 	}
-
+	if err := workflows.RegisterSearchAttributes(ctx, c, e.Namespace); err != nil {
+		return err
+	}
+	var in workflows.TrainInput
+	if exists {
+		if in, err = resumeInput(ctx, out, s, h, f, weightFiles); err != nil {
+			return err
+		}
+	} else {
+		if weightFiles == nil {
+			if weightFiles, err = findWeights(f.weights, h.Model.WeightsFile); err != nil {
+				return err
+			}
+		}
+		in = workflows.TrainInput{Run: f.run, Harness: h, InitialWeights: "w0", Weights: "w0", Rounds: int32(f.rounds),
+			Groups: f.groups, Attempts: f.attempts, Round: 1, HeartbeatTimeout: f.heartbeat}
+		if pool != nil {
+			in.PoolReport = l.Prefix() + "pool-report.json"
+		}
+		// The run's spec first: if anything below fails, a retry of the
+		// same command resumes instead of refusing an existing run.
+		spec := schemas.RunSpec{Run: f.run, Rounds: in.Rounds, Groups: f.groups, Attempts: f.attempts,
+			PoolReport: in.PoolReport, WeightsSource: f.weights, HeartbeatTimeout: schemas.Duration(f.heartbeat), StartedAtMS: time.Now().UnixMilli()}
+		if err := putJSON(ctx, s, l.RunSpec(), spec); err != nil {
+			return err
+		}
+		if _, err := weights.Publish(ctx, s, l.Weights("w0"), weightFiles, schemas.WeightsManifest{WeightsID: "w0"}); err != nil {
+			return err
+		}
+		if pool != nil {
+			if err := s.Put(ctx, in.PoolReport, pool); err != nil {
+				return err
+			}
+		}
+	}
 	hb, err := json.Marshal(h)
 	if err != nil {
 		return fmt.Errorf("encode harness: %w", err)
@@ -154,33 +205,196 @@ func train(ctx context.Context, out io.Writer, e *connect.Endpoints, f trainFlag
 	if err := s.Put(ctx, l.Harness(), hb); err != nil {
 		return err
 	}
-	if _, err := weights.Publish(ctx, s, l.Weights("w0"), weightFiles, schemas.WeightsManifest{WeightsID: "w0"}); err != nil {
-		return err
-	}
-	in := workflows.TrainInput{Run: f.run, Harness: h, InitialWeights: "w0", Weights: "w0", Rounds: int32(f.rounds),
-		Groups: f.groups, Attempts: f.attempts, Round: 1, HeartbeatTimeout: f.heartbeat}
-	if pool != nil {
-		in.PoolReport = l.Prefix() + "pool-report.json"
-		if err := s.Put(ctx, in.PoolReport, pool); err != nil {
-			return err
-		}
-	}
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	_, err = c.ExecuteWorkflow(sctx, client.StartWorkflowOptions{
 		ID: id, TaskQueue: workflows.ControlQueue,
-		StaticSummary:            fmt.Sprintf("%s: %d rounds × %d groups × %d attempts from %s", h.Name, f.rounds, f.groups, f.attempts, f.weights),
+		StaticSummary: fmt.Sprintf("run %s: %s, %d rounds × %d groups × %d attempts from %s", f.run, h.Name, in.Rounds, in.Groups, in.Attempts, in.InitialWeights),
+		TypedSearchAttributes: temporal.NewSearchAttributes(workflows.RunAttr.ValueSet(f.run), workflows.KindAttr.ValueSet("train"),
+			workflows.RoundAttr.ValueSet(int64(in.Round)), workflows.WeightsAttr.ValueSet(in.Weights)),
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 	}, workflows.Train, in)
 	if err != nil {
 		return fmt.Errorf("start workflow %s on %s: %w", id, e.Temporal, err)
 	}
-	fmt.Fprintf(out, "started run %s: harness %s (digest %s), weights %s, %d rounds of %d groups × %d attempts\n",
-		f.run, h.Name, h.Digest, f.weights, f.rounds, f.groups, f.attempts)
-	return follow(ctx, out, c, s, e, id, f.run, f.detach)
+	if in.Round == 1 && len(in.Summaries) == 0 && !exists {
+		fmt.Fprintf(out, "started run %s: harness %s (digest %s), weights %s, %d rounds of %d groups × %d attempts\n",
+			f.run, h.Name, h.Digest, f.weights, in.Rounds, in.Groups, in.Attempts)
+	}
+	return follow(ctx, out, c, s, e, id, f.run, f.detach, f.stopFile)
 }
 
-// findWeights accepts the weights file itself or a directory holding it.
+// resumeInput continues an existing run that is not running: from the
+// round after its last completed one, with the weights that round left.
+// Episodes, reports and weights already stored are found and kept.
+func resumeInput(ctx context.Context, out io.Writer, s *store.Store, h schemas.Harness, f trainFlags, weightFiles []weights.File) (workflows.TrainInput, error) {
+	l := schemas.Layout{Run: f.run}
+	var in workflows.TrainInput
+	var spec schemas.RunSpec
+	if err := getJSON(ctx, s, l.RunSpec(), &spec); err != nil {
+		return in, fmt.Errorf("run %s has data but no readable run.json (%v): pass --replace to start it over", f.run, err)
+	}
+	if weightFiles != nil {
+		same, err := sameWeights(ctx, s, l.Weights("w0"), weightFiles)
+		if err != nil {
+			return in, err
+		}
+		if !same {
+			return in, fmt.Errorf("run %s started from other weights than --weights %s (they differ from s3://%s/%s): resume without --weights, or pass --replace to start over from these", f.run, f.weights, s.Bucket, l.Weights("w0"))
+		}
+	}
+	if f.set["pool-report"] {
+		return in, fmt.Errorf("--pool-report applies to a new run; run %s exists: resume without it, or pass --replace", f.run)
+	}
+	st := schemas.State{Weights: "w0", FinalValSuccess: -1}
+	if err := getJSON(ctx, s, l.State(), &st); err != nil && !isNotFound(err) {
+		return in, err
+	}
+	in = workflows.TrainInput{Run: f.run, Harness: h, InitialWeights: "w0", Weights: st.Weights, Rounds: spec.Rounds,
+		Groups: spec.Groups, Attempts: spec.Attempts, Round: st.RoundsDone + 1, Summaries: st.Summaries,
+		HeartbeatTimeout: spec.HeartbeatTimeout.D()}
+	if in.Round == 1 {
+		in.PoolReport = spec.PoolReport
+	}
+	for flag, v := range map[string]*int{"groups": &in.Groups, "attempts": &in.Attempts} {
+		if f.set[flag] {
+			*v = map[string]int{"groups": f.groups, "attempts": f.attempts}[flag]
+		}
+	}
+	if f.set["rounds"] {
+		in.Rounds = int32(f.rounds)
+	}
+	if f.set["heartbeat-timeout"] {
+		in.HeartbeatTimeout = f.heartbeat
+	}
+	if st.RoundsDone >= in.Rounds && !st.Stopped {
+		return in, fmt.Errorf("run %s finished its %d rounds: pass --rounds N (N > %d) to continue it, or --replace to start over", f.run, st.RoundsDone, st.RoundsDone)
+	}
+	var old schemas.Harness
+	if err := getJSON(ctx, s, l.Harness(), &old); err == nil && old.Digest != h.Digest {
+		fmt.Fprintf(out, "harness changed since the run started (digest %s → %s); resuming with %s\n", old.Digest, h.Digest, f.config)
+	}
+	// A stop marker from the last stop would skip every episode.
+	if err := s.Delete(ctx, l.Stop()); err != nil {
+		return in, err
+	}
+	fmt.Fprintf(out, "resuming run %s at round %d/%d from weights %s (%d rounds done)\n", f.run, in.Round, in.Rounds, in.Weights, st.RoundsDone)
+	return in, nil
+}
+
+// sameWeights compares local files with a published weights id by name,
+// size and SHA-256.
+func sameWeights(ctx context.Context, s *store.Store, prefix string, files []weights.File) (bool, error) {
+	man, err := weights.Read(ctx, s, prefix)
+	if err != nil {
+		return false, err
+	}
+	local, err := weights.Describe(files)
+	if err != nil {
+		return false, err
+	}
+	return weights.Same(man.Files, local), nil
+}
+
+func isRunning(ctx context.Context, c client.Client, id string) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	d, err := c.DescribeWorkflowExecution(ctx, id, "")
+	var nf *serviceerror.NotFound
+	if errors.As(err, &nf) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("describe workflow %s: %w", id, err)
+	}
+	return d.WorkflowExecutionInfo.Status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, nil
+}
+
+func uiURL(e *connect.Endpoints, id string) string {
+	ui := os.Getenv("ROUNDHOUSE_UI")
+	if ui == "" {
+		ui = "http://127.0.0.1:8233"
+	}
+	return fmt.Sprintf("%s/namespaces/%s/workflows/%s", strings.TrimRight(ui, "/"), e.Namespace, id)
+}
+
+// follow prints progress until the run ends, then the per-round table.
+// A STOP file (the upstream controller's habit) asks for a controlled stop.
+func follow(ctx context.Context, out io.Writer, c client.Client, s *store.Store, e *connect.Endpoints, id, run string, detach bool, stopFile string) error {
+	fmt.Fprintf(out, "Temporal UI: %s\nS3 prefix:   s3://%s/%s\n", uiURL(e, id), s.Bucket, schemas.Layout{Run: run}.Prefix())
+	if detach {
+		return nil
+	}
+	if stopFile != "" {
+		fmt.Fprintf(out, "controlled stop: starter stop --run %s, or touch %s\n", run, stopFile)
+	}
+	done := make(chan error, 1)
+	var res workflows.TrainResult
+	go func() { done <- c.GetWorkflow(ctx, id, "").Get(ctx, &res) }()
+	tick := time.NewTicker(2 * time.Second)
+	defer tick.Stop()
+	last := ""
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				return fmt.Errorf("run %s failed: %w (details in the Temporal UI; fix the cause, then `starter train --run %s` resumes it)", run, err, run)
+			}
+			fmt.Fprintln(out)
+			printSummaries(out, res.Summaries)
+			if res.Stopped {
+				fmt.Fprintf(out, "run %s stopped in round %d; `starter train --run %s --config …` resumes it\n", run, res.StoppedRound, run)
+				return nil
+			}
+			if res.FinalValSuccess >= 0 {
+				fmt.Fprintf(out, "final validation success (weights %s): %.1f%%\n", res.FinalWeights, 100*res.FinalValSuccess)
+			}
+			fmt.Fprintf(out, "final weights: s3://%s/%s\n", s.Bucket, schemas.Layout{Run: run}.Weights(res.FinalWeights))
+			return nil
+		case <-tick.C:
+			if stopFile != "" {
+				if _, err := os.Stat(stopFile); err == nil {
+					if err := requestStop(ctx, c, run, "STOP file "+stopFile); err != nil {
+						fmt.Fprintf(out, "STOP file seen, but the stop request failed: %v\n", err)
+					} else {
+						fmt.Fprintf(out, "STOP file %s seen: stop requested (running episodes finish)\n", stopFile)
+						os.Remove(stopFile)
+					}
+				}
+			}
+			p, err := workflows.QueryProgress(ctx, c, run)
+			if err != nil {
+				continue // between runs of a continue-as-new chain the query may miss
+			}
+			e := p.Episodes
+			line := fmt.Sprintf("round %d/%d  %-10s %d/%d episodes, %d successes", p.Round, p.Rounds, p.Phase, e.Done, e.Total, e.Successes)
+			if p.Stopping {
+				line += " (stopping)"
+			}
+			if line != last {
+				fmt.Fprintln(out, line)
+				last = line
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func printSummaries(out io.Writer, ss []schemas.RoundSummary) {
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "round\tval success\tepisodes\tvalid\tsuccess rate\tgroups w/ signal\tsamples\tweights in\tnew weights\t")
+	for _, r := range ss {
+		val := "-"
+		if r.ValSuccess >= 0 {
+			val = fmt.Sprintf("%.1f%%", 100*r.ValSuccess)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%.1f%%\t%d/%d\t%d\t%s\t%s\t\n", r.Round, val, r.Episodes, r.Valid,
+			100*r.SuccessRate, r.GroupsWithSignal, r.Groups, r.Samples, r.WeightsIn, r.WeightsOut)
+	}
+	tw.Flush()
+}
+
 // findWeights lists the starting weights: a directory (a checkpoint, every
 // file under it) or, for a harness naming a weights_file, that one file.
 func findWeights(path, file string) ([]weights.File, error) {
@@ -207,87 +421,4 @@ func findWeights(path, file string) ([]weights.File, error) {
 		return nil, fmt.Errorf("--weights: %w", err)
 	}
 	return files, nil
-}
-
-func isRunning(ctx context.Context, c client.Client, id string) (bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	d, err := c.DescribeWorkflowExecution(ctx, id, "")
-	var nf *serviceerror.NotFound
-	if errors.As(err, &nf) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("describe workflow %s: %w", id, err)
-	}
-	return d.WorkflowExecutionInfo.Status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, nil
-}
-
-func uiURL(e *connect.Endpoints, id string) string {
-	ui := os.Getenv("ROUNDHOUSE_UI")
-	if ui == "" {
-		ui = "http://127.0.0.1:8233"
-	}
-	return fmt.Sprintf("%s/namespaces/%s/workflows/%s", strings.TrimRight(ui, "/"), e.Namespace, id)
-}
-
-// follow prints progress until the run ends, then the per-round table.
-func follow(ctx context.Context, out io.Writer, c client.Client, s *store.Store, e *connect.Endpoints, id, run string, detach bool) error {
-	fmt.Fprintf(out, "Temporal UI: %s\nS3 prefix:   s3://%s/%s\n", uiURL(e, id), s.Bucket, schemas.Layout{Run: run}.Prefix())
-	if detach {
-		return nil
-	}
-	done := make(chan error, 1)
-	var res workflows.TrainResult
-	go func() { done <- c.GetWorkflow(ctx, id, "").Get(ctx, &res) }()
-	tick := time.NewTicker(2 * time.Second)
-	defer tick.Stop()
-	last := ""
-	for {
-		select {
-		case err := <-done:
-			if err != nil {
-				return fmt.Errorf("run %s failed: %w (details in the Temporal UI)", run, err)
-			}
-			fmt.Fprintln(out)
-			printSummaries(out, res.Summaries)
-			if res.FinalValSuccess >= 0 {
-				fmt.Fprintf(out, "final validation success (weights %s): %.1f%%\n", res.FinalWeights, 100*res.FinalValSuccess)
-			}
-			fmt.Fprintf(out, "final weights: s3://%s/%s\n", s.Bucket, schemas.Layout{Run: run}.Weights(res.FinalWeights))
-			return nil
-		case <-tick.C:
-			qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			v, err := c.QueryWorkflow(qctx, id, "", workflows.ProgressQuery)
-			cancel()
-			if err != nil {
-				continue // between runs of a continue-as-new chain the query may miss
-			}
-			var p workflows.Progress
-			if v.Get(&p) != nil {
-				continue
-			}
-			line := fmt.Sprintf("round %d/%d  %-10s %d/%d episodes, %d successes", p.Round, p.Rounds, p.Phase, p.EpisodesDone, p.EpisodesTotal, p.Successes)
-			if line != last {
-				fmt.Fprintln(out, line)
-				last = line
-			}
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-}
-
-func printSummaries(out io.Writer, ss []schemas.RoundSummary) {
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "round\tval success\tepisodes\tvalid\tsuccess rate\tgroups w/ signal\tsamples\tweights in\tnew weights\t")
-	for _, r := range ss {
-		val := "-"
-		if r.ValSuccess >= 0 {
-			val = fmt.Sprintf("%.1f%%", 100*r.ValSuccess)
-		}
-		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%.1f%%\t%d/%d\t%d\t%s\t%s\t\n", r.Round, val, r.Episodes, r.Valid,
-			100*r.SuccessRate, r.GroupsWithSignal, r.Groups, r.Samples, r.WeightsIn, r.WeightsOut)
-	}
-	tw.Flush()
 }

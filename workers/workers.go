@@ -74,6 +74,7 @@ func Run(ctx context.Context, c client.Client, s *store.Store, cfg Config) error
 		case "control":
 			w := worker.New(c, workflows.ControlQueue, worker.Options{})
 			w.RegisterWorkflow(workflows.Train)
+			w.RegisterWorkflow(workflows.Episodes)
 			w.RegisterActivity(&activities.Control{Store: s})
 			ws = append(ws, w)
 		case "rollout":

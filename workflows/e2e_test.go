@@ -69,15 +69,11 @@ func TestTrainSurvivesWorkerKill(t *testing.T) {
 	id := workflows.WorkflowID(run)
 	// Wait until collection is under way, then kill the worker mid-phase.
 	for {
-		v, err := c.QueryWorkflow(ctx, id, "", workflows.ProgressQuery)
-		if err == nil {
-			var p workflows.Progress
-			if v.Get(&p) == nil && p.Phase == schemas.PhaseTrain && p.EpisodesDone >= 2 {
-				if p.EpisodesDone >= p.EpisodesTotal {
-					t.Fatalf("collection finished before the kill: %+v", p)
-				}
-				break
+		if p, err := workflows.QueryProgress(ctx, c, run); err == nil && p.Phase == schemas.PhaseTrain && p.Episodes.Done >= 2 {
+			if p.Episodes.Done >= p.Episodes.Total {
+				t.Fatalf("collection finished before the kill: %+v", p)
 			}
+			break
 		}
 		select {
 		case <-ctx.Done():

@@ -26,6 +26,11 @@ const (
 // ProgressQuery returns a Progress of the running round.
 const ProgressQuery = "progress"
 
+// StopSignal asks a run for a controlled stop: episodes already running
+// finish, the others are skipped, state is recorded and the run ends. The
+// Temporal UI's "Send a signal" works as well as `starter stop`.
+const StopSignal = "stop"
+
 // TrainInput starts (and, through continue-as-new, carries) a train run.
 type TrainInput struct {
 	Run            string
@@ -50,17 +55,25 @@ type TrainResult struct {
 	Summaries       []schemas.RoundSummary
 	FinalWeights    string
 	FinalValSuccess float64
+	// Stopped says the run ended on a stop request in round StoppedRound;
+	// `starter train` with the same run resumes it.
+	Stopped      bool
+	StoppedRound int32
 }
 
 // Progress is what the progress query answers.
 type Progress struct {
-	Round         int32
-	Rounds        int32
-	Phase         string
-	EpisodesDone  int
-	EpisodesTotal int
-	Successes     int
-	Summaries     []schemas.RoundSummary
+	Run      string
+	Round    int32
+	Rounds   int32
+	Phase    string
+	Weights  string
+	Stopping bool
+	// Episodes of the current phase; QueryProgress adds the live counts of
+	// the running chunks named in Children.
+	Episodes  Tally
+	Children  []string
+	Summaries []schemas.RoundSummary
 }
 
 // WorkflowID is the id of a run's train workflow: one run, one id.
@@ -69,8 +82,9 @@ func WorkflowID(run string) string { return "train-" + run }
 // Train runs round in.Round, then continues as new for the next one.
 func Train(ctx workflow.Context, in TrainInput) (TrainResult, error) {
 	log := workflow.GetLogger(ctx)
-	prog := &Progress{Round: in.Round, Rounds: in.Rounds, Summaries: in.Summaries}
-	if err := workflow.SetQueryHandler(ctx, ProgressQuery, func() (Progress, error) { return *prog, nil }); err != nil {
+	t := newTracker(ctx, in)
+	prog := t.prog
+	if err := workflow.SetQueryHandler(ctx, ProgressQuery, func() (Progress, error) { return t.snapshot(), nil }); err != nil {
 		return TrainResult{}, fmt.Errorf("progress query: %w", err)
 	}
 	h := in.Harness
@@ -79,6 +93,18 @@ func Train(ctx workflow.Context, in TrainInput) (TrainResult, error) {
 	result := TrainResult{Run: in.Run, Prefix: l.Prefix(), Summaries: in.Summaries}
 	ctrl := controlContext(ctx)
 	var control *activities.Control
+	stopped := func(phase string) (TrainResult, error) {
+		state := schemas.State{Run: in.Run, Harness: h.Name, InitialWeights: in.InitialWeights, Weights: in.Weights,
+			RoundsDone: in.Round - 1, Rounds: in.Rounds, Summaries: in.Summaries, FinalValSuccess: -1,
+			Stopped: true, StoppedPhase: phase}
+		if err := workflow.ExecuteActivity(ctrl, control.SaveState, state).Get(ctx, nil); err != nil {
+			return result, fmt.Errorf("round %d state after stop: %w", in.Round, err)
+		}
+		t.phase("stopped")
+		log.Info("run stopped on request", "round", in.Round, "phase", phase)
+		result.Stopped, result.StoppedRound = true, in.Round
+		return result, nil
+	}
 
 	// 1. Validate (before round 1 without a pool report; every round when configured).
 	var report schemas.Report
@@ -90,10 +116,14 @@ func Train(ctx workflow.Context, in TrainInput) (TrainResult, error) {
 		}
 	case in.Round == 1 || c.ValidateEveryRound:
 		var err error
-		if report, err = validate(ctx, in, prog, in.Round, in.Weights); err != nil {
+		if report, err = validate(ctx, in, t, in.Round, in.Weights); err != nil {
 			return result, err
 		}
+		if t.stopping {
+			return stopped(schemas.PhaseVal)
+		}
 		summary.ValSuccess = report.Overall.SuccessRate
+		t.successRate(summary.ValSuccess)
 	}
 
 	// 2. Pool: only tasks with mixed outcomes teach.
@@ -111,21 +141,20 @@ func Train(ctx workflow.Context, in TrainInput) (TrainResult, error) {
 	if err != nil {
 		return result, fmt.Errorf("harness %s train_init_ids: %w", h.Name, err)
 	}
-	var eps []episodeCell
+	var eps []Cell
 	for gi, g := range rl.PlanGroups(pool, trainIDs, in.Groups, c.Seed, in.Round) {
 		for a := 0; a < in.Attempts; a++ {
-			eps = append(eps, episodeCell{Task: taskByID(h, g.Task), InitID: g.InitID, Group: int32(gi), Attempt: int32(a)})
+			eps = append(eps, Cell{Task: taskByID(h, g.Task), InitID: g.InitID, Group: int32(gi), Attempt: int32(a)})
 		}
 	}
-	lost := 0
-	for _, r := range runEpisodes(ctx, in, prog, schemas.PhaseTrain, in.Round, in.Weights, eps) {
-		if r.Lost {
-			lost++
-		}
+	collected := t.episodes(schemas.PhaseTrain, in.Round, in.Weights, eps)
+	lost := collected.Lost
+	if t.stopping {
+		return stopped(schemas.PhaseTrain)
 	}
 
 	// 4. Advantages and selection.
-	prog.Phase = "advantages"
+	t.phase("advantages")
 	var batch schemas.BatchSummary
 	if err := workflow.ExecuteActivity(ctrl, control.BuildBatch, activities.BatchInput{
 		Run: in.Run, Round: in.Round, MaxCallsPerEpisode: c.MaxCallsPerEpisode, Selection: c.Selection, Seed: c.Seed, Filters: c.Filters,
@@ -133,8 +162,7 @@ func Train(ctx workflow.Context, in TrainInput) (TrainResult, error) {
 		return result, fmt.Errorf("round %d batch: %w", in.Round, err)
 	}
 	summary.BatchSummary = batch
-	workflow.SetCurrentDetails(ctx, fmt.Sprintf("round %d/%d: %d/%d valid episodes, %d/%d groups with signal, %d samples (%d zero-weight), %d of %d calls untrainable",
-		in.Round, in.Rounds, batch.Valid, batch.Episodes, batch.GroupsWithSignal, batch.Groups, batch.Samples, batch.ZeroWeightSamples, batch.UntrainableCalls, batch.Calls))
+	t.batch = &batch
 	if lost > 0 {
 		if summary.InvalidByCause == nil {
 			summary.InvalidByCause = map[string]int{}
@@ -148,7 +176,7 @@ func Train(ctx workflow.Context, in TrainInput) (TrainResult, error) {
 	// 5. Train: a batch without samples leaves the weights as they were.
 	summary.WeightsOut = in.Weights
 	if batch.BatchKey != "" {
-		prog.Phase = "train"
+		t.phase("train")
 		out := fmt.Sprintf("r%d", in.Round)
 		// A failing trainer is retried without limit, backing off to every 5
 		// minutes: the round waits, its last error (with the log's tail)
@@ -178,11 +206,18 @@ func Train(ctx workflow.Context, in TrainInput) (TrainResult, error) {
 	summaries := append(append([]schemas.RoundSummary(nil), in.Summaries...), summary)
 	prog.Summaries = summaries
 	result.Summaries = summaries
+	t.update()
 	state := schemas.State{Run: in.Run, Harness: h.Name, InitialWeights: in.InitialWeights, Weights: summary.WeightsOut,
 		RoundsDone: in.Round, Rounds: in.Rounds, Summaries: summaries, FinalValSuccess: -1}
 	if in.Round < in.Rounds {
 		if err := workflow.ExecuteActivity(ctrl, control.FinishRound, activities.RoundDoneInput{Summary: summary, State: state}).Get(ctx, nil); err != nil {
 			return result, fmt.Errorf("round %d state: %w", in.Round, err)
+		}
+		if t.stopping {
+			// Stopped while training: the round is complete, the next waits.
+			t.phase("stopped")
+			result.Stopped, result.StoppedRound = true, in.Round+1
+			return result, nil
 		}
 		next := in
 		next.Round, next.Weights, next.Summaries, next.PoolReport = in.Round+1, summary.WeightsOut, summaries, ""
@@ -190,8 +225,8 @@ func Train(ctx workflow.Context, in TrainInput) (TrainResult, error) {
 	}
 	result.FinalWeights = summary.WeightsOut
 	result.FinalValSuccess = -1
-	if c.FinalValidation {
-		rep, err := validate(ctx, in, prog, in.Round+1, summary.WeightsOut)
+	if c.FinalValidation && !t.stopping {
+		rep, err := validate(ctx, in, t, in.Round+1, summary.WeightsOut)
 		if err != nil {
 			return result, err
 		}
@@ -202,26 +237,29 @@ func Train(ctx workflow.Context, in TrainInput) (TrainResult, error) {
 	if err := workflow.ExecuteActivity(ctrl, control.FinishRound, activities.RoundDoneInput{Summary: summary, State: state}).Get(ctx, nil); err != nil {
 		return result, fmt.Errorf("round %d state: %w", in.Round, err)
 	}
-	prog.Phase = "done"
+	t.phase("done")
 	return result, nil
 }
 
 // validate runs every (task, validation init state) once with the given
 // weights and writes the report tagged val-r<round>.
-func validate(ctx workflow.Context, in TrainInput, prog *Progress, round int32, weights string) (schemas.Report, error) {
+func validate(ctx workflow.Context, in TrainInput, t *tracker, round int32, weights string) (schemas.Report, error) {
 	var rep schemas.Report
 	ids, err := harness.ParseIDs(in.Harness.Splits.Val)
 	if err != nil {
 		return rep, fmt.Errorf("harness %s val_init_ids: %w", in.Harness.Name, err)
 	}
-	var cells []episodeCell
-	for _, t := range in.Harness.Tasks {
+	var cells []Cell
+	for _, task := range in.Harness.Tasks {
 		for _, id := range ids {
-			cells = append(cells, episodeCell{Task: t, InitID: id, Group: int32(len(cells))})
+			cells = append(cells, Cell{Task: task, InitID: id, Group: int32(len(cells))})
 		}
 	}
-	runEpisodes(ctx, in, prog, schemas.PhaseVal, round, weights, cells)
-	prog.Phase = "report"
+	t.episodes(schemas.PhaseVal, round, weights, cells)
+	if t.stopping {
+		return rep, nil
+	}
+	t.phase("report")
 	ctrl := controlContext(ctx)
 	var control *activities.Control
 	err = workflow.ExecuteActivity(ctrl, control.WriteReport, activities.ReportInput{
@@ -253,65 +291,6 @@ func compact(ctx workflow.Context, run string, round int32, phase string) {
 	if err := workflow.ExecuteActivity(actx, control.Compact, activities.CompactInput{Run: run, Round: round, Phase: phase}).Get(ctx, nil); err != nil {
 		workflow.GetLogger(ctx).Warn("compaction failed; per-episode files stay", "round", round, "phase", phase, "error", err)
 	}
-}
-
-type episodeCell struct {
-	Task    schemas.Task
-	InitID  int32
-	Group   int32
-	Attempt int32
-}
-
-type episodeOutcome struct {
-	activities.EpisodeResult
-	Lost bool // the activity failed for good: no record exists
-}
-
-// runEpisodes runs all cells in parallel on the rollout queue. One episode
-// that fails for good is counted as lost; it never aborts the round.
-func runEpisodes(ctx workflow.Context, in TrainInput, prog *Progress, phase string, round int32, weights string, cells []episodeCell) []episodeOutcome {
-	h := in.Harness
-	tries := int32(h.Collect.InfraRetries + 1)
-	hb := in.HeartbeatTimeout
-	if hb == 0 {
-		hb = 30 * time.Second
-	}
-	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		TaskQueue:           RolloutQueue,
-		StartToCloseTimeout: h.Episode.Timeout.D() + startTimeouts(h) + 5*time.Minute,
-		HeartbeatTimeout:    hb,
-		// Infrastructure failures use `tries`; three more cover lost workers.
-		RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: tries + 3},
-	})
-	prog.Phase, prog.EpisodesDone, prog.EpisodesTotal, prog.Successes = phase, 0, len(cells), 0
-	var rollout *activities.Rollout
-	out := make([]episodeOutcome, len(cells))
-	sel := workflow.NewSelector(ctx)
-	for i, cell := range cells {
-		// The summary labels the activity in the Temporal UI's timeline.
-		ectx := workflow.WithActivityOptions(actx, withSummary(workflow.GetActivityOptions(actx),
-			fmt.Sprintf("%s %s task %d %s init %d", phase, schemas.EpisodeID(round, phase, cell.Group, cell.Attempt), cell.Task.ID, cell.Task.Name, cell.InitID)))
-		f := workflow.ExecuteActivity(ectx, rollout.RunEpisode, activities.EpisodeInput{
-			Run: in.Run, Round: round, Phase: phase, Group: cell.Group, Attempt: cell.Attempt,
-			Task: cell.Task, InitID: cell.InitID, WeightsID: weights, InfraTries: tries,
-		})
-		sel.AddFuture(f, func(f workflow.Future) {
-			if err := f.Get(ctx, &out[i].EpisodeResult); err != nil {
-				workflow.GetLogger(ctx).Error("episode lost", "phase", phase, "group", cell.Group, "attempt", cell.Attempt, "error", err)
-				out[i].Lost = true
-			}
-			prog.EpisodesDone++
-			if out[i].Success {
-				prog.Successes++
-			}
-			workflow.SetCurrentDetails(ctx, fmt.Sprintf("round %d/%d, %s: %d/%d episodes, %d successes",
-				prog.Round, prog.Rounds, phase, prog.EpisodesDone, prog.EpisodesTotal, prog.Successes))
-		})
-	}
-	for range cells {
-		sel.Select(ctx)
-	}
-	return out
 }
 
 // startTimeouts bounds how long an episode may wait for its host's

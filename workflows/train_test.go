@@ -37,6 +37,7 @@ func TestRoundFlow(t *testing.T) {
 	env.RegisterActivityWithOptions(&activities.Rollout{}, activity.RegisterOptions{SkipInvalidStructFunctions: true})
 	env.RegisterActivity(&activities.Control{})
 	env.RegisterActivity(&activities.Trainer{})
+	env.RegisterWorkflow(Episodes)
 
 	var val, collect []activities.EpisodeInput
 	env.OnActivity(ro.RunEpisode, mock.Anything, mock.Anything).Return(
@@ -104,6 +105,7 @@ func TestEpisodeLossDoesNotAbortRound(t *testing.T) {
 	env.RegisterActivityWithOptions(&activities.Rollout{}, activity.RegisterOptions{SkipInvalidStructFunctions: true})
 	env.RegisterActivity(&activities.Control{})
 	env.RegisterActivity(&activities.Trainer{})
+	env.RegisterWorkflow(Episodes)
 	env.OnActivity(ro.RunEpisode, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, in activities.EpisodeInput) (activities.EpisodeResult, error) {
 			if in.Phase == schemas.PhaseTrain && in.Group == 0 && in.Attempt == 0 {

@@ -20,6 +20,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/s3/transfermanager"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/aws/smithy-go"
 	"github.com/parquet-go/parquet-go"
 )
 
@@ -302,6 +303,21 @@ func (s *Store) DeletePrefix(ctx context.Context, prefix string) (int, error) {
 		}
 	}
 	return len(objs), nil
+}
+
+// Delete removes one object; a missing object is not an error.
+func (s *Store) Delete(ctx context.Context, key string) error {
+	ctx, cancel := context.WithTimeout(ctx, OpTimeout)
+	defer cancel()
+	return s.delete(ctx, key)
+}
+
+// IsNotFound reports whether err says an object does not exist.
+func IsNotFound(err error) bool {
+	var nsk *types.NoSuchKey
+	var nf *types.NotFound
+	var api smithy.APIError
+	return errors.As(err, &nsk) || errors.As(err, &nf) || (errors.As(err, &api) && (api.ErrorCode() == "NoSuchKey" || api.ErrorCode() == "NotFound"))
 }
 
 func (s *Store) delete(ctx context.Context, key string) error {

@@ -109,6 +109,37 @@ func Publish(ctx context.Context, s *store.Store, prefix string, files []File, m
 	return man, nil
 }
 
+// Describe sizes and hashes local files as a manifest lists them.
+func Describe(files []File) ([]schemas.WeightsFile, error) {
+	out := make([]schemas.WeightsFile, len(files))
+	for i, f := range files {
+		wf, err := describe(f.Name, f.Path)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = wf
+	}
+	return out, nil
+}
+
+// Same reports whether two file lists hold the same names, sizes and
+// hashes, in any order.
+func Same(a, b []schemas.WeightsFile) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	seen := map[schemas.WeightsFile]bool{}
+	for _, f := range a {
+		seen[f] = true
+	}
+	for _, f := range b {
+		if !seen[f] {
+			return false
+		}
+	}
+	return true
+}
+
 // Read returns the manifest under prefix; a missing one means the weights
 // were never published completely.
 func Read(ctx context.Context, s *store.Store, prefix string) (schemas.WeightsManifest, error) {

@@ -1,0 +1,88 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+
+	"github.com/roundhouse-rl/roundhouse/internal/connect"
+	"github.com/roundhouse-rl/roundhouse/workflows"
+)
+
+func stopCmd(e *connect.Endpoints) *cobra.Command {
+	var run, reason string
+	cmd := &cobra.Command{
+		Use:   "stop",
+		Short: "Ask a run for a controlled stop: running episodes finish, state is recorded, the run ends",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := runClient(cmd.Context(), e, run)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			if err := requestStop(cmd.Context(), c, run, reason); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "stop requested for run %s: running episodes finish, then it ends; `starter train --run %s …` resumes it\n", run, run)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&run, "run", "", "run name")
+	cmd.Flags().StringVar(&reason, "reason", "starter stop", "why, recorded in the run's log and STOP marker")
+	return cmd
+}
+
+func cancelCmd(e *connect.Endpoints) *cobra.Command {
+	var run string
+	cmd := &cobra.Command{
+		Use:   "cancel",
+		Short: "Hard stop: cancel a run now, killing its episodes and trainer (use stop for a clean end)",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := runClient(cmd.Context(), e, run)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ctx, cancel := context.WithTimeout(cmd.Context(), 15*time.Second)
+			defer cancel()
+			if err := c.CancelWorkflow(ctx, workflows.WorkflowID(run), ""); err != nil {
+				return notRunning(run, err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "run %s cancelled: episodes and trainer are being killed; `starter train --run %s …` resumes it\n", run, run)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&run, "run", "", "run name")
+	return cmd
+}
+
+// runClient checks --run and connects to Temporal.
+func runClient(ctx context.Context, e *connect.Endpoints, run string) (client.Client, error) {
+	if !runName.MatchString(run) {
+		return nil, fmt.Errorf("--run %q: give the name of a run (see `starter status`)", run)
+	}
+	return connect.Temporal(ctx, *e, quietLogger())
+}
+
+// requestStop sends the stop signal to a running run.
+func requestStop(ctx context.Context, c client.Client, run, reason string) error {
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	if err := c.SignalWorkflow(ctx, workflows.WorkflowID(run), "", workflows.StopSignal, reason); err != nil {
+		return notRunning(run, err)
+	}
+	return nil
+}
+
+func notRunning(run string, err error) error {
+	var nf *serviceerror.NotFound
+	if errors.As(err, &nf) {
+		return fmt.Errorf("run %s is not running (unknown run, or it already ended): see `starter status`", run)
+	}
+	return fmt.Errorf("run %s: %w", run, err)
+}

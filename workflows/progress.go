@@ -1,0 +1,114 @@
+package workflows
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/roundhouse-rl/roundhouse/activities"
+	"github.com/roundhouse-rl/roundhouse/schemas"
+)
+
+// tracker keeps a train run's progress: the query's answer, the search
+// attributes the UI filters on, the markdown table in the workflow's
+// current details, and whether a stop was asked for.
+type tracker struct {
+	ctx      workflow.Context
+	in       TrainInput
+	prog     *Progress
+	running  map[string]bool // episode chunks in flight
+	batch    *schemas.BatchSummary
+	stopping bool
+}
+
+func newTracker(ctx workflow.Context, in TrainInput) *tracker {
+	t := &tracker{ctx: ctx, in: in, running: map[string]bool{},
+		prog: &Progress{Run: in.Run, Round: in.Round, Rounds: in.Rounds, Weights: in.Weights, Summaries: in.Summaries}}
+	stop := workflow.GetSignalChannel(ctx, StopSignal)
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		var why string
+		stop.Receive(ctx, &why)
+		t.stopping, t.prog.Stopping = true, true
+		workflow.GetLogger(ctx).Info("stop requested; running episodes finish, the rest are skipped", "reason", why)
+		// The marker tells episodes not yet started to skip themselves; it
+		// is written here so a stop sent from the UI works like `starter stop`.
+		var control *activities.Control
+		_ = workflow.ExecuteActivity(controlContext(ctx), control.MarkStop, in.Run, why).Get(ctx, nil)
+		t.update()
+	})
+	t.upsert(KindAttr.ValueSet("train"), RunAttr.ValueSet(in.Run), RoundAttr.ValueSet(int64(in.Round)), WeightsAttr.ValueSet(in.Weights))
+	t.update()
+	return t
+}
+
+// phase records a new phase.
+func (t *tracker) phase(p string) {
+	t.prog.Phase = p
+	t.upsert(PhaseAttr.ValueSet(p))
+	t.update()
+}
+
+// successRate records the latest validation success rate.
+func (t *tracker) successRate(r float64) {
+	if r >= 0 {
+		t.upsert(SuccessRateAttr.ValueSet(r))
+	}
+}
+
+// episodes runs a phase's cells and keeps the progress current.
+func (t *tracker) episodes(phase string, round int32, weights string, cells []Cell) Tally {
+	t.phase(phase)
+	t.prog.Episodes = Tally{Total: len(cells)}
+	return runEpisodes(t.ctx, phaseRun{Run: t.in.Run, Round: round, Phase: phase, Weights: weights, Harness: t.in.Harness,
+		Heartbeat: t.in.HeartbeatTimeout, OnProgress: func(tl Tally) { t.prog.Episodes = tl; t.update() }}, cells, t.running)
+}
+
+func (t *tracker) upsert(u ...temporal.SearchAttributeUpdate) {
+	if err := workflow.UpsertTypedSearchAttributes(t.ctx, u...); err != nil {
+		workflow.GetLogger(t.ctx).Warn("search attributes not updated", "error", err)
+	}
+}
+
+func (t *tracker) snapshot() Progress {
+	p := *t.prog
+	p.Children = nil
+	for id := range t.running {
+		p.Children = append(p.Children, id)
+	}
+	sort.Strings(p.Children)
+	return p
+}
+
+// update rewrites the workflow's current details: a small markdown table
+// the Temporal UI renders on the workflow page.
+func (t *tracker) update() {
+	p := t.prog
+	var b strings.Builder
+	state := p.Phase
+	if t.stopping && p.Phase != "stopped" {
+		state += " (stopping)"
+	}
+	fmt.Fprintf(&b, "**Run %s** · round %d/%d · weights %s · %s\n\n", p.Run, p.Round, p.Rounds, p.Weights, state)
+	if e := p.Episodes; e.Total > 0 {
+		fmt.Fprintf(&b, "| episodes | done | valid | successes | lost | skipped |\n|---|---|---|---|---|---|\n| %s | %d/%d | %d | %d | %d | %d |\n\n",
+			p.Phase, e.Done, e.Total, e.Valid, e.Successes, e.Lost, e.Skipped)
+	}
+	if bs := t.batch; bs != nil {
+		fmt.Fprintf(&b, "| batch | value |\n|---|---|\n| valid episodes | %d/%d |\n| groups with signal | %d/%d |\n| samples (zero-weight) | %d (%d) |\n| untrainable calls | %d/%d |\n\n",
+			bs.Valid, bs.Episodes, bs.GroupsWithSignal, bs.Groups, bs.Samples, bs.ZeroWeightSamples, bs.UntrainableCalls, bs.Calls)
+	}
+	if len(p.Summaries) > 0 {
+		b.WriteString("| round | val success | success rate | samples | loss | weights |\n|---|---|---|---|---|---|\n")
+		for _, s := range p.Summaries {
+			val := "–"
+			if s.ValSuccess >= 0 {
+				val = fmt.Sprintf("%.1f%%", 100*s.ValSuccess)
+			}
+			fmt.Fprintf(&b, "| %d | %s | %.1f%% | %d | %.4f | %s → %s |\n", s.Round, val, 100*s.SuccessRate, s.Samples, s.Trainer.Loss, s.WeightsIn, s.WeightsOut)
+		}
+	}
+	workflow.SetCurrentDetails(t.ctx, b.String())
+}
