@@ -34,6 +34,7 @@ type Config struct {
 	WorkDir     string
 	ProxyListen string // host:port for the recording proxy; port 0 picks one
 	Host        string
+	Namespace   string // where the control role registers the search attributes
 }
 
 // Run polls the queues of cfg.Roles until ctx ends.
@@ -72,6 +73,13 @@ func Run(ctx context.Context, c client.Client, s *store.Store, cfg Config) error
 		}
 		switch role {
 		case "control":
+			ns := cfg.Namespace
+			if ns == "" {
+				ns = "default"
+			}
+			if err := workflows.RegisterSearchAttributes(ctx, c, ns); err != nil {
+				return err
+			}
 			w := worker.New(c, workflows.ControlQueue, worker.Options{})
 			w.RegisterWorkflow(workflows.Train)
 			w.RegisterWorkflow(workflows.Episodes)

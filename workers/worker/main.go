@@ -38,7 +38,7 @@ func main() {
 		slog.Error("worker", "error", err)
 		os.Exit(1)
 	}
-	cfg := workers.Config{Roles: strings.Split(*roles, ","), Slots: *slots, WorkDir: *workDir, ProxyListen: *proxyListen}
+	cfg := workers.Config{Roles: strings.Split(*roles, ","), Slots: *slots, WorkDir: *workDir, ProxyListen: *proxyListen, Namespace: e.Namespace}
 	if err := workers.Run(ctx, c, s, cfg); err != nil {
 		slog.Error("worker", "error", err)
 		os.Exit(1)
