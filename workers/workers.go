@@ -83,6 +83,7 @@ func Run(ctx context.Context, c client.Client, s *store.Store, cfg Config) error
 			w := worker.New(c, workflows.ControlQueue, worker.Options{})
 			w.RegisterWorkflow(workflows.Train)
 			w.RegisterWorkflow(workflows.Episodes)
+			w.RegisterWorkflow(workflows.Eval)
 			w.RegisterActivity(&activities.Control{Store: s})
 			ws = append(ws, w)
 		case "rollout":
