@@ -156,7 +156,7 @@ func Train(ctx workflow.Context, in TrainInput) (TrainResult, error) {
 	// 4. Advantages and selection.
 	t.phase("advantages")
 	var batch schemas.BatchSummary
-	if err := workflow.ExecuteActivity(ctrl, control.BuildBatch, activities.BatchInput{
+	if err := workflow.ExecuteActivity(summarized(ctrl, fmt.Sprintf("round %d: advantages and selection over %d episodes", in.Round, len(eps))), control.BuildBatch, activities.BatchInput{
 		Run: in.Run, Round: in.Round, MaxCallsPerEpisode: c.MaxCallsPerEpisode, Selection: c.Selection, Seed: c.Seed, Filters: c.Filters,
 	}).Get(ctx, &batch); err != nil {
 		return result, fmt.Errorf("round %d batch: %w", in.Round, err)
@@ -188,6 +188,7 @@ func Train(ctx workflow.Context, in TrainInput) (TrainResult, error) {
 				MaximumInterval: 5 * time.Minute, NonRetryableErrorTypes: []string{"BadHarness"}},
 		})
 		var trainer *activities.Trainer
+		tctx = summarized(tctx, fmt.Sprintf("round %d: train %s → %s on %d samples (heartbeat: step, loss, tokens/s)", in.Round, in.Weights, out, batch.Samples))
 		if err := workflow.ExecuteActivity(tctx, trainer.Train, activities.TrainInput{
 			Run: in.Run, Round: in.Round, BatchKey: batch.BatchKey, WeightsIn: in.Weights, WeightsOut: out,
 		}).Get(ctx, &summary.Trainer); err != nil {
@@ -210,7 +211,7 @@ func Train(ctx workflow.Context, in TrainInput) (TrainResult, error) {
 	state := schemas.State{Run: in.Run, Harness: h.Name, InitialWeights: in.InitialWeights, Weights: summary.WeightsOut,
 		RoundsDone: in.Round, Rounds: in.Rounds, Summaries: summaries, FinalValSuccess: -1}
 	if in.Round < in.Rounds {
-		if err := workflow.ExecuteActivity(ctrl, control.FinishRound, activities.RoundDoneInput{Summary: summary, State: state}).Get(ctx, nil); err != nil {
+		if err := workflow.ExecuteActivity(summarized(ctrl, fmt.Sprintf("round %d: summary and state", in.Round)), control.FinishRound, activities.RoundDoneInput{Summary: summary, State: state}).Get(ctx, nil); err != nil {
 			return result, fmt.Errorf("round %d state: %w", in.Round, err)
 		}
 		if t.stopping {
@@ -262,7 +263,7 @@ func validate(ctx workflow.Context, in TrainInput, t *tracker, round int32, weig
 	t.phase("report")
 	ctrl := controlContext(ctx)
 	var control *activities.Control
-	err = workflow.ExecuteActivity(ctrl, control.WriteReport, activities.ReportInput{
+	err = workflow.ExecuteActivity(summarized(ctrl, fmt.Sprintf("validation report %s of weights %s", schemas.ValTag(round), weights)), control.WriteReport, activities.ReportInput{
 		Run: in.Run, Round: round, Phase: schemas.PhaseVal, Tag: schemas.ValTag(round), WeightsID: weights, InitKey: "val_init_ids",
 	}).Get(ctx, &rep)
 	if err != nil {
@@ -288,6 +289,7 @@ func compact(ctx workflow.Context, run string, round int32, phase string) {
 		RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 3},
 	})
 	var control *activities.Control
+	actx = summarized(actx, fmt.Sprintf("compact round %d %s", round, phase))
 	if err := workflow.ExecuteActivity(actx, control.Compact, activities.CompactInput{Run: run, Round: round, Phase: phase}).Get(ctx, nil); err != nil {
 		workflow.GetLogger(ctx).Warn("compaction failed; per-episode files stay", "round", round, "phase", phase, "error", err)
 	}
@@ -310,6 +312,11 @@ func startTimeouts(h schemas.Harness) time.Duration {
 func withSummary(o workflow.ActivityOptions, summary string) workflow.ActivityOptions {
 	o.Summary = summary
 	return o
+}
+
+// summarized labels the next activity in the Temporal UI's timeline.
+func summarized(ctx workflow.Context, summary string) workflow.Context {
+	return workflow.WithActivityOptions(ctx, withSummary(workflow.GetActivityOptions(ctx), summary))
 }
 
 func taskByID(h schemas.Harness, id int32) schemas.Task {
