@@ -373,69 +373,6 @@ func encodeBatch(w io.Writer, samples []schemas.Sample, toks []schemas.CallToken
 	return nil
 }
 
-// ReportInput names the episodes a report covers.
-type ReportInput struct {
-	Run       string
-	Round     int32
-	Phase     string
-	Tag       string
-	WeightsID string
-	InitKey   string
-}
-
-// WriteReport aggregates a phase's episodes per task into eval/<tag>/report.json.
-func (c *Control) WriteReport(ctx context.Context, in ReportInput) (schemas.Report, error) {
-	h, err := c.harnesses.get(ctx, c.Store, in.Run)
-	if err != nil {
-		return schemas.Report{}, err
-	}
-	eps, err := c.readEpisodes(ctx, in.Run, in.Round, in.Phase)
-	if err != nil {
-		return schemas.Report{}, err
-	}
-	rep := schemas.Report{Run: in.Run, Tag: in.Tag, WeightsID: in.WeightsID, InitKey: in.InitKey,
-		Harness: h.Name, Digest: h.Digest, Round: in.Round}
-	byTask := map[int32]*schemas.TaskResult{}
-	for _, t := range h.Tasks {
-		rep.Tasks = append(rep.Tasks, schemas.TaskResult{Task: t.ID, Name: t.Name, Suite: t.Suite})
-	}
-	for i := range rep.Tasks {
-		byTask[rep.Tasks[i].Task] = &rep.Tasks[i]
-	}
-	for _, e := range eps {
-		t := byTask[e.Task]
-		if t == nil {
-			return rep, fmt.Errorf("episode %s has task %d, which harness %s does not list", e.EpisodeID, e.Task, h.Name)
-		}
-		for _, r := range []*schemas.TaskResult{t, &rep.Overall} {
-			r.Episodes++
-			if !e.Valid {
-				r.Invalid++
-				continue
-			}
-			r.Valid++
-			if e.Success {
-				r.Successes++
-			}
-		}
-	}
-	rep.Overall.Task = -1
-	for _, r := range append([]*schemas.TaskResult{&rep.Overall}, pointers(rep.Tasks)...) {
-		if r.Valid > 0 {
-			r.SuccessRate = float64(r.Successes) / float64(r.Valid)
-		}
-	}
-	return rep, putJSON(ctx, c.Store, schemas.Layout{Run: in.Run}.Report(in.Tag), rep)
-}
-
-func pointers(ts []schemas.TaskResult) []*schemas.TaskResult {
-	out := make([]*schemas.TaskResult, len(ts))
-	for i := range ts {
-		out[i] = &ts[i]
-	}
-	return out
-}
-
 // ReadReport loads a report (e.g. a --pool-report) stored in the bucket.
 func (c *Control) ReadReport(ctx context.Context, key string) (schemas.Report, error) {
 	var rep schemas.Report

@@ -38,7 +38,21 @@ func (l Layout) Batch(round int32) string {
 // Weights is the directory of a weights id; files of the weights live under it.
 func (l Layout) Weights(id string) string { return l.Prefix() + "weights/" + id + "/" }
 
-func (l Layout) Report(tag string) string { return l.Prefix() + "eval/" + tag + "/report.json" }
+func (l Layout) Report(tag string) string { return l.EvalDir(tag) + "report.json" }
+
+// EvalDir holds everything stored under an evaluation tag: report.json
+// (the full report: unsharded, or merged from shards) and shards/.
+func (l Layout) EvalDir(tag string) string { return l.Prefix() + "eval/" + tag + "/" }
+
+// ShardsDir holds the shard reports of a sharded evaluation.
+func (l Layout) ShardsDir(tag string) string { return l.EvalDir(tag) + "shards/" }
+
+// ShardReport is the report of shard i of n (cells with index % n == i):
+// eval/<tag>/shards/<i>-of-<n>.json. `starter report merge` builds
+// report.json from all n of them.
+func (l Layout) ShardReport(tag string, i, n int) string {
+	return fmt.Sprintf("%s%d-of-%d.json", l.ShardsDir(tag), i, n)
+}
 
 func (l Layout) Summary(round int32) string {
 	return fmt.Sprintf("%srounds/round=%d/summary.json", l.Prefix(), round)
@@ -75,6 +89,16 @@ func (l Layout) Orphan(round int32, phase, episode string, retry int32) string {
 	return fmt.Sprintf("%sorphans/round=%d/phase=%s/%s-try%d.parquet", l.Prefix(), round, phase, episode, retry)
 }
 
+// OrphansDir holds the orphaned tries of a round's phase.
+func (l Layout) OrphansDir(round int32, phase string) string {
+	return fmt.Sprintf("%sorphans/round=%d/phase=%s/", l.Prefix(), round, phase)
+}
+
+// ArtifactsDir holds the output files of a round's phase's episodes.
+func (l Layout) ArtifactsDir(round int32, phase string) string {
+	return fmt.Sprintf("%sartifacts/round=%d/phase=%s/", l.Prefix(), round, phase)
+}
+
 // TrainerLog is the log of one try of a round's trainer, uploaded while it
 // runs and when it ends, whether it succeeded or not.
 func (l Layout) TrainerLog(round int32, try int32) string {
@@ -89,3 +113,13 @@ func (l Layout) Stop() string { return l.Prefix() + "STOP" }
 // RunSpec is run.json: what the run was started with, written first, so a
 // resumed run keeps its rounds, groups and attempts.
 func (l Layout) RunSpec() string { return l.Prefix() + "run.json" }
+
+// SweepPrefix holds what a scheduled validation sweep keeps outside any
+// run: sweeps/<name>/ (its reports stay in the evaluation run's eval/).
+func SweepPrefix(name string) string { return "sweeps/" + name + "/" }
+
+// SweepLeaderboard is the sweep's leaderboard (schemas.Leaderboard).
+func SweepLeaderboard(name string) string { return SweepPrefix(name) + "leaderboard.json" }
+
+// SweepLeaderboardMarkdown is the same leaderboard as a markdown table.
+func SweepLeaderboardMarkdown(name string) string { return SweepPrefix(name) + "leaderboard.md" }

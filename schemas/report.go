@@ -1,6 +1,10 @@
 package schemas
 
+import "fmt"
+
 // Report is eval/<tag>/report.json: outcomes of one evaluation or validation pass.
+// A shard of an evaluation is a Report too, at eval/<tag>/shards/<i>-of-<n>.json,
+// with Scope "shard": it is never a score of the split.
 type Report struct {
 	Run       string       `json:"run"`
 	Tag       string       `json:"tag"`
@@ -11,9 +15,43 @@ type Report struct {
 	Round     int32        `json:"round"`
 	Tasks     []TaskResult `json:"tasks"`
 	Overall   TaskResult   `json:"overall"`
+	// Suites has one result per suite name (Task -1), in the order the
+	// harness first names them.
+	Suites []TaskResult `json:"suites,omitempty"`
+	// WeightsDigest hashes the weights' manifest files (names, sizes,
+	// SHA-256), so reports compare weights by content, not by id.
+	WeightsDigest string `json:"weights_digest,omitempty"`
+	// Scope is ScopeFull or ScopeShard ("" in reports from before: full).
+	Scope  string `json:"scope,omitempty"`
+	Shard  int    `json:"shard"`            // this shard's index (0 when full)
+	Shards int    `json:"shards,omitempty"` // shard count; 1 when full
+	// MergedFrom lists the shard reports a merged report was built from.
+	MergedFrom []string `json:"merged_from,omitempty"`
+	// SplitCells is the number of (task, init id) cells of the whole split;
+	// Cells the ones this report covers (CellID form), so merged shards can
+	// be checked complete and disjoint; Missing those of Cells without an
+	// episode record (lost episodes, counted in Lost).
+	SplitCells   int      `json:"split_cells,omitempty"`
+	Cells        []string `json:"cells,omitempty"`
+	Missing      []string `json:"missing,omitempty"`
+	StartedAtMS  int64    `json:"started_at_ms,omitempty"`
+	FinishedAtMS int64    `json:"finished_at_ms,omitempty"`
 }
 
-// TaskResult counts outcomes of one task (or all tasks, in Overall).
+// Report scopes: a full report covers every cell of its split; a shard
+// report only cells i with i % Shards == Shard.
+const (
+	ScopeFull  = "full"
+	ScopeShard = "shard"
+)
+
+// IsShard says the report covers one shard of its split, not all of it.
+func (r Report) IsShard() bool { return r.Scope == ScopeShard || r.Shards > 1 }
+
+// CellID names a (task, init id) cell in Report.Cells and Report.Missing.
+func CellID(task, initID int32) string { return fmt.Sprintf("%d:%d", task, initID) }
+
+// TaskResult counts outcomes of one task (or a suite, or all tasks, in Overall).
 type TaskResult struct {
 	Task        int32   `json:"task"`
 	Name        string  `json:"name,omitempty"`
@@ -22,7 +60,8 @@ type TaskResult struct {
 	Valid       int     `json:"valid"`
 	Invalid     int     `json:"invalid"`
 	Successes   int     `json:"successes"`
-	SuccessRate float64 `json:"success_rate"` // successes / valid
+	SuccessRate float64 `json:"success_rate"`   // successes / valid
+	Lost        int     `json:"lost,omitempty"` // cells without an episode record
 }
 
 // RoundSummary is what one round did; rounds/round=R/summary.json and the

@@ -1,9 +1,12 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -11,56 +14,117 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
+	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 )
 
 func reportCmd(e *connect.Endpoints) *cobra.Command {
-	var run string
+	var run, chartFile string
 	cmd := &cobra.Command{
 		Use:   "report",
-		Short: "Per-round diagnostics of a run, from its summaries in S3",
+		Short: "Per-round diagnostics of a run and a success-per-round chart, from its data in S3",
+		Long: `Per-round diagnostics of a run, from its round summaries in S3, and its
+success per round counted from the episode Parquet files: the collection's
+success rate and the validation's (val-r<R>, and the final validation after
+the last round), as a table and a chart (SVG or PNG, by the file's extension).`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !runName.MatchString(run) {
-				return fmt.Errorf("--run %q: give the name of a run", run)
+				return fmt.Errorf("--run %q: give the name of a run (see `starter status`)", run)
+			}
+			if chartFile == "" {
+				chartFile = "runs-" + run + "-success.svg"
+			}
+			if _, err := chartFormat(chartFile); err != nil {
+				return err
 			}
 			s, err := connect.Store(cmd.Context(), *e)
 			if err != nil {
 				return err
 			}
-			l := schemas.Layout{Run: run}
-			objs, err := s.List(cmd.Context(), l.Prefix()+"rounds/")
-			if err != nil {
-				return err
-			}
-			var sums []schemas.RoundSummary
-			for _, o := range objs {
-				if !strings.HasSuffix(o.Key, "/summary.json") {
-					continue
-				}
-				b, err := s.Get(cmd.Context(), o.Key)
-				if err != nil {
-					return err
-				}
-				var r schemas.RoundSummary
-				if err := json.Unmarshal(b, &r); err != nil {
-					return fmt.Errorf("%s: %w", o.Key, err)
-				}
-				sums = append(sums, r)
-			}
-			if len(sums) == 0 {
-				return fmt.Errorf("run %s has no finished round under s3://%s/%srounds/", run, s.Bucket, l.Prefix())
-			}
-			sort.Slice(sums, func(i, j int) bool { return sums[i].Round < sums[j].Round })
-			var st schemas.State
-			if b, err := s.Get(cmd.Context(), l.State()); err == nil {
-				_ = json.Unmarshal(b, &st)
-			}
-			printDiagnostics(cmd.OutOrStdout(), sums, st)
-			return nil
+			return report(cmd.Context(), cmd.OutOrStdout(), s, run, chartFile)
 		},
 	}
 	cmd.Flags().StringVar(&run, "run", "", "run name")
+	cmd.Flags().StringVar(&chartFile, "chart", "", "where to write the success chart, .svg or .png (default runs-<run>-success.svg)")
+	cmd.AddCommand(reportMergeCmd(e))
 	return cmd
+}
+
+func report(ctx context.Context, out io.Writer, s *store.Store, run, chartFile string) error {
+	l := schemas.Layout{Run: run}
+	found := false
+	for _, key := range []string{l.RunSpec(), l.Harness(), l.State()} {
+		ok, err := s.Exists(ctx, key)
+		if err != nil {
+			return err
+		}
+		if ok {
+			found = true
+			break
+		}
+	}
+	if !found {
+		return fmt.Errorf("run %s not found in s3://%s/runs/: see `starter status` for the runs", run, s.Bucket)
+	}
+	objs, err := s.List(ctx, l.Prefix()+"rounds/")
+	if err != nil {
+		return err
+	}
+	var sums []schemas.RoundSummary
+	for _, o := range objs {
+		if !strings.HasSuffix(o.Key, "/summary.json") {
+			continue
+		}
+		b, err := s.Get(ctx, o.Key)
+		if err != nil {
+			return err
+		}
+		var r schemas.RoundSummary
+		if err := json.Unmarshal(b, &r); err != nil {
+			return fmt.Errorf("%s: %w", o.Key, err)
+		}
+		sums = append(sums, r)
+	}
+	sort.Slice(sums, func(i, j int) bool { return sums[i].Round < sums[j].Round })
+	st := schemas.State{FinalValSuccess: -1}
+	if b, err := s.Get(ctx, l.State()); err == nil {
+		_ = json.Unmarshal(b, &st)
+	}
+	rs, err := readSuccess(ctx, s, run)
+	if err != nil {
+		return err
+	}
+	if len(sums) == 0 && len(rs) == 0 {
+		return fmt.Errorf("run %s has no finished round and no episode yet under s3://%s/%s: wait for its first episodes (`starter status --run %s`)", run, s.Bucket, l.Prefix(), run)
+	}
+	if len(sums) > 0 {
+		printDiagnostics(out, sums, st)
+	} else {
+		fmt.Fprintf(out, "run %s has no finished round yet (no summary under s3://%s/%srounds/)\n", run, s.Bucket, l.Prefix())
+	}
+	if len(rs) == 0 {
+		return nil
+	}
+	// Round N+1 holds the final validation once the run has done its N rounds.
+	var final int32
+	if st.Rounds > 0 && st.RoundsDone == st.Rounds {
+		final = st.Rounds + 1
+	}
+	fmt.Fprintln(out)
+	printSuccess(out, rs, final)
+	b, err := renderChart(chartFile, run, rs, final)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(chartFile, b, 0o644); err != nil {
+		return fmt.Errorf("--chart %s: %w", chartFile, err)
+	}
+	path, err := filepath.Abs(chartFile)
+	if err != nil {
+		path = chartFile
+	}
+	fmt.Fprintf(out, "\nchart: %s\n", path)
+	return nil
 }
 
 // printDiagnostics is the table a user reads when training does or does

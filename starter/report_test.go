@@ -2,8 +2,13 @@ package main
 
 import (
 	"bytes"
+	"image/png"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/wcharczuk/go-chart/v2/drawing"
 
 	"github.com/roundhouse-rl/roundhouse/schemas"
 )
@@ -35,5 +40,133 @@ func TestPrintDiagnostics(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("no diagnostics row for round 1 with 2 groups without signal:\n%s", got)
+	}
+}
+
+// svgColor is a colour as go-chart writes it into SVG styles.
+func svgColor(c drawing.Color) string { return c.String() }
+
+var testSuccess = []roundSuccess{
+	{Round: 1, Train: counts{Episodes: 4, Valid: 4, Successes: 2}, Val: counts{Episodes: 30, Valid: 30, Successes: 9}},
+	{Round: 2, Train: counts{Episodes: 36, Valid: 35, Successes: 20}, Val: counts{Episodes: 30, Valid: 29, Successes: 14}},
+	{Round: 3, Val: counts{Episodes: 30, Valid: 30, Successes: 21}},
+}
+
+func TestChartSVG(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "c.svg")
+	b, err := renderChart(file, "demo", testSuccess, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	svg := readSVG(t, file)
+	// Title, axis, series names, round labels, and each point's value.
+	for _, s := range []string{"run demo: success per round", "round", seriesTrain, seriesVal, "1", "2", "3 (final)", "0%", "100%",
+		"50.0%", "57.1%", "30.0%", "48.3%", "70.0%"} {
+		if !svg.texts[s] {
+			t.Errorf("chart lacks the text %q", s)
+		}
+	}
+	if svg.dots[svgColor(colorTrain)] != 2 || svg.dots[svgColor(colorVal)] != 3 {
+		t.Errorf("dots by colour %v: want 2 collection and 3 validation points", svg.dots)
+	}
+	// A round without validation has no validation point; one without valid
+	// episodes has none at all, and a run without any is an error.
+	b, err = renderChart(file, "x", []roundSuccess{{Round: 1, Train: counts{Episodes: 4, Valid: 4, Successes: 1}}, {Round: 2, Train: counts{Episodes: 4}}}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(file, b, 0o644)
+	if svg := readSVG(t, file); svg.dots[svgColor(colorTrain)] != 1 || svg.dots[svgColor(colorVal)] != 0 || !svg.texts["25.0%"] || svg.texts[seriesVal] {
+		t.Errorf("one valid collection point only: dots %v", svg.dots)
+	}
+	if _, err := renderChart(file, "x", []roundSuccess{{Round: 1, Train: counts{Episodes: 4}}}, 0); err == nil || !strings.Contains(err.Error(), "no valid episode") {
+		t.Errorf("chart of no valid episode: %v", err)
+	}
+}
+
+func TestChartPNG(t *testing.T) {
+	b, err := renderChart("out.PNG", "demo", testSuccess[:1], 0) // one round: the x range still has a width
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := png.Decode(bytes.NewReader(b))
+	if err != nil {
+		t.Fatalf("not a PNG: %v", err)
+	}
+	if s := img.Bounds().Size(); s.X != 640 || s.Y != 400 {
+		t.Errorf("size %v, want 640×400", s)
+	}
+	// Both series are drawn: pixels of each series' colour exist.
+	found := map[drawing.Color]int{}
+	for y := 0; y < img.Bounds().Dy(); y++ {
+		for x := 0; x < img.Bounds().Dx(); x++ {
+			r, g, b, _ := img.At(x, y).RGBA()
+			for _, c := range []drawing.Color{colorTrain, colorVal} {
+				if uint8(r>>8) == c.R && uint8(g>>8) == c.G && uint8(b>>8) == c.B {
+					found[c]++
+				}
+			}
+		}
+	}
+	if found[colorTrain] < 20 || found[colorVal] < 20 {
+		t.Errorf("series pixels: %d collection, %d validation; want both drawn", found[colorTrain], found[colorVal])
+	}
+}
+
+func TestChartFormat(t *testing.T) {
+	for _, f := range []string{"a.svg", "b.PNG", "dir/c.png"} {
+		if _, err := chartFormat(f); err != nil {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+	for _, f := range []string{"a.pdf", "chart", "a.svg.gz"} {
+		if _, err := chartFormat(f); err == nil || !strings.Contains(err.Error(), "--chart "+f) || !strings.Contains(err.Error(), ".svg or .png") {
+			t.Errorf("%s: error %v, want one naming the flag and the formats", f, err)
+		}
+	}
+}
+
+func TestPartition(t *testing.T) {
+	for key, want := range map[string]struct {
+		round int32
+		phase string
+		ok    bool
+	}{
+		"round=3/phase=val/part-00000.parquet":            {3, "val", true},
+		"round=12/phase=train/r12-train-g001-a00.parquet": {12, "train", true},
+		"round=x/phase=val/a.parquet":                     {0, "", false},
+		"phase=val/round=1/a.parquet":                     {0, "", false},
+		"round=1/a.parquet":                               {0, "", false},
+	} {
+		r, p, ok := partition(key)
+		if r != want.round || p != want.phase || ok != want.ok {
+			t.Errorf("partition(%q) = %d %q %v, want %+v", key, r, p, ok, want)
+		}
+	}
+}
+
+func TestPrintSuccess(t *testing.T) {
+	var out bytes.Buffer
+	printSuccess(&out, testSuccess, 3)
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	want := [][]string{
+		{"round", "collection", "success", "validation", "success"},
+		{"1", "2/4", "(50.0%)", "9/30", "(30.0%)"},
+		{"2", "20/35", "(57.1%)", "14/29", "(48.3%)"},
+		{"3", "(final)", "-", "21/30", "(70.0%)"},
+	}
+	if len(lines) != len(want) {
+		t.Fatalf("%d lines, want %d:\n%s", len(lines), len(want), out.String())
+	}
+	for i, l := range lines {
+		if got := strings.Fields(l); strings.Join(got, " ") != strings.Join(want[i], " ") {
+			t.Errorf("line %d = %q, want %q", i, got, want[i])
+		}
+	}
+	if s := (counts{Episodes: 3}).String(); s != "0/0 valid of 3" {
+		t.Errorf("no valid episode: %q", s)
 	}
 }

@@ -36,7 +36,7 @@ func rootCmd() *cobra.Command {
 	root.PersistentFlags().StringVar(&e.Temporal, "temporal", e.Temporal, "Temporal frontend host:port (env ROUNDHOUSE_TEMPORAL)")
 	root.PersistentFlags().StringVar(&e.S3.Endpoint, "s3-endpoint", e.S3.Endpoint, "S3 endpoint URL (env ROUNDHOUSE_S3_ENDPOINT)")
 	root.PersistentFlags().StringVar(&e.S3.Bucket, "bucket", e.S3.Bucket, "S3 bucket (env ROUNDHOUSE_BUCKET)")
-	root.AddCommand(trainCmd(&e), statusCmd(&e), validateCmd(), reportCmd(&e), stopCmd(&e), cancelCmd(&e))
+	root.AddCommand(trainCmd(&e), statusCmd(&e), validateCmd(), reportCmd(&e), stopCmd(&e), cancelCmd(&e), sweepCmd(&e), evalCmd(&e))
 	return root
 }
 
@@ -45,6 +45,7 @@ type trainFlags struct {
 	rounds, groups, attempts         int
 	vars                             []string
 	replace, detach                  bool
+	poolAnyWeights                   bool // use a --pool-report of other weights
 	heartbeat                        time.Duration
 	stopFile                         string
 	// set says which flags the user gave: a resumed run keeps its own
@@ -73,6 +74,7 @@ weights are kept) with the same starting weights.`,
 	fl.StringVar(&f.run, "run", "", "run name; its data lives under runs/<run>/ in the bucket")
 	fl.StringVar(&f.weights, "weights", "", "initial weights: a file or a directory holding the harness's weights file")
 	fl.StringVar(&f.poolReport, "pool-report", "", "validation report.json choosing round 1's pool (skips the first validation)")
+	fl.BoolVar(&f.poolAnyWeights, "pool-report-any-weights", false, "accept a --pool-report of other weights than --weights, or one without digests")
 	fl.IntVar(&f.rounds, "rounds", 6, "rounds to run")
 	fl.IntVar(&f.groups, "groups", 0, "groups per round (default: the harness's collect.groups)")
 	fl.IntVar(&f.attempts, "attempts", 0, "attempts per group (default: the harness's collect.attempts)")
@@ -129,6 +131,9 @@ func train(ctx context.Context, out io.Writer, e *connect.Endpoints, f trainFlag
 		var rep schemas.Report
 		if err := json.Unmarshal(pool, &rep); err != nil || len(rep.Tasks) == 0 {
 			return fmt.Errorf("--pool-report %s is not a report.json with tasks (%v): pass eval/<tag>/report.json of a validation", f.poolReport, err)
+		}
+		if err := checkPoolReport(rep, weightFiles, h, f.poolAnyWeights); err != nil {
+			return fmt.Errorf("--pool-report %s %w", f.poolReport, err)
 		}
 	}
 	c, err := connect.Temporal(ctx, *e, quietLogger())

@@ -84,6 +84,7 @@ func Run(ctx context.Context, c client.Client, s *store.Store, cfg Config) error
 			w.RegisterWorkflow(workflows.Train)
 			w.RegisterWorkflow(workflows.Episodes)
 			w.RegisterWorkflow(workflows.Eval)
+			w.RegisterWorkflow(workflows.Sweep)
 			w.RegisterActivity(&activities.Control{Store: s})
 			ws = append(ws, w)
 		case "rollout":

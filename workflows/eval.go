@@ -1,13 +1,15 @@
 package workflows
 
 import (
+	"context"
 	"fmt"
+	"sort"
 	"time"
 
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/roundhouse-rl/roundhouse/activities"
-	"github.com/roundhouse-rl/roundhouse/internal/harness"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 )
 
@@ -24,6 +26,24 @@ type EvalInput struct {
 	Heartbeat time.Duration
 }
 
+// EvalProgressQuery returns an evaluation's EvalProgress.
+const EvalProgressQuery = "eval-progress"
+
+// EvalProgress is what an evaluation has done so far.
+type EvalProgress struct {
+	Run       string
+	Tag       string
+	WeightsID string
+	InitKey   string
+	Shard     int
+	Shards    int
+	Phase     string // episodes, report, done
+	// Episodes as of the last finished chunk; QueryEvalProgress adds the
+	// live counts of the running chunks named in Children.
+	Episodes Tally
+	Children []string
+}
+
 // EvalPhase is the partition an evaluation's records go to: one per tag,
 // so evaluations never mix their episodes.
 func EvalPhase(tag string) string { return "eval-" + tag }
@@ -37,46 +57,96 @@ func EvalWorkflowID(run, tag string, shard, shards int) string {
 }
 
 // Eval runs every (task, init state) cell of the split once — or the
-// cells of one shard — and writes the report.
+// cells of one shard — and writes the report: eval/<tag>/report.json, or
+// the shard's eval/<tag>/shards/<i>-of-<n>.json.
 func Eval(ctx workflow.Context, in EvalInput) (schemas.Report, error) {
 	var rep schemas.Report
 	h := in.Harness
-	var split string
-	switch in.InitKey {
-	case "val_init_ids":
-		split = h.Splits.Val
-	case "eval_init_ids":
-		split = h.Splits.Eval
-	default:
-		return rep, fmt.Errorf("init key %q: use val_init_ids or eval_init_ids", in.InitKey)
-	}
-	ids, err := harness.ParseIDs(split)
-	if err != nil {
-		return rep, fmt.Errorf("harness %s %s: %w", h.Name, in.InitKey, err)
-	}
 	shards := max(in.Shards, 1)
-	var cells []Cell
-	i := 0
-	for _, task := range h.Tasks {
-		for _, id := range ids {
-			if i%shards == in.Shard {
-				cells = append(cells, Cell{Task: task, InitID: id, Group: int32(i)})
-			}
-			i++
-		}
+	split, _, err := activities.SplitCells(h, in.InitKey, in.Shard, shards)
+	if err != nil {
+		return rep, fmt.Errorf("eval %s: %w", in.Tag, err)
+	}
+	cells := make([]Cell, len(split))
+	for i, c := range split {
+		// The cell's index in the whole split names its episode, so shards
+		// never write the same keys.
+		cells[i] = Cell{Task: c.Task, InitID: c.InitID, Group: int32(c.Index)}
 	}
 	phase := EvalPhase(in.Tag)
+	prog := EvalProgress{Run: in.Run, Tag: in.Tag, WeightsID: in.WeightsID, InitKey: in.InitKey, Shard: in.Shard, Shards: shards,
+		Phase: "episodes", Episodes: Tally{Total: len(cells)}}
+	running := map[string]bool{}
+	if err := workflow.SetQueryHandler(ctx, EvalProgressQuery, func() (EvalProgress, error) {
+		p := prog
+		p.Children = nil
+		for id := range running {
+			p.Children = append(p.Children, id)
+		}
+		sort.Strings(p.Children)
+		return p, nil
+	}); err != nil {
+		return rep, fmt.Errorf("eval progress query: %w", err)
+	}
+	what := in.InitKey
+	if shards > 1 {
+		what = fmt.Sprintf("%s, shard %d/%d", in.InitKey, in.Shard, shards)
+	}
+	details := func() {
+		t := prog.Episodes
+		workflow.SetCurrentDetails(ctx, fmt.Sprintf("**eval %s** of weights %s on %s · %s\n\n| done | valid | successes | lost |\n|---|---|---|---|\n| %d/%d | %d | %d | %d |\n",
+			in.Tag, in.WeightsID, what, prog.Phase, t.Done, t.Total, t.Valid, t.Successes, t.Lost))
+	}
+	started := workflow.GetInfo(ctx).WorkflowStartTime.UnixMilli()
 	t := runEpisodes(ctx, phaseRun{Run: in.Run, Phase: phase, Weights: in.WeightsID, Harness: h, Heartbeat: in.Heartbeat,
-		OnProgress: func(t Tally) {
-			workflow.SetCurrentDetails(ctx, fmt.Sprintf("**eval %s** of weights %s on %s: %d/%d episodes, %d successes", in.Tag, in.WeightsID, in.InitKey, t.Done, t.Total, t.Successes))
-		}}, cells, map[string]bool{})
-	workflow.GetLogger(ctx).Info("evaluation episodes done", "tag", in.Tag, "done", t.Done, "lost", t.Lost)
+		OnProgress: func(t Tally) { prog.Episodes = t; details() }}, cells, running)
+	workflow.GetLogger(ctx).Info("evaluation episodes done", "tag", in.Tag, "shard", in.Shard, "shards", shards, "done", t.Done, "lost", t.Lost)
+	prog.Phase = "report"
+	details()
 	var control *activities.Control
 	err = workflow.ExecuteActivity(controlContext(ctx), control.WriteReport, activities.ReportInput{
 		Run: in.Run, Phase: phase, Tag: in.Tag, WeightsID: in.WeightsID, InitKey: in.InitKey,
+		Shard: in.Shard, Shards: shards, StartedAtMS: started,
 	}).Get(ctx, &rep)
 	if err != nil {
 		return rep, fmt.Errorf("eval %s report: %w", in.Tag, err)
 	}
+	if shards == 1 {
+		// Other shards may still write into a sharded tag's partition, so
+		// only a whole evaluation folds its files.
+		compact(ctx, in.Run, 0, phase)
+		if err := workflow.UpsertTypedSearchAttributes(ctx, SuccessRateAttr.ValueSet(rep.Overall.SuccessRate)); err != nil {
+			workflow.GetLogger(ctx).Warn("search attributes not updated", "error", err)
+		}
+	}
+	prog.Phase = "done"
+	details()
 	return rep, nil
+}
+
+// QueryEvalProgress asks an evaluation workflow for its progress and adds
+// the live counts of its running episode chunks.
+func QueryEvalProgress(ctx context.Context, c client.Client, id string) (EvalProgress, error) {
+	var p EvalProgress
+	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	v, err := c.QueryWorkflow(qctx, id, "", EvalProgressQuery)
+	if err != nil {
+		return p, fmt.Errorf("query evaluation %s: %w", id, err)
+	}
+	if err := v.Get(&p); err != nil {
+		return p, fmt.Errorf("decode progress of evaluation %s: %w", id, err)
+	}
+	for _, child := range p.Children {
+		v, err := c.QueryWorkflow(qctx, child, "", EpisodesQuery)
+		if err != nil {
+			continue // finished between the two queries: the parent counts it next time
+		}
+		var t Tally
+		if v.Get(&t) == nil {
+			t.Total = 0
+			p.Episodes.add(t)
+		}
+	}
+	return p, nil
 }

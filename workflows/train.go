@@ -176,7 +176,7 @@ func Train(ctx workflow.Context, in TrainInput) (TrainResult, error) {
 	// 5. Train: a batch without samples leaves the weights as they were.
 	summary.WeightsOut = in.Weights
 	if batch.BatchKey != "" {
-		t.phase("train")
+		t.phase("training")
 		out := fmt.Sprintf("r%d", in.Round)
 		// A failing trainer is retried without limit, backing off to every 5
 		// minutes: the round waits, its last error (with the log's tail)

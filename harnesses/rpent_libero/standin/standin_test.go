@@ -54,7 +54,7 @@ func TestStandinRounds(t *testing.T) {
 	}
 	train := func(t *testing.T, run string, vars ...string) string {
 		args := []string{"train", "--config", config, "--run", run, "--weights", filepath.Join(root, "harnesses/minimal/weights/w0"),
-			"--rounds", "1", "--groups", "2", "--attempts", "2", "--pool-report", pool,
+			"--rounds", "1", "--groups", "2", "--attempts", "2", "--pool-report", pool, "--pool-report-any-weights",
 			"--var", "bin=" + sbins, "--var", "toy_bin=" + bins}
 		for _, v := range vars {
 			args = append(args, "--var", v)

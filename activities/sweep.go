@@ -1,0 +1,350 @@
+package activities
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/roundhouse-rl/roundhouse/internal/store"
+	"github.com/roundhouse-rl/roundhouse/internal/weights"
+	"github.com/roundhouse-rl/roundhouse/schemas"
+)
+
+// WeightsIDPattern is what a weights id found by a sweep may look like: it
+// becomes part of report tags, workflow ids and S3 keys.
+var WeightsIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$`)
+
+// ParseS3URL splits s3://bucket/prefix/ into the bucket and the prefix,
+// which always ends in "/" and is never empty.
+func ParseS3URL(u string) (bucket, prefix string, err error) {
+	rest, ok := strings.CutPrefix(u, "s3://")
+	if !ok {
+		return "", "", fmt.Errorf("%q is not an s3:// URL: write it as s3://bucket/prefix/", u)
+	}
+	bucket, prefix, _ = strings.Cut(rest, "/")
+	if bucket == "" || strings.ContainsAny(bucket, " \t") {
+		return "", "", fmt.Errorf("%q names no bucket: write it as s3://bucket/prefix/", u)
+	}
+	prefix = strings.TrimLeft(prefix, "/")
+	if prefix == "" {
+		return "", "", fmt.Errorf("%q names no prefix: give the folder holding the weights ids, s3://%s/prefix/", u, bucket)
+	}
+	if !strings.HasSuffix(prefix, "/") {
+		prefix += "/"
+	}
+	return bucket, prefix, nil
+}
+
+// SweepSource says where a sweep looks for weights and which run
+// evaluates them.
+type SweepSource struct {
+	Source string // a run name, or s3://bucket/prefix/
+	Run    string // the evaluation run
+	// HarnessDigest, when set, must be the digest of the evaluation run's
+	// harness.json: the sweep's Eval workflows carry the harness of
+	// `sweep create`, while episodes read the run's file.
+	HarnessDigest string
+}
+
+// SweepWeights is a complete weights id under a sweep's source.
+type SweepWeights struct {
+	ID          string
+	Prefix      string // its key prefix in the bucket, ending in "/"
+	Digest      string // WeightsDigest of its manifest's files
+	CreatedAtMS int64
+}
+
+// weightsPrefix is the key prefix whose sub-directories are the source's
+// weights ids.
+func (c *Control) weightsPrefix(src string) (string, error) {
+	if !strings.HasPrefix(src, "s3://") {
+		return schemas.Layout{Run: src}.Prefix() + "weights/", nil
+	}
+	bucket, prefix, err := ParseS3URL(src)
+	if err != nil {
+		return "", temporal.NewNonRetryableApplicationError(err.Error(), "BadSource", err)
+	}
+	if bucket != c.Store.Bucket {
+		err := fmt.Errorf("weights prefix %s is in bucket %s, workers read bucket %s: copy the weights into it", src, bucket, c.Store.Bucket)
+		return "", temporal.NewNonRetryableApplicationError(err.Error(), "BadSource", err)
+	}
+	return prefix, nil
+}
+
+// ListSweepWeights lists the complete weights ids under the source — those
+// whose manifest.json exists and whose listed files are all stored with
+// their sizes — oldest first (by the manifest's creation time, then id).
+func (c *Control) ListSweepWeights(ctx context.Context, in SweepSource) ([]SweepWeights, error) {
+	log := activity.GetLogger(ctx)
+	if in.HarnessDigest != "" {
+		var h schemas.Harness
+		key := schemas.Layout{Run: in.Run}.Harness()
+		b, err := c.Store.Get(ctx, key)
+		if err != nil {
+			return nil, fmt.Errorf("harness of evaluation run %s: %w", in.Run, err)
+		}
+		if err := json.Unmarshal(b, &h); err != nil {
+			return nil, fmt.Errorf("harness of evaluation run %s (%s): %w", in.Run, key, err)
+		}
+		if h.Digest != in.HarnessDigest {
+			err := fmt.Errorf("run %s's harness.json has digest %s, the sweep was created with %s: recreate the sweep (starter sweep delete, then create) with the run's harness file and vars", in.Run, h.Digest, in.HarnessDigest)
+			return nil, temporal.NewNonRetryableApplicationError(err.Error(), "HarnessChanged", err)
+		}
+	}
+	prefix, err := c.weightsPrefix(in.Source)
+	if err != nil {
+		return nil, err
+	}
+	objs, err := c.Store.List(ctx, prefix)
+	if err != nil {
+		return nil, err
+	}
+	size := make(map[string]int64, len(objs))
+	var ids []string
+	for _, o := range objs {
+		rel := strings.TrimPrefix(o.Key, prefix)
+		size[rel] = o.Size
+		if id, ok := strings.CutSuffix(rel, "/"+schemas.WeightsManifestFile); ok && !strings.Contains(id, "/") {
+			ids = append(ids, id)
+		}
+	}
+	var out []SweepWeights
+	for _, id := range ids {
+		if !WeightsIDPattern.MatchString(id) {
+			log.Warn("weights id skipped: use letters, digits, '.', '_' or '-'", "id", id, "prefix", prefix)
+			continue
+		}
+		man, err := weights.Read(ctx, c.Store, prefix+id+"/")
+		if err != nil {
+			log.Warn("weights skipped: unreadable manifest", "id", id, "error", err)
+			continue
+		}
+		complete := true
+		for _, f := range man.Files {
+			if got, ok := size[id+"/"+f.Name]; !ok || got != f.Size {
+				complete = false
+				log.Warn("weights skipped: a file is missing or has another size than the manifest says", "id", id, "file", f.Name)
+				break
+			}
+		}
+		if complete {
+			out = append(out, SweepWeights{ID: id, Prefix: prefix + id + "/", Digest: WeightsDigest(man.Files), CreatedAtMS: man.CreatedAt})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].CreatedAtMS != out[j].CreatedAtMS {
+			return out[i].CreatedAtMS < out[j].CreatedAtMS
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out, nil
+}
+
+// ImportedID is the id weights from an s3 prefix get in the evaluation
+// run: the source id plus the start of their content digest, so weights of
+// other prefixes (or changed in place) never overwrite each other.
+func ImportedID(id, digest string) string { return id + "-" + digest[:min(12, len(digest))] }
+
+// ImportInput copies one weights id into the evaluation run.
+type ImportInput struct {
+	From   string // key prefix of the source weights, ending in "/"
+	Run    string
+	Target string // the weights id in the run (ImportedID)
+	Digest string // WeightsDigest of the source when it was listed
+}
+
+// ImportWeights copies the weights under From to the run's weights/<Target>/
+// by download and upload: every file is checked against the source
+// manifest's SHA-256 on the way, and the copy's manifest is written last.
+// A complete copy with the same files is kept as it is; one with other
+// files is never overwritten.
+func (c *Control) ImportWeights(ctx context.Context, in ImportInput) (schemas.WeightsManifest, error) {
+	to := schemas.Layout{Run: in.Run}.Weights(in.Target)
+	src, err := weights.Read(ctx, c.Store, in.From)
+	if err != nil {
+		return src, err
+	}
+	if in.Digest != "" && WeightsDigest(src.Files) != in.Digest {
+		err := fmt.Errorf("weights s3://%s/%s changed since the sweep listed them: the next sweep evaluates them as they are then", c.Store.Bucket, in.From)
+		return src, temporal.NewNonRetryableApplicationError(err.Error(), "WeightsChanged", err)
+	}
+	exists, err := c.Store.Exists(ctx, to+schemas.WeightsManifestFile)
+	if err != nil {
+		return src, err
+	}
+	if exists {
+		have, err := weights.Read(ctx, c.Store, to)
+		if err != nil {
+			return have, err
+		}
+		if !weights.Same(have.Files, src.Files) {
+			err := fmt.Errorf("s3://%s/%s holds other weights than s3://%s/%s: not overwriting them", c.Store.Bucket, to, c.Store.Bucket, in.From)
+			return have, temporal.NewNonRetryableApplicationError(err.Error(), "WeightsConflict", err)
+		}
+		if err := weights.Verify(ctx, c.Store, to, have); err == nil {
+			return have, nil
+		}
+	}
+	stop := keepAlive(ctx, "import "+in.Target)
+	defer stop()
+	tmp, err := os.MkdirTemp("", "roundhouse-import-*")
+	if err != nil {
+		return src, fmt.Errorf("import weights %s: %w", in.Target, err)
+	}
+	defer os.RemoveAll(tmp)
+	dir := filepath.Join(tmp, "w")
+	if _, err := weights.Fetch(ctx, c.Store, in.From, dir); err != nil {
+		return src, err
+	}
+	files := make([]weights.File, len(src.Files))
+	for i, f := range src.Files {
+		files[i] = weights.File{Name: f.Name, Path: filepath.Join(dir, filepath.FromSlash(f.Name))}
+	}
+	man, err := weights.Publish(ctx, c.Store, to, files, schemas.WeightsManifest{WeightsID: in.Target, Metrics: src.Metrics, CreatedAt: src.CreatedAt})
+	if err != nil {
+		return man, err
+	}
+	if !weights.Same(man.Files, src.Files) {
+		return man, fmt.Errorf("imported weights %s differ from their source %s", in.Target, in.From)
+	}
+	return man, nil
+}
+
+// keepAlive heartbeats until stop is called: a large download gives no
+// progress of its own, and the heartbeat timeout is what notices a dead
+// worker.
+func keepAlive(ctx context.Context, what string) (stop func()) {
+	if !activity.IsActivity(ctx) {
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(20 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				activity.RecordHeartbeat(ctx, what)
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return func() { close(done) }
+}
+
+// ReadLeaderboard returns a sweep's leaderboard; a sweep that never wrote
+// one has an empty one.
+func (c *Control) ReadLeaderboard(ctx context.Context, name string) (schemas.Leaderboard, error) {
+	lb := schemas.Leaderboard{Sweep: name}
+	key := schemas.SweepLeaderboard(name)
+	b, err := c.Store.Get(ctx, key)
+	if store.IsNotFound(err) {
+		return lb, nil
+	}
+	if err != nil {
+		return lb, err
+	}
+	if err := json.Unmarshal(b, &lb); err != nil {
+		return lb, fmt.Errorf("leaderboard s3://%s/%s: %w", c.Store.Bucket, key, err)
+	}
+	return lb, nil
+}
+
+// FoundReport is a report looked up by key; Found is false when absent.
+type FoundReport struct {
+	Found  bool
+	Report schemas.Report
+}
+
+// FindReport reads a report if it exists, so a sweep that stopped between
+// an evaluation and its leaderboard update does not evaluate again.
+func (c *Control) FindReport(ctx context.Context, key string) (FoundReport, error) {
+	b, err := c.Store.Get(ctx, key)
+	if store.IsNotFound(err) {
+		return FoundReport{}, nil
+	}
+	if err != nil {
+		return FoundReport{}, err
+	}
+	var rep schemas.Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		return FoundReport{}, fmt.Errorf("report s3://%s/%s: %w", c.Store.Bucket, key, err)
+	}
+	return FoundReport{Found: true, Report: rep}, nil
+}
+
+// WriteLeaderboard sorts the entries (SortLeaderboard) and writes
+// leaderboard.json, then leaderboard.md.
+func (c *Control) WriteLeaderboard(ctx context.Context, lb schemas.Leaderboard) error {
+	lb.UpdatedAtMS = time.Now().UnixMilli()
+	SortLeaderboard(lb.Entries)
+	if err := putJSON(ctx, c.Store, schemas.SweepLeaderboard(lb.Sweep), lb); err != nil {
+		return err
+	}
+	return c.Store.Put(ctx, schemas.SweepLeaderboardMarkdown(lb.Sweep), []byte(LeaderboardMarkdown(lb)))
+}
+
+// SortLeaderboard orders entries best first: success rate, then valid
+// episodes (more evidence first), then weights id. Entries without a valid
+// episode have no success rate and go last.
+func SortLeaderboard(es []schemas.LeaderboardEntry) {
+	sort.SliceStable(es, func(i, j int) bool {
+		a, b := es[i], es[j]
+		if (a.Valid > 0) != (b.Valid > 0) {
+			return a.Valid > 0
+		}
+		if a.SuccessRate != b.SuccessRate {
+			return a.SuccessRate > b.SuccessRate
+		}
+		if a.Valid != b.Valid {
+			return a.Valid > b.Valid
+		}
+		return a.WeightsID < b.WeightsID
+	})
+}
+
+// LeaderboardMarkdown renders a leaderboard as leaderboard.md: a heading,
+// where the numbers come from, and one table row per weights id in the
+// order given.
+func LeaderboardMarkdown(lb schemas.Leaderboard) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Sweep %s\n\n", lb.Sweep)
+	fmt.Fprintf(&b, "Weights of %s, evaluated in run %s on %s", lb.Source, lb.Run, lb.InitKey)
+	if lb.UpdatedAtMS > 0 {
+		fmt.Fprintf(&b, "; updated %s", utc(lb.UpdatedAtMS))
+	}
+	b.WriteString(".\n\n")
+	if len(lb.Entries) == 0 {
+		b.WriteString("No weights evaluated yet.\n")
+		return b.String()
+	}
+	b.WriteString("| # | weights | success rate | successes / valid | episodes | evaluated (UTC) | report |\n")
+	b.WriteString("|---:|---|---:|---:|---:|---|---|\n")
+	for i, e := range lb.Entries {
+		rate := "–"
+		if e.Valid > 0 {
+			rate = fmt.Sprintf("%.1f%%", 100*e.SuccessRate)
+		}
+		fmt.Fprintf(&b, "| %d | `%s` | %s | %d / %d | %d | %s | `%s` |\n", i+1, e.WeightsID, rate, e.Successes, e.Valid, e.Episodes, utc(e.EvaluatedAtMS), e.ReportKey)
+	}
+	return b.String()
+}
+
+func utc(ms int64) string {
+	if ms == 0 {
+		return "–"
+	}
+	return time.UnixMilli(ms).UTC().Format("2006-01-02 15:04")
+}

@@ -1,0 +1,244 @@
+package activities_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/roundhouse-rl/roundhouse/activities"
+	"github.com/roundhouse-rl/roundhouse/internal/itest"
+	"github.com/roundhouse-rl/roundhouse/internal/weights"
+	"github.com/roundhouse-rl/roundhouse/schemas"
+)
+
+// Best success rate first; more valid episodes break ties; entries without
+// a valid episode last; the markdown has one row per entry in that order.
+func TestLeaderboardSortAndMarkdown(t *testing.T) {
+	lb := schemas.Leaderboard{Sweep: "nightly", Source: "demo", Run: "demo", InitKey: "val_init_ids", UpdatedAtMS: 1700000000000,
+		Entries: []schemas.LeaderboardEntry{
+			{WeightsID: "w0", SuccessRate: 0.3, Successes: 9, Valid: 30, Episodes: 30, ReportKey: "runs/demo/eval/sweep-nightly-w0/report.json", EvaluatedAtMS: 1700000000000},
+			{WeightsID: "r9", Valid: 0, Episodes: 30},
+			{WeightsID: "r2", SuccessRate: 0.7, Successes: 7, Valid: 10, Episodes: 10},
+			{WeightsID: "r1", SuccessRate: 0.7, Successes: 21, Valid: 30, Episodes: 30},
+			{WeightsID: "r3", SuccessRate: 0, Valid: 30, Episodes: 30},
+		}}
+	activities.SortLeaderboard(lb.Entries)
+	var order []string
+	for _, e := range lb.Entries {
+		order = append(order, e.WeightsID)
+	}
+	if got := strings.Join(order, " "); got != "r1 r2 w0 r3 r9" {
+		t.Fatalf("order %s, want r1 r2 w0 r3 r9", got)
+	}
+	md := activities.LeaderboardMarkdown(lb)
+	for _, want := range []string{
+		"# Sweep nightly",
+		"Weights of demo, evaluated in run demo on val_init_ids; updated 2023-11-14 22:13.",
+		"| # | weights | success rate | successes / valid | episodes | evaluated (UTC) | report |",
+		"| 1 | `r1` | 70.0% | 21 / 30 | 30 | – |",
+		"| 3 | `w0` | 30.0% | 9 / 30 | 30 | 2023-11-14 22:13 | `runs/demo/eval/sweep-nightly-w0/report.json` |",
+		"| 5 | `r9` | – | 0 / 0 | 30 |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("markdown lacks %q:\n%s", want, md)
+		}
+	}
+	var rows int
+	for _, l := range strings.Split(md, "\n") {
+		if strings.HasPrefix(l, "| ") && !strings.HasPrefix(l, "| #") {
+			rows++
+		}
+	}
+	if rows != 5 {
+		t.Errorf("%d table rows, want 5:\n%s", rows, md)
+	}
+	empty := activities.LeaderboardMarkdown(schemas.Leaderboard{Sweep: "x", Source: "s3://b/p/", Run: "sweep-x", InitKey: "val_init_ids"})
+	if !strings.Contains(empty, "No weights evaluated yet.") || strings.Contains(empty, "| #") {
+		t.Errorf("empty leaderboard:\n%s", empty)
+	}
+}
+
+func TestParseS3URL(t *testing.T) {
+	for _, c := range []struct{ in, bucket, prefix, err string }{
+		{in: "s3://b/ckpts/", bucket: "b", prefix: "ckpts/"},
+		{in: "s3://b/team/ckpts", bucket: "b", prefix: "team/ckpts/"},
+		{in: "https://b/ckpts/", err: "not an s3:// URL"},
+		{in: "s3:///ckpts/", err: "names no bucket"},
+		{in: "s3://b", err: "names no prefix"},
+		{in: "s3://b/", err: "names no prefix"},
+	} {
+		b, p, err := activities.ParseS3URL(c.in)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%s: error %v, want %q", c.in, err, c.err)
+			}
+			continue
+		}
+		if err != nil || b != c.bucket || p != c.prefix {
+			t.Errorf("%s: %q %q %v", c.in, b, p, err)
+		}
+	}
+}
+
+// TestSweepActivities runs the sweep's activities on the real S3 server:
+// only complete weights are listed, imports copy weights into the
+// evaluation run once and never overwrite other weights, the leaderboard
+// round-trips sorted with its markdown beside it.
+func TestSweepActivities(t *testing.T) {
+	stack := itest.Start(t)
+	ctx := context.Background()
+	s := stack.Store
+	var suite testsuite.WorkflowTestSuite
+	env := suite.NewTestActivityEnvironment()
+	env.RegisterActivity(&activities.Control{Store: s})
+	var ctrl *activities.Control
+
+	dir := t.TempDir()
+	// file writes a local file of weights id, named name inside it.
+	file := func(id, name, body string) weights.File {
+		p := filepath.Join(dir, id, name)
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return weights.File{Name: name, Path: p}
+	}
+	publish := func(prefix string, man schemas.WeightsManifest, files ...weights.File) schemas.WeightsManifest {
+		t.Helper()
+		m, err := weights.Publish(ctx, s, prefix, files, man)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	a := publish("ckpts/a/", schemas.WeightsManifest{WeightsID: "a", CreatedAt: 2}, file("a", "policy.json", `{"w":[1]}`), file("a", "tok/vocab.txt", "x y"))
+	publish("ckpts/b/", schemas.WeightsManifest{WeightsID: "b", CreatedAt: 1}, file("b", "policy.json", `{"w":[2]}`))
+	// Incomplete: no manifest (a publish in progress), and a file missing.
+	if err := s.Put(ctx, "ckpts/c/policy.json", []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	publish("ckpts/d/", schemas.WeightsManifest{WeightsID: "d"}, file("d", "policy.json", "{}"))
+	if err := s.Delete(ctx, "ckpts/d/policy.json"); err != nil {
+		t.Fatal(err)
+	}
+	src := "s3://" + s.Bucket + "/ckpts/"
+	list := func(in activities.SweepSource) ([]activities.SweepWeights, error) {
+		v, err := env.ExecuteActivity(ctrl.ListSweepWeights, in)
+		if err != nil {
+			return nil, err
+		}
+		var out []activities.SweepWeights
+		return out, v.Get(&out)
+	}
+	got, err := list(activities.SweepSource{Source: src, Run: "sweep-x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].ID != "b" || got[1].ID != "a" || got[1].Prefix != "ckpts/a/" || got[1].Digest != activities.WeightsDigest(a.Files) {
+		t.Fatalf("listed %+v, want b then a (oldest first), c and d incomplete", got)
+	}
+	if _, err := list(activities.SweepSource{Source: "s3://elsewhere/ckpts/", Run: "sweep-x"}); err == nil || !strings.Contains(err.Error(), "bucket elsewhere") {
+		t.Errorf("other bucket: %v", err)
+	}
+	// A run source lists runs/<run>/weights/, and checks the run's harness digest.
+	publish(schemas.Layout{Run: "r"}.Weights("w0"), schemas.WeightsManifest{WeightsID: "w0"}, file("w0", "policy.json", "{}"))
+	hb, _ := json.Marshal(schemas.Harness{Name: "minimal", Digest: "d1"})
+	if err := s.Put(ctx, schemas.Layout{Run: "r"}.Harness(), hb); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := list(activities.SweepSource{Source: "r", Run: "r", HarnessDigest: "d1"}); err != nil || len(got) != 1 || got[0].ID != "w0" {
+		t.Errorf("run source: %+v %v", got, err)
+	}
+	_, err = list(activities.SweepSource{Source: "r", Run: "r", HarnessDigest: "d2"})
+	if err == nil || !strings.Contains(err.Error(), "digest d1") || !strings.Contains(err.Error(), "recreate the sweep") {
+		t.Errorf("changed harness: %v", err)
+	}
+
+	// Import: a verified copy under a content-named id, done once.
+	target := activities.ImportedID("a", activities.WeightsDigest(a.Files))
+	imp := activities.ImportInput{From: "ckpts/a/", Run: "sweep-x", Target: target, Digest: activities.WeightsDigest(a.Files)}
+	if _, err := env.ExecuteActivity(ctrl.ImportWeights, imp); err != nil {
+		t.Fatal(err)
+	}
+	to := schemas.Layout{Run: "sweep-x"}.Weights(target)
+	man, err := weights.Read(ctx, s, to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !weights.Same(man.Files, a.Files) || man.WeightsID != target || man.CreatedAt != 2 {
+		t.Errorf("imported manifest %+v, source %+v", man, a)
+	}
+	fetched, err := weights.Fetch(ctx, s, to, filepath.Join(t.TempDir(), "w"))
+	if err != nil || len(fetched.Files) != 2 {
+		t.Fatalf("fetch the imported weights: %v", err)
+	}
+	etag, _ := s.ETag(ctx, to+schemas.WeightsManifestFile)
+	if _, err := env.ExecuteActivity(ctrl.ImportWeights, imp); err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := s.ETag(ctx, to+schemas.WeightsManifestFile); again != etag {
+		t.Error("a second import rewrote the copy")
+	}
+	// Other weights at the target are never overwritten.
+	_, err = env.ExecuteActivity(ctrl.ImportWeights, activities.ImportInput{From: "ckpts/b/", Run: "sweep-x", Target: target})
+	if err == nil || !strings.Contains(err.Error(), "not overwriting") {
+		t.Errorf("conflicting import: %v", err)
+	}
+	if again, _ := s.ETag(ctx, to+schemas.WeightsManifestFile); again != etag {
+		t.Error("a conflicting import rewrote the copy")
+	}
+
+	// Weights changed since they were listed are not imported under the old digest.
+	_, err = env.ExecuteActivity(ctrl.ImportWeights, activities.ImportInput{From: "ckpts/b/", Run: "sweep-x", Target: "b-123", Digest: "123"})
+	if err == nil || !strings.Contains(err.Error(), "changed since the sweep listed them") {
+		t.Errorf("changed source: %v", err)
+	}
+	if ok, _ := s.Exists(ctx, schemas.Layout{Run: "sweep-x"}.Weights("b-123")+"policy.json"); ok {
+		t.Error("weights changed since listing were copied")
+	}
+
+	// Leaderboard: absent reads empty; written sorted, with markdown.
+	v, err := env.ExecuteActivity(ctrl.ReadLeaderboard, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lb schemas.Leaderboard
+	if err := v.Get(&lb); err != nil || lb.Sweep != "x" || len(lb.Entries) != 0 {
+		t.Fatalf("absent leaderboard: %+v %v", lb, err)
+	}
+	lb = schemas.Leaderboard{Sweep: "x", Source: src, Run: "sweep-x", InitKey: "val_init_ids", Entries: []schemas.LeaderboardEntry{
+		{WeightsID: "b", SuccessRate: 0.2, Valid: 5}, {WeightsID: "a", SuccessRate: 0.8, Valid: 5}}}
+	if _, err := env.ExecuteActivity(ctrl.WriteLeaderboard, lb); err != nil {
+		t.Fatal(err)
+	}
+	if v, err = env.ExecuteActivity(ctrl.ReadLeaderboard, "x"); err != nil {
+		t.Fatal(err)
+	}
+	var back schemas.Leaderboard
+	if err := v.Get(&back); err != nil || len(back.Entries) != 2 || back.Entries[0].WeightsID != "a" || back.UpdatedAtMS == 0 {
+		t.Errorf("leaderboard read back %+v %v", back, err)
+	}
+	md, err := s.Get(ctx, schemas.SweepLeaderboardMarkdown("x"))
+	if err != nil || !strings.Contains(string(md), "| 1 | `a` | 80.0% |") {
+		t.Errorf("leaderboard.md %q %v", md, err)
+	}
+
+	// FindReport: absent, then present.
+	key := schemas.Layout{Run: "sweep-x"}.Report("sweep-x-a")
+	var found activities.FoundReport
+	if v, err = env.ExecuteActivity(ctrl.FindReport, key); err != nil || v.Get(&found) != nil || found.Found {
+		t.Errorf("absent report: %+v %v", found, err)
+	}
+	rb, _ := json.Marshal(schemas.Report{Tag: "sweep-x-a", WeightsID: target})
+	if err := s.Put(ctx, key, rb); err != nil {
+		t.Fatal(err)
+	}
+	if v, err = env.ExecuteActivity(ctrl.FindReport, key); err != nil || v.Get(&found) != nil || !found.Found || found.Report.WeightsID != target {
+		t.Errorf("stored report: %+v %v", found, err)
+	}
+}

@@ -1,0 +1,482 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/roundhouse-rl/roundhouse/activities"
+	"github.com/roundhouse-rl/roundhouse/internal/connect"
+	"github.com/roundhouse-rl/roundhouse/internal/devstack"
+	"github.com/roundhouse-rl/roundhouse/internal/harness"
+	"github.com/roundhouse-rl/roundhouse/internal/itest"
+	"github.com/roundhouse-rl/roundhouse/internal/store"
+	"github.com/roundhouse-rl/roundhouse/internal/weights"
+	"github.com/roundhouse-rl/roundhouse/schemas"
+)
+
+func TestParseShard(t *testing.T) {
+	for in, want := range map[string]shardSpec{"": {0, 1}, "0/1": {0, 1}, "0/2": {0, 2}, "7/8": {7, 8}, " 1 / 3 ": {1, 3}} {
+		got, err := parseShard(in)
+		if err != nil || got != want {
+			t.Errorf("parseShard(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"2/2", "x", "0/0", "-1/2", "1/", "/2", "1/2/3", "1", "a/b"} {
+		_, err := parseShard(in)
+		if err == nil {
+			t.Errorf("parseShard(%q): no error", in)
+			continue
+		}
+		if msg := err.Error(); !strings.Contains(msg, "--shard") || !strings.Contains(msg, "0/8") || strings.Contains(msg, "\n") {
+			t.Errorf("parseShard(%q): %q is not a one-line error naming the flag and an example", in, msg)
+		}
+	}
+}
+
+// Every bad input fails before any server is contacted, with a one-line
+// message naming the input and the fix.
+func TestEvalBadInput(t *testing.T) {
+	dir := t.TempDir()
+	good := "../harnesses/minimal/harness.yaml"
+	w0 := "../harnesses/minimal/weights/w0"
+	port, _ := devstack.FreePort()
+	e := connect.Endpoints{Temporal: "127.0.0.1:" + strconv.Itoa(port), Namespace: "default"}
+	ok := evalFlags{config: good, run: "r", weights: w0, tag: "t", initKey: valKey}
+	with := func(change func(*evalFlags)) evalFlags { f := ok; change(&f); return f }
+	cases := []struct {
+		name string
+		f    evalFlags
+		want []string
+	}{
+		{"missing config", with(func(f *evalFlags) { f.config = "" }), []string{"--config", "harness.yaml"}},
+		{"bad run", with(func(f *evalFlags) { f.run = "a b" }), []string{"--run", "a b"}},
+		{"missing tag", with(func(f *evalFlags) { f.tag = "" }), []string{"--tag"}},
+		{"training's tag", with(func(f *evalFlags) { f.tag = "val-r2" }), []string{"--tag val-r2", "another tag"}},
+		{"train split", with(func(f *evalFlags) { f.initKey = "train_init_ids" }), []string{"--init-key", "val_init_ids", "eval_init_ids"}},
+		{"final score replaced", with(func(f *evalFlags) { f.initKey = finalKey; f.replaceTag = true }), []string{"--replace-tag", "never replaced", "new --tag"}},
+		{"shard past its count", with(func(f *evalFlags) { f.shard = "2/2" }), []string{"--shard \"2/2\"", "0 ≤ i < n"}},
+		{"shard not a number", with(func(f *evalFlags) { f.shard = "x" }), []string{"--shard \"x\""}},
+		{"zero shards", with(func(f *evalFlags) { f.shard = "0/0" }), []string{"--shard \"0/0\""}},
+		{"missing weights", with(func(f *evalFlags) { f.weights = "" }), []string{"--weights", "w0"}},
+		{"absent weights dir", with(func(f *evalFlags) { f.weights = filepath.Join(dir, "w9") }), []string{"--weights", "w9", "does not exist"}},
+		{"weights dir without the file", with(func(f *evalFlags) { f.weights = dir }), []string{"policy.json"}},
+		{"unknown var", with(func(f *evalFlags) { f.vars = []string{"gpu=0"} }), []string{"--var gpu=0"}},
+	}
+	for _, c := range cases {
+		err := runEval(context.Background(), &bytes.Buffer{}, &e, c.f)
+		if err == nil {
+			t.Errorf("%s: no error", c.name)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: error %q does not mention %q", c.name, err, w)
+			}
+		}
+		if strings.Contains(err.Error(), "Temporal") || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%s: not a one-line input error: %v", c.name, err)
+		}
+	}
+	err := runEval(context.Background(), &bytes.Buffer{}, &e, ok)
+	if err == nil || !strings.Contains(err.Error(), "is not reachable") {
+		t.Fatalf("unreachable Temporal: %v", err)
+	}
+}
+
+func TestPlanTag(t *testing.T) {
+	shard := func(i, n int, weights, initKey string) shardFile {
+		return shardFile{key: fmt.Sprintf("runs/r/eval/t/shards/%d-of-%d.json", i, n), i: i, n: n,
+			rep: schemas.Report{Scope: schemas.ScopeShard, Shard: i, Shards: n, WeightsDigest: weights, InitKey: initKey, Digest: "cfg"}}
+	}
+	spec := func(i, n int, replace bool) tagSpec {
+		return tagSpec{shard: shardSpec{i, n}, initKey: valKey, weights: "wd", config: "cfg", replace: replace}
+	}
+	full := "runs/r/eval/t/report.json"
+	cases := []struct {
+		name   string
+		st     tagState
+		want   tagSpec
+		err    string // "" when allowed
+		wipe   bool
+		remove []string
+	}{
+		{"new tag", tagState{}, spec(0, 1, false), "", false, nil},
+		{"new tag, shard", tagState{}, spec(1, 4, false), "", false, nil},
+		{"full report exists", tagState{full: full}, spec(0, 1, false), "--replace-tag", false, nil},
+		{"full report replaced", tagState{full: full}, spec(0, 1, true), "", true, nil},
+		{"shards exist, whole split asked", tagState{shards: []shardFile{shard(0, 2, "wd", valKey)}}, spec(0, 1, false), "shard reports", false, nil},
+		{"final score exists", tagState{full: full}, tagSpec{shard: shardSpec{0, 1}, initKey: finalKey}, "never overwritten", false, nil},
+		{"other shard of the same evaluation", tagState{shards: []shardFile{shard(0, 2, "wd", valKey)}}, spec(1, 2, false), "", false, nil},
+		{"same shard again", tagState{shards: []shardFile{shard(1, 2, "wd", valKey)}}, spec(1, 2, false), "--replace-tag", false, nil},
+		{"same shard replaced", tagState{shards: []shardFile{shard(0, 2, "wd", valKey), shard(1, 2, "wd", valKey)}}, spec(1, 2, true), "", false,
+			[]string{"runs/r/eval/t/shards/1-of-2.json"}},
+		{"other shard count", tagState{shards: []shardFile{shard(0, 3, "wd", valKey)}}, spec(1, 2, false), "split in 3 shards", false, nil},
+		{"other weights", tagState{shards: []shardFile{shard(0, 2, "other", valKey)}}, spec(1, 2, false), "other weights", false, nil},
+		{"other init key", tagState{shards: []shardFile{shard(0, 2, "wd", finalKey)}}, spec(1, 2, false), "--init-key", false, nil},
+		{"merged report exists, shard asked", tagState{full: full, shards: []shardFile{shard(0, 2, "wd", valKey)}}, spec(1, 2, false), "full report", false, nil},
+		{"conflicting shards replaced", tagState{full: full, shards: []shardFile{shard(0, 2, "wd", valKey), shard(0, 3, "wd", valKey)}}, spec(1, 2, true), "", false,
+			[]string{full, "runs/r/eval/t/shards/0-of-3.json"}},
+	}
+	for _, c := range cases {
+		c.st.run, c.st.tag = "r", "t"
+		p, err := planTag(c.st, c.want)
+		if c.err == "" {
+			if err != nil {
+				t.Errorf("%s: refused: %v", c.name, err)
+			} else if p.wipe != c.wipe || fmt.Sprint(p.remove) != fmt.Sprint(c.remove) {
+				t.Errorf("%s: plan %+v, want wipe %v remove %v", c.name, p, c.wipe, c.remove)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), c.err) {
+			t.Errorf("%s: error %v, want one mentioning %q", c.name, err, c.err)
+		}
+	}
+}
+
+// shardReports are the n shard reports of an evaluation of 2 tasks × 4
+// init ids (cell k = task k/4, init 40+k%4), every episode valid, task 1's
+// successful.
+func shardReports(n int) ([]schemas.Report, []string) {
+	var reps []schemas.Report
+	var keys []string
+	for i := range n {
+		r := schemas.Report{Run: "r", Tag: "t", WeightsID: "w0", InitKey: valKey, Harness: "h", Digest: "cfg", WeightsDigest: "wd",
+			Scope: schemas.ScopeShard, Shard: i, Shards: n, SplitCells: 8, StartedAtMS: int64(100 + i), FinishedAtMS: int64(200 + i),
+			Tasks:  []schemas.TaskResult{{Task: 0, Name: "a", Suite: "s"}, {Task: 1, Name: "b", Suite: "s"}},
+			Suites: []schemas.TaskResult{{Task: -1, Suite: "s"}}}
+		for k := i; k < 8; k += n {
+			task := int32(k / 4)
+			r.Cells = append(r.Cells, schemas.CellID(task, int32(40+k%4)))
+			for _, res := range []*schemas.TaskResult{&r.Tasks[task], &r.Suites[0], &r.Overall} {
+				res.Episodes++
+				res.Valid++
+				if task == 1 {
+					res.Successes++
+				}
+			}
+		}
+		reps = append(reps, r)
+		keys = append(keys, fmt.Sprintf("runs/r/eval/t/shards/%d-of-%d.json", i, n))
+	}
+	return reps, keys
+}
+
+func TestMergeShards(t *testing.T) {
+	reps, keys := shardReports(3)
+	// Files come in any order.
+	reps[0], reps[2], keys[0], keys[2] = reps[2], reps[0], keys[2], keys[0]
+	m, err := activities.MergeShards(reps, keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.IsShard() || m.Scope != schemas.ScopeFull || len(m.MergedFrom) != 3 || m.MergedFrom[0] != "runs/r/eval/t/shards/0-of-3.json" {
+		t.Errorf("merged report scope %q shards %d from %v", m.Scope, m.Shards, m.MergedFrom)
+	}
+	if m.Overall.Episodes != 8 || m.Overall.Successes != 4 || m.Overall.SuccessRate != 0.5 || len(m.Cells) != 8 || m.Cells[0] != "0:40" || m.Cells[7] != "1:43" {
+		t.Errorf("merged counts %+v, cells %v", m.Overall, m.Cells)
+	}
+	if len(m.Tasks) != 2 || m.Tasks[0].Episodes != 4 || m.Tasks[1].SuccessRate != 1 || m.Suites[0].Episodes != 8 {
+		t.Errorf("merged tasks %+v suites %+v", m.Tasks, m.Suites)
+	}
+	if m.StartedAtMS != 100 || m.FinishedAtMS != 202 || m.WeightsDigest != "wd" {
+		t.Errorf("merged times %d–%d, weights %q", m.StartedAtMS, m.FinishedAtMS, m.WeightsDigest)
+	}
+
+	type change = func(r []schemas.Report, k []string) ([]schemas.Report, []string)
+	for _, c := range []struct {
+		name   string
+		want   []string
+		change change
+	}{
+		{"missing shard", []string{"shard 1/3", "missing", "--shard 1/3"}, func(r []schemas.Report, k []string) ([]schemas.Report, []string) {
+			return []schemas.Report{r[0], r[2]}, []string{k[0], k[2]}
+		}},
+		{"other weights", []string{"weights digest", "2-of-3"}, func(r []schemas.Report, k []string) ([]schemas.Report, []string) {
+			r[2].WeightsDigest = "other"
+			return r, k
+		}},
+		{"other init key", []string{"init key"}, func(r []schemas.Report, k []string) ([]schemas.Report, []string) {
+			r[1].InitKey = finalKey
+			return r, k
+		}},
+		{"other harness", []string{"harness config digest"}, func(r []schemas.Report, k []string) ([]schemas.Report, []string) {
+			r[1].Digest = "x"
+			return r, k
+		}},
+		{"overlap", []string{"cell 0:41", "overlap"}, func(r []schemas.Report, k []string) ([]schemas.Report, []string) {
+			// Shard 0 also claims shard 1's first cell, with its episode.
+			r[0].Cells = append(r[0].Cells, r[1].Cells[0])
+			r[0].Overall.Episodes++
+			return r, k
+		}},
+		{"a cell counted twice", []string{"counted twice"}, func(r []schemas.Report, k []string) ([]schemas.Report, []string) {
+			r[1].Overall.Episodes++
+			return r, k
+		}},
+		{"a full report among shards", []string{"not a shard report"}, func(r []schemas.Report, k []string) ([]schemas.Report, []string) {
+			r[1].Scope, r[1].Shards = schemas.ScopeFull, 1
+			return r, k
+		}},
+		{"cells short of the split", []string{"cover 7 cells", "has 8"}, func(r []schemas.Report, k []string) ([]schemas.Report, []string) {
+			r[1].Cells = r[1].Cells[1:]
+			r[1].Overall.Episodes--
+			return r, k
+		}},
+	} {
+		reps, keys := c.change(shardReports(3))
+		_, err := activities.MergeShards(reps, keys)
+		if err == nil {
+			t.Errorf("%s: merged", c.name)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: error %q does not mention %q", c.name, err, w)
+			}
+		}
+	}
+}
+
+func TestCheckPoolReport(t *testing.T) {
+	h, err := harness.Load("../harnesses/minimal/harness.yaml", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := findWeights("../harnesses/minimal/weights/w0", h.Model.WeightsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	desc, err := weights.Describe(files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := schemas.Report{Run: "sft", Tag: "sft_val", WeightsID: "w0", InitKey: valKey, Harness: h.Name, Digest: h.Digest,
+		WeightsDigest: activities.WeightsDigest(desc), Scope: schemas.ScopeFull, Shards: 1, Tasks: []schemas.TaskResult{{Task: 0}}}
+	if err := checkPoolReport(good, files, h, false); err != nil {
+		t.Fatalf("a validation of the same weights and harness refused: %v", err)
+	}
+	with := func(change func(*schemas.Report)) schemas.Report { r := good; change(&r); return r }
+	for _, c := range []struct {
+		name       string
+		rep        schemas.Report
+		anyWeights bool
+		want       string // "" when accepted
+	}{
+		{"other weights", with(func(r *schemas.Report) { r.WeightsDigest = "0123456789abcdef" }), false, "stale"},
+		{"other weights, overridden", with(func(r *schemas.Report) { r.WeightsDigest = "0123456789abcdef" }), true, ""},
+		{"no weights digest", with(func(r *schemas.Report) { r.WeightsDigest = "" }), false, "--pool-report-any-weights"},
+		{"final-test split", with(func(r *schemas.Report) { r.InitKey = finalKey }), false, "final-test"},
+		{"final-test split, overridden", with(func(r *schemas.Report) { r.InitKey = finalKey }), true, "final-test"},
+		{"a shard", with(func(r *schemas.Report) { r.Scope, r.Shard, r.Shards = schemas.ScopeShard, 1, 4 }), false, "report merge"},
+		{"other harness", with(func(r *schemas.Report) { r.Digest = "feedfeedfeedfeed" }), false, "config digest"},
+		{"other harness, overridden", with(func(r *schemas.Report) { r.Digest = "feedfeedfeedfeed" }), true, "config digest"},
+		{"hand-written", schemas.Report{Tasks: []schemas.TaskResult{{Task: 0}}}, false, "hand-written"},
+		{"hand-written, overridden", schemas.Report{Tasks: []schemas.TaskResult{{Task: 0}}}, true, ""},
+	} {
+		err := checkPoolReport(c.rep, files, h, c.anyWeights)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%s: refused: %v", c.name, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%s: error %v, want one mentioning %q", c.name, err, c.want)
+		}
+	}
+
+	// Through `starter train`: refused before any server is contacted.
+	dir := t.TempDir()
+	pool := filepath.Join(dir, "report.json")
+	b, _ := json.Marshal(with(func(r *schemas.Report) { r.WeightsDigest = "0123456789abcdef" }))
+	os.WriteFile(pool, b, 0o644)
+	port, _ := devstack.FreePort()
+	e := connect.Endpoints{Temporal: "127.0.0.1:" + strconv.Itoa(port), Namespace: "default"}
+	err = train(context.Background(), &bytes.Buffer{}, &e, trainFlags{config: "../harnesses/minimal/harness.yaml", run: "r",
+		weights: "../harnesses/minimal/weights/w0", rounds: 1, poolReport: pool})
+	if err == nil || !strings.Contains(err.Error(), "--pool-report "+pool+" is stale") {
+		t.Errorf("train with a stale pool report: %v", err)
+	}
+}
+
+// TestEvalShardsMerge evaluates the minimal harness's validation split in
+// two shards at once on real servers, merges them, and checks that the
+// merged report counts every cell once and that evaluating or merging
+// the tag again is refused or a no-op, writing nothing.
+func TestEvalShardsMerge(t *testing.T) {
+	stack := itest.Start(t)
+	bins := itest.Build(t, "./workers/worker", "./harnesses/minimal/cmd/...")
+	t.Cleanup(itest.Cleanup)
+	root := itest.Root(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	w := exec.Command(filepath.Join(bins, "worker"), "--workdir", filepath.Join(stack.Dir, "work"), "--slots", "4")
+	w.Dir = root
+	w.Env = append(os.Environ(), stack.Env()...)
+	logf, err := os.Create(filepath.Join(stack.Dir, "worker.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Stdout, w.Stderr = logf, logf
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Process.Kill(); _ = w.Wait(); logf.Close() })
+
+	const run, tag = "itest-eval", "sft_val"
+	config := filepath.Join(root, "harnesses/minimal/harness.yaml")
+	w0 := filepath.Join(root, "harnesses/minimal/weights/w0")
+	flags := func(shard string) evalFlags {
+		return evalFlags{config: config, run: run, weights: w0, tag: tag, initKey: valKey, shard: shard,
+			vars: []string{"bin=" + bins}, heartbeat: 10 * time.Second}
+	}
+	// Both shards at once, into a run that does not exist yet.
+	var wg sync.WaitGroup
+	outs := make([]bytes.Buffer, 2)
+	errs := make([]error, 2)
+	for i := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = runEval(ctx, &outs[i], &stack.Endpoints, flags(fmt.Sprintf("%d/2", i)))
+		}()
+	}
+	wg.Wait()
+	for i := range 2 {
+		if errs[i] != nil {
+			t.Fatalf("shard %d/2: %v\n%s", i, errs[i], outs[i].String())
+		}
+		if !strings.Contains(outs[i].String(), fmt.Sprintf("SHARD %d/2", i)) {
+			t.Errorf("shard %d/2's output does not say it is a shard:\n%s", i, outs[i].String())
+		}
+	}
+	t.Logf("shard 0/2:\n%s", outs[0].String())
+
+	var merged bytes.Buffer
+	if err := mergeReports(ctx, &merged, stack.Store, run, tag); err != nil {
+		t.Fatalf("merge: %v", err)
+	}
+	t.Logf("merge:\n%s", merged.String())
+	h, err := harness.Load(config, map[string]string{"bin": bins})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, _ := harness.IDs(h, valKey)
+	cells := len(h.Tasks) * len(ids)
+	l := schemas.Layout{Run: run}
+	var rep schemas.Report
+	if err := getJSON(ctx, stack.Store, l.Report(tag), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.IsShard() || len(rep.MergedFrom) != 2 || rep.SplitCells != cells || len(rep.Cells) != cells {
+		t.Errorf("merged report: scope %q, from %v, %d split cells, %d cells; want full, 2 shards, %d", rep.Scope, rep.MergedFrom, rep.SplitCells, len(rep.Cells), cells)
+	}
+	if rep.Overall.Episodes != cells || rep.Overall.Lost != 0 || rep.Overall.Valid+rep.Overall.Invalid != cells {
+		t.Errorf("merged overall %+v, want %d episodes", rep.Overall, cells)
+	}
+	for _, tr := range rep.Tasks {
+		if tr.Episodes != len(ids) {
+			t.Errorf("task %d counts %d episodes, want %d", tr.Task, tr.Episodes, len(ids))
+		}
+	}
+	if len(rep.Suites) != 1 || rep.Suites[0].Suite != "toy" || rep.Suites[0].Episodes != cells {
+		t.Errorf("suites %+v", rep.Suites)
+	}
+	files, _ := findWeights(w0, h.Model.WeightsFile)
+	desc, _ := weights.Describe(files)
+	if d := activities.WeightsDigest(desc); rep.WeightsDigest != d || rep.WeightsID != "ext-"+d[:12] {
+		t.Errorf("weights %s digest %s, want ext-%.12s and %s", rep.WeightsID, rep.WeightsDigest, d, d)
+	}
+	if rep.Digest != h.Digest || rep.StartedAtMS <= 0 || rep.FinishedAtMS < rep.StartedAtMS {
+		t.Errorf("config digest %s (want %s), times %d–%d", rep.Digest, h.Digest, rep.StartedAtMS, rep.FinishedAtMS)
+	}
+
+	// The tag exists now: every way of writing it again is refused, or a
+	// no-op for the same merge, and the run's objects stay as they were.
+	before := snapshot(ctx, t, stack.Store, l.Prefix())
+	for _, c := range []struct {
+		name  string
+		shard string
+		final bool
+		want  string
+	}{
+		{"same shard again", "0/2", false, "--replace-tag"},
+		{"whole split under the tag", "", false, "--replace-tag"},
+		{"other shard count", "1/3", false, "full report"},
+	} {
+		f := flags(c.shard)
+		err := runEval(ctx, &bytes.Buffer{}, &stack.Endpoints, f)
+		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%s: error %v, want a one-line refusal mentioning %q", c.name, err, c.want)
+		}
+	}
+	f := flags("")
+	f.run = "no-such-run"
+	f.weights = "w0"
+	if err := runEval(ctx, &bytes.Buffer{}, &stack.Endpoints, f); err == nil || !strings.Contains(err.Error(), "unknown run no-such-run") {
+		t.Errorf("unknown run: %v", err)
+	}
+	f = flags("")
+	f.weights = "r7"
+	if err := runEval(ctx, &bytes.Buffer{}, &stack.Endpoints, f); err == nil || !strings.Contains(err.Error(), "weights r7 not found in run "+run+" (it has "+rep.WeightsID+")") {
+		t.Errorf("unknown weights id: %v", err)
+	}
+	var again bytes.Buffer
+	if err := mergeReports(ctx, &again, stack.Store, run, tag); err != nil || !strings.Contains(again.String(), "merged already") {
+		t.Errorf("merging again: %v\n%s", err, again.String())
+	}
+	if err := mergeReports(ctx, &again, stack.Store, run, "nope"); err == nil || !strings.Contains(err.Error(), "no shard reports") {
+		t.Errorf("merging a tag without shards: %v", err)
+	}
+	if after := snapshot(ctx, t, stack.Store, l.Prefix()); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Errorf("refused commands changed the run's objects:\nbefore %v\nafter  %v", before, after)
+	}
+
+	// An explicit replace of one shard removes the merged report, which
+	// no longer describes the tag, and keeps the other shard.
+	f = flags("1/2")
+	f.weights = rep.WeightsID // the published id this time
+	f.replaceTag = true
+	var out bytes.Buffer
+	if err := runEval(ctx, &out, &stack.Endpoints, f); err != nil {
+		t.Fatalf("replacing shard 1/2: %v\n%s", err, out.String())
+	}
+	if ok, _ := stack.Store.Exists(ctx, l.Report(tag)); ok || !strings.Contains(out.String(), "deleted s3://") {
+		t.Errorf("replacing a shard kept the merged report:\n%s", out.String())
+	}
+	if ok, _ := stack.Store.Exists(ctx, l.ShardReport(tag, 0, 2)); !ok {
+		t.Error("replacing shard 1/2 removed shard 0/2")
+	}
+	if err := mergeReports(ctx, &again, stack.Store, run, tag); err != nil {
+		t.Fatalf("merge after the replace: %v", err)
+	}
+	var rep2 schemas.Report
+	if err := getJSON(ctx, stack.Store, l.Report(tag), &rep2); err != nil || rep2.Overall.Episodes != cells {
+		t.Errorf("merged again: %+v (%v), want %d episodes", rep2.Overall, err, cells)
+	}
+}
+
+// snapshot maps every key under prefix to its ETag.
+func snapshot(ctx context.Context, t *testing.T, s *store.Store, prefix string) map[string]string {
+	t.Helper()
+	objs, err := s.List(ctx, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, o := range objs {
+		if out[o.Key], err = s.ETag(ctx, o.Key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}

@@ -1,0 +1,472 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/xml"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	commonpb "go.temporal.io/api/common/v1"
+	enumspb "go.temporal.io/api/enums/v1"
+	failurepb "go.temporal.io/api/failure/v1"
+	historypb "go.temporal.io/api/history/v1"
+	workflowpb "go.temporal.io/api/workflow/v1"
+	"go.temporal.io/sdk/converter"
+	tlog "go.temporal.io/sdk/log"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/roundhouse-rl/roundhouse/internal/connect"
+	"github.com/roundhouse-rl/roundhouse/internal/itest"
+	"github.com/roundhouse-rl/roundhouse/schemas"
+	"github.com/roundhouse-rl/roundhouse/workflows"
+)
+
+func TestBar(t *testing.T) {
+	cases := []struct {
+		done, total int
+		want        string // the count and percentage the bar shows
+		fill        int    // '=' and '>' cells of 20
+	}{
+		{0, 10, "0% [", 0},
+		{3, 10, "30% [", 6},
+		{10, 10, "100% [", 20},
+		{15, 10, "100% [", 20}, // more done than total (a retried chunk counted twice) clamps
+	}
+	for _, c := range cases {
+		got := bar(c.done, c.total)
+		if !strings.Contains(got, c.want) || !strings.HasSuffix(got, fmt.Sprintf("(%d/%d)", min(c.done, c.total), c.total)) {
+			t.Errorf("bar(%d, %d) = %q, want %q and the count", c.done, c.total, got, c.want)
+		}
+		inner := got[strings.Index(got, "[")+1 : strings.Index(got, "]")]
+		if len(inner) != 20 || strings.Count(inner, "=")+strings.Count(inner, ">") != c.fill {
+			t.Errorf("bar(%d, %d) = %q: want 20 cells, %d filled", c.done, c.total, got, c.fill)
+		}
+		if strings.ContainsAny(got, "\r\x1b") {
+			t.Errorf("bar(%d, %d) = %q carries terminal control characters", c.done, c.total, got)
+		}
+	}
+	if got := bar(0, 0); got != "-" {
+		t.Errorf("bar(0, 0) = %q, want -", got)
+	}
+	// Percentages of different widths keep the bars aligned in a column.
+	if a, b := bar(3, 10), bar(10, 10); strings.Index(a, "[") != strings.Index(b, "[") {
+		t.Errorf("bars not aligned: %q / %q", a, b)
+	}
+}
+
+func payload(t *testing.T, v any) *commonpb.Payload {
+	t.Helper()
+	p, err := converter.GetDefaultDataConverter().ToPayload(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func payloads(t *testing.T, v any) *commonpb.Payloads {
+	return &commonpb.Payloads{Payloads: []*commonpb.Payload{payload(t, v)}}
+}
+
+// info is a train execution as the visibility store lists it.
+func info(t *testing.T, run string, st enumspb.WorkflowExecutionStatus, round int64, phase string, val float64) *workflowpb.WorkflowExecutionInfo {
+	attrs := map[string]*commonpb.Payload{
+		workflows.KindAttr.GetName():  payload(t, "train"),
+		workflows.RunAttr.GetName():   payload(t, run),
+		workflows.RoundAttr.GetName(): payload(t, round),
+		workflows.PhaseAttr.GetName(): payload(t, phase),
+	}
+	if val >= 0 {
+		attrs[workflows.SuccessRateAttr.GetName()] = payload(t, val)
+	}
+	return &workflowpb.WorkflowExecutionInfo{Execution: &commonpb.WorkflowExecution{WorkflowId: workflows.WorkflowID(run), RunId: "x"},
+		Status: st, StartTime: timestamppb.Now(), SearchAttributes: &commonpb.SearchAttributes{IndexedFields: attrs}}
+}
+
+// rowOf finds a run's row in the rendered list and cuts it into columns
+// where the header's columns start (cells may hold spaces: the bars do).
+func rowOf(t *testing.T, table, run string) []string {
+	t.Helper()
+	lines := strings.Split(table, "\n")
+	var starts []int
+	for i, name := range strings.Fields(strings.Replace(lines[0], "LAST ERROR", "LAST_ERROR", 1)) {
+		starts = append(starts, strings.Index(lines[0], strings.Replace(name, "_", " ", 1)))
+		if i > 0 && starts[i] <= starts[i-1] {
+			t.Fatalf("header %q", lines[0])
+		}
+	}
+	for _, l := range lines[1:] {
+		if !strings.HasPrefix(l, run+" ") {
+			continue
+		}
+		r := []rune(l) // the … of a cut error is one column wide
+		var cols []string
+		for i, s := range starts {
+			end := len(r)
+			if i+1 < len(starts) {
+				end = starts[i+1]
+			}
+			cols = append(cols, strings.TrimSpace(string(r[min(s, len(r)):min(end, len(r))])))
+		}
+		return cols
+	}
+	t.Fatalf("no row for run %s in\n%s", run, table)
+	return nil
+}
+
+func TestStatusRows(t *testing.T) {
+	sums := []schemas.RoundSummary{{Round: 1, ValSuccess: 0.3, WeightsIn: "w0", WeightsOut: "r1"}, {Round: 2, ValSuccess: 0.5, WeightsIn: "r1", WeightsOut: "r2"}}
+	long := "round 2 training: activity error (type: Train, scheduledEventID: 31, activityID: 31, identity: host-1):\ntrainer exited with status 1: CUDA out of memory. Tried to allocate 20.00 GiB (GPU 0; 79.15 GiB total capacity)"
+
+	running := viewFromInfo(info(t, "r-running", enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, 2, "val", 0.3))
+	applyProgress(&running, workflows.Progress{Run: "r-running", Round: 2, Rounds: 3, Phase: "train", Weights: "r1",
+		Episodes: workflows.Tally{Total: 10, Done: 4, Valid: 3, Successes: 2}, Children: []string{"chunk-0"}, Summaries: sums[:1]})
+	stopping := viewFromInfo(info(t, "r-stopping", enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, 1, "train", -1))
+	applyProgress(&stopping, workflows.Progress{Round: 1, Rounds: 2, Phase: "train", Stopping: true, Episodes: workflows.Tally{Total: 8, Done: 8, Valid: 8, Successes: 8}})
+
+	closed := func(run string, st enumspb.WorkflowExecutionStatus, in *workflows.TrainInput, ev *historypb.HistoryEvent) runView {
+		v := viewFromInfo(info(t, run, st, 2, "done", 0.5))
+		applyClose(&v, in, ev)
+		return v
+	}
+	in := &workflows.TrainInput{Round: 2, Rounds: 2, Weights: "r1", Summaries: sums[:1]}
+	completed := closed("r-completed", enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, in, &historypb.HistoryEvent{
+		Attributes: &historypb.HistoryEvent_WorkflowExecutionCompletedEventAttributes{WorkflowExecutionCompletedEventAttributes: &historypb.WorkflowExecutionCompletedEventAttributes{
+			Result: payloads(t, workflows.TrainResult{Summaries: sums, FinalWeights: "r2", FinalValSuccess: 0.7})}}})
+	stopped := closed("r-stopped", enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, &workflows.TrainInput{Round: 2, Rounds: 4, Summaries: sums[:1]}, &historypb.HistoryEvent{
+		Attributes: &historypb.HistoryEvent_WorkflowExecutionCompletedEventAttributes{WorkflowExecutionCompletedEventAttributes: &historypb.WorkflowExecutionCompletedEventAttributes{
+			Result: payloads(t, workflows.TrainResult{Summaries: sums[:1], FinalValSuccess: -1, Stopped: true, StoppedRound: 2})}}})
+	failed := closed("r-failed", enumspb.WORKFLOW_EXECUTION_STATUS_FAILED, in, &historypb.HistoryEvent{
+		Attributes: &historypb.HistoryEvent_WorkflowExecutionFailedEventAttributes{WorkflowExecutionFailedEventAttributes: &historypb.WorkflowExecutionFailedEventAttributes{
+			Failure: &failurepb.Failure{Message: long, Cause: &failurepb.Failure{Message: "trainer exited with status 1"}}}}})
+	canceled := closed("r-canceled", enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED, in, &historypb.HistoryEvent{
+		Attributes: &historypb.HistoryEvent_WorkflowExecutionCanceledEventAttributes{WorkflowExecutionCanceledEventAttributes: &historypb.WorkflowExecutionCanceledEventAttributes{}}})
+	terminated := closed("r-terminated", enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED, nil, &historypb.HistoryEvent{
+		Attributes: &historypb.HistoryEvent_WorkflowExecutionTerminatedEventAttributes{WorkflowExecutionTerminatedEventAttributes: &historypb.WorkflowExecutionTerminatedEventAttributes{Reason: "operator: wrong harness"}}})
+
+	var b bytes.Buffer
+	renderList(&b, []runView{running, stopping, completed, stopped, failed, canceled, terminated})
+	table := b.String()
+	if head := strings.Fields(strings.SplitN(table, "\n", 2)[0]); strings.Join(head, " ") != "RUN STATUS ROUND PHASE EPISODES SUCCESS VALIDATION LAST ERROR" {
+		t.Fatalf("header %q", head)
+	}
+	// run, status, round, phase, episodes, success, validation, last error
+	want := map[string][]string{
+		"r-running":    {"r-running", "running", "2/3", "train", "40% [=======>            ] (4/10)", "2/3 (67%)", "30.0%", "-"},
+		"r-stopping":   {"r-stopping", "stopping", "1/2", "train", "100% [====================] (8/8)", "8/8 (100%)", "-", "-"},
+		"r-completed":  {"r-completed", "completed", "2/2", "done", "-", "-", "70.0% (final)", "-"},
+		"r-stopped":    {"r-stopped", "stopped", "2/4", "done", "-", "-", "50.0%", "-"},
+		"r-canceled":   {"r-canceled", "canceled", "2/2", "done", "-", "-", "50.0%", "-"},
+		"r-terminated": {"r-terminated", "terminated", "2/?", "done", "-", "-", "50.0%", "terminated: operator: wrong harness"},
+	}
+	for run, w := range want {
+		if got := rowOf(t, table, run); strings.Join(got, "|") != strings.Join(w, "|") {
+			t.Errorf("row of %s:\n got %q\nwant %q", run, got, w)
+		}
+	}
+	// A failure is one line, cut to the column's width, its start kept.
+	f := rowOf(t, table, "r-failed")
+	if len(f) != 8 || f[1] != "failed" || !strings.HasPrefix(f[7], "round 2 training: activity error") ||
+		!strings.HasSuffix(f[7], "…") || len([]rune(f[7])) != 60 {
+		t.Errorf("failed row %q: want the failure's first 59 characters and …", f)
+	}
+	if strings.Count(table, "\n") != 8 {
+		t.Errorf("a row spans more than one line:\n%s", table)
+	}
+
+	// The detail adds the running chunks and the per-round table.
+	b.Reset()
+	renderDetail(&b, running)
+	d := b.String()
+	for _, s := range []string{"run r-running: running, round 2/3, phase train, weights r1", "(4/10)", "successes 2/3 (67%)", "running episode chunks: chunk-0", "val success", "30.0%"} {
+		if !strings.Contains(d, s) {
+			t.Errorf("detail lacks %q:\n%s", s, d)
+		}
+	}
+	b.Reset()
+	renderDetail(&b, failed)
+	if d := b.String(); !strings.Contains(d, "last error: round 2 training") || !strings.Contains(d, "CUDA out of memory") {
+		t.Errorf("failed detail lacks the whole failure:\n%s", d)
+	}
+	b.Reset()
+	renderList(&b, nil)
+	if !strings.Contains(b.String(), "no runs yet") {
+		t.Errorf("empty list says %q", b.String())
+	}
+}
+
+func TestFailureMessage(t *testing.T) {
+	f := &failurepb.Failure{Message: "round 1 batch: activity error: s3 down", Cause: &failurepb.Failure{Message: "activity error",
+		Cause: &failurepb.Failure{Message: "s3 down", Cause: &failurepb.Failure{Message: "dial tcp 127.0.0.1:9100: connection refused"}}}}
+	if got, want := failureMessage(f), "round 1 batch: activity error: s3 down: dial tcp 127.0.0.1:9100: connection refused"; got != want {
+		t.Errorf("failureMessage = %q, want %q", got, want)
+	}
+}
+
+func TestWatch(t *testing.T) {
+	ctx := context.Background()
+	frames := 0
+	draw := func(context.Context) (string, bool, error) {
+		frames++
+		if frames == 2 {
+			return "", false, errors.New("temporal unavailable")
+		}
+		return fmt.Sprintf("frame %d\n", frames), frames == 3, nil
+	}
+	var out bytes.Buffer
+	if err := watch(ctx, &out, false, time.Millisecond, draw); err != nil {
+		t.Fatal(err)
+	}
+	got := out.String()
+	if frames != 3 || !strings.Contains(got, "frame 1") || !strings.Contains(got, "error: temporal unavailable (retrying)") || !strings.Contains(got, "frame 3") {
+		t.Errorf("watch drew %d frames, want 3 ending when done:\n%s", frames, got)
+	}
+	if strings.Contains(got, "\x1b") {
+		t.Errorf("clear-screen codes written to a non-terminal: %q", got)
+	}
+	// On a terminal every frame clears the screen first.
+	frames = 0
+	out.Reset()
+	_ = watch(ctx, &out, true, time.Millisecond, draw)
+	if n := strings.Count(out.String(), "\x1b[H\x1b[2J"); n != 3 {
+		t.Errorf("%d screen clears on a terminal, want 3", n)
+	}
+	// The first draw's error is the command's error: nothing to show yet.
+	err := watch(ctx, &out, false, time.Millisecond, func(context.Context) (string, bool, error) {
+		return "", false, errors.New("run x not found")
+	})
+	if err == nil || !strings.Contains(err.Error(), "not found") {
+		t.Errorf("first error = %v", err)
+	}
+	// A cancelled context (Ctrl-C) ends the watch without an error.
+	cctx, cancel := context.WithCancel(ctx)
+	n := 0
+	err = watch(cctx, io.Discard, false, time.Millisecond, func(context.Context) (string, bool, error) {
+		if n++; n == 2 {
+			cancel()
+		}
+		return "x\n", false, nil
+	})
+	if err != nil || n != 2 {
+		t.Errorf("after Ctrl-C: err %v after %d frames, want nil after 2", err, n)
+	}
+}
+
+func TestStatusBadInput(t *testing.T) {
+	e := connect.Endpoints{Temporal: "127.0.0.1:1", Namespace: "default"}
+	for _, c := range []struct {
+		f    statusFlags
+		want string
+	}{
+		{statusFlags{run: "no such/run", limit: 20}, `--run "no such/run"`},
+		{statusFlags{limit: 0}, "--limit 0"},
+		{statusFlags{limit: 5, watch: true, interval: time.Millisecond}, "--interval 1ms"},
+	} {
+		err := status(context.Background(), io.Discard, &e, c.f)
+		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%+v: error %v, want one line naming %s", c.f, err, c.want)
+		}
+	}
+}
+
+// TestStatusAndReportOnRealRun runs a tiny real run (1 round of 2 groups × 2
+// attempts on the minimal harness) on a real Temporal and S3 with the worker
+// and starter binaries, then checks what status and report say about it.
+func TestStatusAndReportOnRealRun(t *testing.T) {
+	stack := itest.Start(t)
+	bins := itest.Binaries(t)
+	root := itest.Root(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	worker := exec.Command(filepath.Join(bins, "worker"), "--workdir", filepath.Join(stack.Dir, "work"), "--slots", "4")
+	worker.Dir = root
+	worker.Env = append(os.Environ(), stack.Env()...)
+	logf, err := os.Create(filepath.Join(stack.Dir, "worker.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	worker.Stdout, worker.Stderr = logf, logf
+	if err := worker.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = worker.Process.Kill(); _ = worker.Wait(); logf.Close() })
+
+	starter := func(args ...string) (string, error) {
+		cmd := exec.CommandContext(ctx, filepath.Join(bins, "starter"), args...)
+		cmd.Dir = t.TempDir()
+		cmd.Env = append(os.Environ(), stack.Env()...)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	const run = "itest-status"
+	if out, err := starter("train", "--config", filepath.Join(root, "harnesses/minimal/harness.yaml"), "--run", run,
+		"--weights", filepath.Join(root, "harnesses/minimal/weights/w0"), "--rounds", "1", "--groups", "2", "--attempts", "2",
+		"--var", "bin="+bins, "--detach"); err != nil {
+		t.Fatalf("starter train: %v\n%s", err, out)
+	}
+
+	// --watch --run follows the run and returns by itself when it ends.
+	out, err := starter("status", "--run", run, "--watch", "--interval", "500ms")
+	if err != nil {
+		t.Fatalf("status --watch: %v\n%s", err, out)
+	}
+	frames := strings.Count(out, "(Ctrl-C ends)\n")
+	last := out[strings.LastIndex(out, "(Ctrl-C ends)\n"):]
+	if !strings.Contains(last, "run "+run+": completed, round 1/1") || !strings.Contains(last, "(final)") {
+		t.Fatalf("last frame of status --watch is not the completed run:\n%s", out)
+	}
+	t.Logf("status --watch drew %d frames; the last:\n%s", frames, last)
+
+	c, err := connect.Temporal(ctx, stack.Endpoints, tlog.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var res workflows.TrainResult
+	if err := c.GetWorkflow(ctx, workflows.WorkflowID(run), "").Get(ctx, &res); err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Summaries) != 1 || res.FinalValSuccess < 0 {
+		t.Fatalf("result %+v: want one round and a final validation", res)
+	}
+	sum := res.Summaries[0]
+
+	// The list shows the run with its final state once visibility has it.
+	var row []string
+	for {
+		out, err := starter("status")
+		if err != nil {
+			t.Fatalf("status: %v\n%s", err, out)
+		}
+		if strings.Contains(out, run+" ") {
+			if row = rowOf(t, out, run); row[1] == "completed" {
+				break
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("status never listed %s as completed:\n%s", run, out)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	if want := fmt.Sprintf("%.1f%% (final)", 100*res.FinalValSuccess); row[2] != "1/1" || row[3] != "done" || row[6] != want || row[7] != "-" {
+		t.Errorf("status row %q: want round 1/1, phase done, validation %s, no error", row, want)
+	}
+
+	out, err = starter("status", "--run", "no-such-run")
+	if err == nil || !strings.Contains(out, "run no-such-run not found: see `starter status` for the runs") {
+		t.Errorf("status of an unknown run: %v\n%s", err, out)
+	}
+	out, err = starter("report", "--run", "no-such-run")
+	if err == nil || !strings.Contains(out, "run no-such-run not found") {
+		t.Errorf("report of an unknown run: %v\n%s", err, out)
+	}
+
+	// report: the round's success counted from the episode files agrees
+	// with the workflow's summary, and the chart has both rounds.
+	dir := t.TempDir()
+	chartFile := filepath.Join(dir, "success.svg")
+	out, err = starter("report", "--run", run, "--chart", chartFile)
+	if err != nil {
+		t.Fatalf("report: %v\n%s", err, out)
+	}
+	t.Logf("report:\n%s", out)
+	collect := fmt.Sprintf("%d/%d (%.1f%%)", sum.Successes, sum.Valid, 100*sum.SuccessRate)
+	var r1 []string
+	for _, l := range strings.Split(out, "\n") {
+		if f := strings.Fields(l); len(f) >= 5 && f[0] == "1" && strings.Contains(l, collect) {
+			r1 = f
+		}
+	}
+	if r1 == nil || !strings.HasSuffix(strings.Join(r1, " "), fmt.Sprintf("(%.1f%%)", 100*sum.ValSuccess)) {
+		t.Errorf("report has no round 1 row with collection %s and validation %.1f%%", collect, 100*sum.ValSuccess)
+	}
+	if !strings.Contains(out, fmt.Sprintf("(%.1f%%)", 100*res.FinalValSuccess)) || !strings.Contains(out, "2 (final)") {
+		t.Errorf("report lacks the final validation (%.1f%%) as round 2 (final)", 100*res.FinalValSuccess)
+	}
+	if !strings.Contains(out, "chart: "+chartFile) {
+		t.Errorf("report does not name the chart %s", chartFile)
+	}
+	svg := readSVG(t, chartFile)
+	for _, s := range []string{"1", "2 (final)", seriesTrain, seriesVal, fmt.Sprintf("%.1f%%", 100*res.FinalValSuccess)} {
+		if !svg.texts[s] {
+			t.Errorf("chart lacks the text %q", s)
+		}
+	}
+	if svg.dots[svgColor(colorTrain)] != 1 || svg.dots[svgColor(colorVal)] != 2 {
+		t.Errorf("chart dots by colour %v: want 1 collection point and 2 validation points", svg.dots)
+	}
+}
+
+// svgDoc is what a chart test reads from an SVG file: its texts and the
+// number of dots (circles) of each fill colour.
+type svgDoc struct {
+	texts map[string]bool
+	dots  map[string]int
+}
+
+// readSVG parses the file as XML: a malformed SVG fails the test.
+func readSVG(t *testing.T, file string) svgDoc {
+	t.Helper()
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	doc := svgDoc{texts: map[string]bool{}, dots: map[string]int{}}
+	d := xml.NewDecoder(f)
+	root := ""
+	for {
+		tok, err := d.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("%s is not well-formed XML: %v", file, err)
+		}
+		el, ok := tok.(xml.StartElement)
+		if !ok {
+			continue
+		}
+		if root == "" {
+			root = el.Name.Local
+		}
+		switch el.Name.Local {
+		case "text":
+			var s string
+			if err := d.DecodeElement(&s, &el); err != nil {
+				t.Fatal(err)
+			}
+			doc.texts[s] = true
+		case "circle":
+			for _, a := range el.Attr {
+				if a.Name.Local == "style" {
+					for _, p := range strings.Split(a.Value, ";") {
+						if v, ok := strings.CutPrefix(p, "fill:"); ok {
+							doc.dots[v]++
+						}
+					}
+				}
+			}
+		}
+	}
+	if root != "svg" {
+		t.Fatalf("%s: root element %q, want svg", file, root)
+	}
+	return doc
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	itest.Cleanup()
+	os.Exit(code)
+}
