@@ -172,6 +172,11 @@ func Train(ctx workflow.Context, in TrainInput) (TrainResult, error) {
 	if batch.Valid > 0 {
 		summary.SuccessRate = float64(batch.Successes) / float64(batch.Valid)
 	}
+	// Version 1 also shows the collection's success rate in the UI's
+	// RoundhouseSuccessRate; runs started before keep replaying without it.
+	if workflow.GetVersion(ctx, "collection-success-rate", workflow.DefaultVersion, 1) == 1 && batch.Valid > 0 {
+		t.successRate(summary.SuccessRate)
+	}
 
 	// 5. Train: a batch without samples leaves the weights as they were.
 	summary.WeightsOut = in.Weights
