@@ -20,6 +20,7 @@ type tracker struct {
 	in       TrainInput
 	prog     *Progress
 	running  map[string]bool // episode chunks in flight
+	epPhase  string          // the phase Progress.Episodes counts
 	batch    *schemas.BatchSummary
 	stopping bool
 }
@@ -51,6 +52,13 @@ func (t *tracker) phase(p string) {
 	t.update()
 }
 
+// weights records the weights the run has reached.
+func (t *tracker) weights(id string) {
+	t.prog.Weights = id
+	t.upsert(WeightsAttr.ValueSet(id))
+	t.update()
+}
+
 // successRate records the latest validation success rate.
 func (t *tracker) successRate(r float64) {
 	if r >= 0 {
@@ -61,6 +69,7 @@ func (t *tracker) successRate(r float64) {
 // episodes runs a phase's cells and keeps the progress current.
 func (t *tracker) episodes(phase string, round int32, weights string, cells []Cell) Tally {
 	t.phase(phase)
+	t.epPhase = phase
 	t.prog.Episodes = Tally{Total: len(cells)}
 	return runEpisodes(t.ctx, phaseRun{Run: t.in.Run, Round: round, Phase: phase, Weights: weights, Harness: t.in.Harness,
 		Heartbeat: t.in.HeartbeatTimeout, OnProgress: func(tl Tally) { t.prog.Episodes = tl; t.update() }}, cells, t.running)
@@ -94,7 +103,7 @@ func (t *tracker) update() {
 	fmt.Fprintf(&b, "**Run %s** · round %d/%d · weights %s · %s\n\n", p.Run, p.Round, p.Rounds, p.Weights, state)
 	if e := p.Episodes; e.Total > 0 {
 		fmt.Fprintf(&b, "| episodes | done | valid | successes | lost | skipped |\n|---|---|---|---|---|---|\n| %s | %d/%d | %d | %d | %d | %d |\n\n",
-			p.Phase, e.Done, e.Total, e.Valid, e.Successes, e.Lost, e.Skipped)
+			t.epPhase, e.Done, e.Total, e.Valid, e.Successes, e.Lost, e.Skipped)
 	}
 	if bs := t.batch; bs != nil {
 		fmt.Fprintf(&b, "| batch | value |\n|---|---|\n| valid episodes | %d/%d |\n| groups with signal | %d/%d |\n| samples (zero-weight) | %d (%d) |\n| untrainable calls | %d/%d |\n\n",

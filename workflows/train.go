@@ -200,6 +200,10 @@ func Train(ctx workflow.Context, in TrainInput) (TrainResult, error) {
 			return result, fmt.Errorf("round %d training: %w", in.Round, err)
 		}
 		summary.WeightsOut = out
+		// Version 1: RoundhouseWeights follows the run to its new weights.
+		if workflow.GetVersion(ctx, "weights-after-training", workflow.DefaultVersion, 1) == 1 {
+			t.weights(out)
+		}
 	} else {
 		log.Warn("no training samples this round; weights unchanged", "round", in.Round)
 	}
