@@ -17,6 +17,7 @@ import (
 	"github.com/roundhouse-rl/roundhouse/internal/npz"
 	"github.com/roundhouse-rl/roundhouse/internal/rl"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
+	"github.com/roundhouse-rl/roundhouse/internal/telemetry/instr"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 )
 
@@ -87,6 +88,9 @@ type BatchInput struct {
 // then read for the selected calls only and streamed to a temp file.
 func (c *Control) BuildBatch(ctx context.Context, in BatchInput) (schemas.BatchSummary, error) {
 	samples, sum, err := c.planBatch(ctx, in)
+	if err == nil && sum.Valid > 0 {
+		instr.RoundSuccess(ctx, in.Run, in.Round, schemas.PhaseTrain, float64(sum.Successes)/float64(sum.Valid))
+	}
 	if err != nil || len(samples) == 0 {
 		return sum, err
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/roundhouse-rl/roundhouse/internal/harness"
+	"github.com/roundhouse-rl/roundhouse/internal/telemetry/instr"
 	"github.com/roundhouse-rl/roundhouse/internal/weights"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 )
@@ -170,6 +171,9 @@ func (c *Control) WriteReport(ctx context.Context, in ReportInput) (schemas.Repo
 		}
 	}
 	finishRates(&rep)
+	if rep.Scope == schemas.ScopeFull && rep.Overall.Valid > 0 {
+		instr.RoundSuccess(ctx, in.Run, in.Round, in.Phase, rep.Overall.SuccessRate)
+	}
 	rep.FinishedAtMS = time.Now().UnixMilli()
 	if err := putJSON(ctx, c.Store, key, rep); err != nil {
 		return rep, err

@@ -23,6 +23,7 @@ import (
 	"github.com/roundhouse-rl/roundhouse/internal/proxy"
 	"github.com/roundhouse-rl/roundhouse/internal/spool"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
+	"github.com/roundhouse-rl/roundhouse/internal/telemetry/instr"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 )
 
@@ -80,18 +81,19 @@ type EpisodeResult struct {
 // stores its calls and episode row. Keys depend only on the episode's place
 // in the run, so a retry overwrites rather than duplicates; the episode row
 // is written last and marks the records complete.
-func (r *Rollout) RunEpisode(ctx context.Context, in EpisodeInput) (EpisodeResult, error) {
+func (r *Rollout) RunEpisode(ctx context.Context, in EpisodeInput) (res EpisodeResult, err error) {
 	info := activity.GetInfo(ctx)
 	retry := info.Attempt - 1
 	log := activity.GetLogger(ctx)
 	id := schemas.EpisodeID(in.Round, in.Phase, in.Group, in.Attempt)
-	res := EpisodeResult{EpisodeID: id, Retry: retry}
+	res = EpisodeResult{EpisodeID: id, Retry: retry}
 	ctx, span := tracer.Start(ctx, "episode", trace.WithAttributes(
 		attribute.String("episode.id", id), attribute.Int("episode.retry", int(retry)),
-		attribute.Int("task", int(in.Task.ID)), attribute.Int("init_id", int(in.InitID))))
+		attribute.String("phase", in.Phase), attribute.Int("task", int(in.Task.ID)), attribute.Int("init_id", int(in.InitID))))
 	defer func() {
-		span.SetAttributes(attribute.Bool("episode.valid", res.Valid), attribute.Bool("episode.success", res.Success), attribute.Int("episode.calls", res.Calls))
-		span.End()
+		span.SetAttributes(attribute.Bool("episode.valid", res.Valid), attribute.Bool("episode.success", res.Success),
+			attribute.Int("episode.calls", res.Calls), attribute.String("episode.failure_class", res.FailureClass))
+		instr.End(span, err)
 	}()
 	// Heartbeat for the whole episode (model start, run, upload): a dead
 	// worker is then noticed within the heartbeat timeout, not StartToClose.
@@ -128,10 +130,12 @@ func (r *Rollout) RunEpisode(ctx context.Context, in EpisodeInput) (EpisodeResul
 	if err != nil {
 		return res, err
 	}
+	// The proxy makes each call's span a child of this episode's.
 	pep := proxy.Episode{ID: id, Run: in.Run, Round: in.Round, Phase: in.Phase,
-		Group: in.Group, Attempt: in.Attempt, Retry: retry, WeightsID: in.WeightsID}
+		Group: in.Group, Attempt: in.Attempt, Retry: retry, WeightsID: in.WeightsID, Span: span.SpanContext()}
 	outDir := filepath.Join(r.WorkDir, "episodes", in.Run, fmt.Sprintf("%s-try%d", id, retry))
 	started := time.Now()
+	instr.EpisodeStarted(ctx, in.Phase)
 	out, calls, err := r.play(ctx, h, in, pep, outDir)
 	if err != nil {
 		return res, fmt.Errorf("episode %s: %w", id, err)
@@ -176,6 +180,7 @@ func (r *Rollout) RunEpisode(ctx context.Context, in EpisodeInput) (EpisodeResul
 		return res, fmt.Errorf("episode %s row: %w", id, err)
 	}
 	res.Bytes = n + m
+	instr.EpisodeFinished(ctx, in.Phase, out.Valid, out.Success, out.FailureClass)
 	if err := r.Spool.Done(pep); err != nil {
 		log.Warn("spool not removed", "episode", id, "error", err)
 	}
@@ -222,7 +227,7 @@ func (r *Rollout) play(ctx context.Context, h schemas.Harness, in EpisodeInput, 
 	for k, v := range h.Episode.Env {
 		env[k] = harness.Fill(v, vars)
 	}
-	pr, runErr := proc.Run(ctx, proc.Spec{Args: args, Env: env, Log: filepath.Join(outDir, "episode.log"),
+	pr, runErr := proc.Run(ctx, proc.Spec{Name: "episode", Args: args, Env: env, Log: filepath.Join(outDir, "episode.log"),
 		Timeout: h.Episode.Timeout.D()})
 	calls := r.Proxy.End(pep.ID)
 	if runErr != nil && ctx.Err() != nil {
@@ -317,6 +322,23 @@ func (r *Rollout) RecoverOrphans(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	for _, o := range orphans {
+		// A try whose episode row is stored completed: the worker died
+		// after storing it, before clearing its spool. Its calls are in
+		// calls/ already; it is not an orphan.
+		ep := o.Episode
+		done, ok, err := r.recorded(ctx, EpisodeInput{Run: ep.Run, Round: ep.Round, Phase: ep.Phase}, ep.ID)
+		if err != nil {
+			return 0, fmt.Errorf("orphan %s: %w", o.Path, err)
+		}
+		if ok && done.Retry == ep.Retry {
+			if err := r.Spool.Done(ep); err != nil {
+				return 0, err
+			}
+			if err := spool.Remove(o); err != nil {
+				return 0, err
+			}
+			continue
+		}
 		calls, err := spool.ReadCalls(o.Path)
 		if err != nil {
 			return 0, err

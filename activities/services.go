@@ -14,11 +14,14 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/activity"
 
 	"github.com/roundhouse-rl/roundhouse/internal/devstack"
 	"github.com/roundhouse-rl/roundhouse/internal/harness"
 	"github.com/roundhouse-rl/roundhouse/internal/ports"
+	"github.com/roundhouse-rl/roundhouse/internal/telemetry/instr"
 	"github.com/roundhouse-rl/roundhouse/internal/weights"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 )
@@ -127,7 +130,7 @@ func (r *Rollout) acquire(ctx context.Context, h schemas.Harness, run, weightsID
 
 // ensure starts spec unless it already runs for key, and adds its port and
 // url to vars. Called with r.mu held: episodes wait while a service starts.
-func (r *Rollout) ensure(ctx context.Context, h schemas.Harness, spec schemas.Service, key string, vars map[string]string, prepare func() (map[string]string, error)) error {
+func (r *Rollout) ensure(ctx context.Context, h schemas.Harness, spec schemas.Service, key string, vars map[string]string, prepare func() (map[string]string, error)) (err error) {
 	if spec.External != "" {
 		vars[spec.Name+"_url"] = spec.External
 		if u, err := url.Parse(spec.External); err == nil && u.Port() != "" {
@@ -148,9 +151,12 @@ func (r *Rollout) ensure(ctx context.Context, h schemas.Harness, spec schemas.Se
 			vars[spec.Name+"_url"] = s.url
 			return nil
 		}
+		reason := "weights" // the model server's slot, switched to other weights
 		if !s.alive() {
+			reason = "exited"
 			activity.GetLogger(ctx).Warn("service exited; restarting", "harness", h.Name, "service", spec.Name)
 		}
+		instr.ServiceRestart(ctx, spec.Name, reason)
 		s.stop()
 		delete(r.services, slot)
 	}
@@ -163,6 +169,9 @@ func (r *Rollout) ensure(ctx context.Context, h schemas.Harness, spec schemas.Se
 	if f, ok := r.failed[slot]; ok && f.key == key && time.Since(f.at) < failBackoff {
 		return &ServiceError{Harness: h.Name, Service: spec.Name, Err: fmt.Errorf("%w (failed %s ago; retried after %s)", f.err, time.Since(f.at).Round(time.Second), failBackoff)}
 	}
+	ctx, span := tracer.Start(ctx, "service.start", trace.WithAttributes(
+		attribute.String("harness", h.Name), attribute.String("service", spec.Name)))
+	defer func() { instr.End(span, err) }()
 	extra := map[string]string{}
 	if prepare != nil {
 		var err error

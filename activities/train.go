@@ -8,10 +8,13 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
@@ -19,6 +22,7 @@ import (
 	"github.com/roundhouse-rl/roundhouse/internal/harness"
 	"github.com/roundhouse-rl/roundhouse/internal/proc"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
+	"github.com/roundhouse-rl/roundhouse/internal/telemetry/instr"
 	"github.com/roundhouse-rl/roundhouse/internal/weights"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 )
@@ -106,16 +110,22 @@ func (t *Trainer) Train(ctx context.Context, in TrainInput) (schemas.TrainerMetr
 	logPath := filepath.Join(dir, "trainer.log")
 	logKey := l.TrainerLog(in.Round, try)
 	lastUpload := time.Now()
+	pctx, span := tracer.Start(ctx, "trainer", trace.WithAttributes(attribute.Int("round", int(in.Round)),
+		attribute.String("weights.in", in.WeightsIn), attribute.String("weights.out", in.WeightsOut)))
+	steps := stepClock{start: time.Now()}
 	beat := func() {
-		activity.RecordHeartbeat(ctx, lastLine(logPath))
+		line := lastLine(logPath)
+		activity.RecordHeartbeat(ctx, line)
+		steps.observe(pctx, line, time.Now())
 		if time.Since(lastUpload) > 30*time.Second {
 			lastUpload = time.Now()
 			_ = t.Store.PutFile(ctx, logKey, logPath) // best effort while running
 		}
 	}
-	pctx, span := tracer.Start(ctx, "trainer")
-	res, err := proc.Run(pctx, proc.Spec{Args: args, Env: env, Dir: h.Dir, Log: logPath, Timeout: h.Trainer.Timeout.D(), Beat: beat})
-	span.End()
+	res, err := proc.Run(pctx, proc.Spec{Name: "trainer", Args: args, Env: env, Dir: h.Dir, Log: logPath, Timeout: h.Trainer.Timeout.D(), Beat: beat})
+	steps.finish(pctx, logTail(logPath, 4096), time.Now())
+	span.SetAttributes(attribute.Int("trainer.steps", steps.step), attribute.Int("process.exit.code", res.ExitCode))
+	instr.End(span, err)
 	if uerr := t.Store.PutFile(ctx, logKey, logPath); uerr != nil {
 		activity.GetLogger(ctx).Warn("trainer log not uploaded", "key", logKey, "error", uerr)
 	}
@@ -149,6 +159,47 @@ func (t *Trainer) Train(ctx context.Context, in TrainInput) (schemas.TrainerMetr
 		return m, err
 	}
 	return m, nil
+}
+
+// stepLine matches the trainer's progress lines, "step i/n loss … tokens/s …".
+var stepLine = regexp.MustCompile(`\bstep (\d+)/\d+\b`)
+
+// stepClock turns the progress lines the heartbeat reads into
+// roundhouse.trainer.step_time: the wall time between two observations
+// divided by the steps done in between. The first observation only sets
+// the baseline, so start-up (torchrun, imports, loading weights) is not a
+// step; a run too short for two observations records its whole duration
+// over its steps once.
+type stepClock struct {
+	start    time.Time
+	step     int       // last step seen, 0 before any
+	at       time.Time // when it was seen
+	recorded bool
+}
+
+// observe reads the last step number in text.
+func (c *stepClock) observe(ctx context.Context, text string, now time.Time) {
+	m := stepLine.FindAllStringSubmatch(text, -1)
+	if len(m) == 0 {
+		return
+	}
+	step, err := strconv.Atoi(m[len(m)-1][1])
+	if err != nil || step <= c.step {
+		return
+	}
+	if c.step > 0 {
+		instr.TrainerStep(ctx, now.Sub(c.at)/time.Duration(step-c.step))
+		c.recorded = true
+	}
+	c.step, c.at = step, now
+}
+
+// finish observes the log's tail once the trainer has exited.
+func (c *stepClock) finish(ctx context.Context, tail string, now time.Time) {
+	c.observe(ctx, tail, now)
+	if !c.recorded && c.step > 0 {
+		instr.TrainerStep(ctx, now.Sub(c.start)/time.Duration(c.step))
+	}
 }
 
 // lastLine is the trainer's latest progress line (step, loss, tokens/s),

@@ -37,7 +37,9 @@ the last round), as a table and a chart (SVG or PNG, by the file's extension).`,
 			if _, err := chartFormat(chartFile); err != nil {
 				return err
 			}
-			s, err := connect.Store(cmd.Context(), *e)
+			ro := *e
+			ro.ReadOnly = true // a report only reads
+			s, err := connect.Store(cmd.Context(), ro)
 			if err != nil {
 				return err
 			}

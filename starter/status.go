@@ -411,11 +411,16 @@ func historyEvent(ctx context.Context, c client.Client, ns string, exec *commonp
 	return ev[0], nil
 }
 
+// historyConverter decodes what the CLI reads from history itself; the root
+// command swaps in the payload codec when one is configured (encrypted
+// inputs and results would not decode otherwise).
+var historyConverter = converter.GetDefaultDataConverter()
+
 func decode(p *commonpb.Payloads, to any) error {
 	if len(p.GetPayloads()) == 0 {
 		return errors.New("no payload")
 	}
-	return converter.GetDefaultDataConverter().FromPayload(p.GetPayloads()[0], to)
+	return historyConverter.FromPayload(p.GetPayloads()[0], to)
 }
 
 // lastActivityFailure is the newest failure of an activity still being

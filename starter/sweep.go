@@ -16,7 +16,6 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/roundhouse-rl/roundhouse/activities"
@@ -436,7 +435,9 @@ func sweepShowCmd(e *connect.Endpoints) *cobra.Command {
 			if err := checkSweepName(name); err != nil {
 				return err
 			}
-			s, err := connect.Store(cmd.Context(), *e)
+			ro := *e
+			ro.ReadOnly = true // reading a leaderboard needs no write access
+			s, err := connect.Store(cmd.Context(), ro)
 			if err != nil {
 				return err
 			}
@@ -527,7 +528,7 @@ func memoString(m *commonpb.Memo, key string) string {
 		return "-"
 	}
 	var v string
-	if err := converter.GetDefaultDataConverter().FromPayload(m.Fields[key], &v); err != nil {
+	if err := historyConverter.FromPayload(m.Fields[key], &v); err != nil {
 		return "-"
 	}
 	return v

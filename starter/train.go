@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -36,6 +37,17 @@ func rootCmd() *cobra.Command {
 	root.PersistentFlags().StringVar(&e.Temporal, "temporal", e.Temporal, "Temporal frontend host:port (env ROUNDHOUSE_TEMPORAL)")
 	root.PersistentFlags().StringVar(&e.S3.Endpoint, "s3-endpoint", e.S3.Endpoint, "S3 endpoint URL (env ROUNDHOUSE_S3_ENDPOINT)")
 	root.PersistentFlags().StringVar(&e.S3.Bucket, "bucket", e.S3.Bucket, "S3 bucket (env ROUNDHOUSE_BUCKET)")
+	sec := flag.NewFlagSet("connect", flag.ContinueOnError) // --namespace, --tls*, --api-key-file, --payload-key-file, --s3-path-style
+	connect.AddFlags(sec, &e)
+	root.PersistentFlags().AddGoFlagSet(sec)
+	root.PersistentPreRunE = func(*cobra.Command, []string) error {
+		dc, err := e.DataConverter()
+		if err != nil {
+			return err
+		}
+		historyConverter = dc
+		return nil
+	}
 	root.AddCommand(trainCmd(&e), statusCmd(&e), validateCmd(), reportCmd(&e), stopCmd(&e), cancelCmd(&e), sweepCmd(&e), evalCmd(&e))
 	return root
 }

@@ -35,6 +35,8 @@ type Config struct {
 	ProxyListen string // host:port for the recording proxy; port 0 picks one
 	Host        string
 	Namespace   string // where the control role registers the search attributes
+	// HealthListen serves /livez and /readyz (health.go); "" turns them off.
+	HealthListen string
 }
 
 // Run polls the queues of cfg.Roles until ctx ends.
@@ -52,6 +54,7 @@ func Run(ctx context.Context, c client.Client, s *store.Store, cfg Config) error
 	var ws []worker.Worker
 	var cleanup []func()
 	var rollout *activities.Rollout
+	hl := newHealth()
 	defer func() {
 		for _, f := range cleanup {
 			f()
@@ -80,7 +83,7 @@ func Run(ctx context.Context, c client.Client, s *store.Store, cfg Config) error
 			if err := workflows.RegisterSearchAttributes(ctx, c, ns); err != nil {
 				return err
 			}
-			w := worker.New(c, workflows.ControlQueue, worker.Options{})
+			w := worker.New(c, workflows.ControlQueue, worker.Options{OnFatalError: hl.onFatal})
 			w.RegisterWorkflow(workflows.Train)
 			w.RegisterWorkflow(workflows.Episodes)
 			w.RegisterWorkflow(workflows.Eval)
@@ -112,13 +115,13 @@ func Run(ctx context.Context, c client.Client, s *store.Store, cfg Config) error
 			}
 			cleanup = append(cleanup, func() { srv.Close(); ro.Close() })
 			rollout = ro
-			w := worker.New(c, workflows.RolloutQueue, worker.Options{MaxConcurrentActivityExecutionSize: cfg.Slots})
+			w := worker.New(c, workflows.RolloutQueue, worker.Options{MaxConcurrentActivityExecutionSize: cfg.Slots, OnFatalError: hl.onFatal})
 			// Close is the host's own, not an activity.
 			w.RegisterActivityWithOptions(ro, activity.RegisterOptions{SkipInvalidStructFunctions: true})
 			ws = append(ws, w)
 			slog.Info("recording proxy listening", "addr", ln.Addr().String())
 		case "train":
-			w := worker.New(c, workflows.TrainQueue, worker.Options{MaxConcurrentActivityExecutionSize: 1})
+			w := worker.New(c, workflows.TrainQueue, worker.Options{MaxConcurrentActivityExecutionSize: 1, OnFatalError: hl.onFatal})
 			tr := &activities.Trainer{Store: s, WorkDir: cfg.WorkDir}
 			if rollout != nil {
 				tr.BeforeTrain = rollout.StopForTraining
@@ -130,6 +133,9 @@ func Run(ctx context.Context, c client.Client, s *store.Store, cfg Config) error
 	if len(ws) == 0 {
 		return errors.New("--roles is empty; use control,rollout,train")
 	}
+	if _, err := serveHealth(ctx, cfg.HealthListen, hl, readyChecks(c, s, rollout)); err != nil {
+		return err
+	}
 	for i, w := range ws {
 		if err := w.Start(); err != nil {
 			for _, started := range ws[:i] {
@@ -138,6 +144,7 @@ func Run(ctx context.Context, c client.Client, s *store.Store, cfg Config) error
 			return fmt.Errorf("start worker: %w", err)
 		}
 	}
+	hl.started()
 	slog.Info("worker running", "roles", cfg.Roles, "host", cfg.Host, "slots", cfg.Slots)
 	<-ctx.Done()
 	for _, w := range ws {

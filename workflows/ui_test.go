@@ -138,7 +138,7 @@ func TestUITellsTheStory(t *testing.T) {
 		if details == "" {
 			return fmt.Errorf("no Current Details iframe yet")
 		}
-		if err := uiWantAll(details, fmt.Sprintf("**Run %s** · round 1/1 · weights w0 · done", run),
+		if err := uiWantAll(details, fmt.Sprintf("**Run %s** · round 1/1 · weights %s · done", run, sum.WeightsOut),
 			"| batch | value |", "| round | val success | success rate | samples | loss | weights |"); err != nil {
 			return err
 		}
@@ -160,7 +160,7 @@ func TestUITellsTheStory(t *testing.T) {
 		func(dom string) error {
 			d := strings.Join(strings.Fields(html.UnescapeString(uiStripTags(dom))), " ")
 			return uiWantAll(d, `"RoundhouseRun" : "`+run+`"`, `"RoundhouseKind" : "train"`, `"RoundhouseRound" : 1`,
-				`"RoundhousePhase" : "done"`, `"RoundhouseWeights" : "w0"`, `"RoundhouseSuccessRate" :`)
+				`"RoundhousePhase" : "done"`, `"RoundhouseWeights" : "`+sum.WeightsOut+`"`, `"RoundhouseSuccessRate" :`)
 		})
 
 	// A child Episodes workflow: every RunEpisode bar on its timeline is

@@ -75,6 +75,9 @@ func tools(ctx context.Context) error {
 // env points the worker and starter at the dev stack's servers.
 func env() []string {
 	e := connect.FromEnv()
+	// The dev stack is plaintext and local: Temporal Cloud settings in the
+	// developer's shell must not follow the worker here.
+	e.TLS, e.APIKey, e.APIKeyFile = connect.TLS{}, "", ""
 	e.Temporal = "127.0.0.1:" + strconv.Itoa(temporalPort)
 	e.S3.Endpoint = "http://127.0.0.1:" + strconv.Itoa(s3Port)
 	return append(e.Env(), "ROUNDHOUSE_UI=http://127.0.0.1:"+strconv.Itoa(uiPort))

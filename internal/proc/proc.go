@@ -10,12 +10,22 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/roundhouse-rl/roundhouse/internal/telemetry/instr"
 )
 
 // Spec describes one run.
 type Spec struct {
+	// Name labels the run in its span ("episode", "trainer"); default: the
+	// program's base name.
+	Name    string
 	Args    []string
 	Env     map[string]string
 	Dir     string
@@ -35,11 +45,22 @@ type Result struct {
 
 // Run starts the process and waits for it. A non-zero exit is reported in
 // Result, not as an error; errors mean it could not run or was cancelled.
-func Run(ctx context.Context, s Spec) (Result, error) {
-	var res Result
+// Each run is a span "proc.run" with the program, exit code and duration.
+func Run(ctx context.Context, s Spec) (res Result, err error) {
 	if len(s.Args) == 0 {
 		return res, errors.New("empty command")
 	}
+	name := s.Name
+	if name == "" {
+		name = filepath.Base(s.Args[0])
+	}
+	ctx, span := instr.Tracer.Start(ctx, "proc.run", trace.WithAttributes(
+		attribute.String("proc.name", name), attribute.String("process.command", s.Args[0])))
+	defer func() {
+		span.SetAttributes(attribute.Int("process.exit.code", res.ExitCode), attribute.Bool("proc.timed_out", res.TimedOut),
+			attribute.Float64("proc.duration_s", res.Duration.Seconds()))
+		instr.End(span, err)
+	}()
 	if err := os.MkdirAll(filepath.Dir(s.Log), 0o755); err != nil {
 		return res, fmt.Errorf("log dir for %s: %w", s.Args[0], err)
 	}
@@ -53,6 +74,15 @@ func Run(ctx context.Context, s Spec) (Result, error) {
 	cmd.Env = os.Environ()
 	for k, v := range s.Env {
 		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	// The span's context as TRACEPARENT (the environment carrier of W3C
+	// trace context): a traced harness can continue the trace.
+	if sc := span.SpanContext(); sc.IsValid() {
+		carrier := propagation.MapCarrier{}
+		propagation.TraceContext{}.Inject(ctx, carrier)
+		for k, v := range carrier {
+			cmd.Env = append(cmd.Env, strings.ToUpper(k)+"="+v)
+		}
 	}
 	cmd.Stdout, cmd.Stderr = lf, lf
 	// Own process group: killing -pid reaches grandchildren (torchrun ranks,

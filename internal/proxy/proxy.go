@@ -23,6 +23,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/roundhouse-rl/roundhouse/schemas"
 )
 
@@ -36,6 +38,9 @@ type Episode struct {
 	Attempt   int32
 	Retry     int32
 	WeightsID string
+	// Span is the episode's span: each call's "model.call" span is its
+	// child, since the harness's requests carry no trace context.
+	Span trace.SpanContext
 }
 
 // Options configure a Proxy; zero values take the defaults.
@@ -90,9 +95,13 @@ func New(opts Options) *Proxy {
 	// Many episodes call the one model server at once; keep their connections.
 	tr.MaxIdleConnsPerHost = 256
 	return &Proxy{
-		opts:     opts,
-		log:      opts.Logger,
-		client:   &http.Client{Transport: tr}, // per-request deadlines come from contexts
+		opts: opts,
+		log:  opts.Logger,
+		// Per-request deadlines come from contexts. A redirect goes back to
+		// the harness unfollowed: the proxy talks to its model server only.
+		client: &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error {
+			return http.ErrUseLastResponse
+		}},
 		episodes: make(map[string]*episode),
 	}
 }
@@ -239,10 +248,40 @@ func splitPath(escaped string) (id, rest string, ok bool) {
 	return id, "/" + after, true
 }
 
+// hasDotSegment reports whether the escaped path has a "." or ".." segment,
+// percent-encoded or not (an encoded "/" counts as a separator).
+func hasDotSegment(escaped string) bool {
+	dec, err := url.PathUnescape(escaped)
+	if err != nil {
+		return true
+	}
+	for _, seg := range strings.Split(dec, "/") {
+		if seg == "." || seg == ".." {
+			return true
+		}
+	}
+	return false
+}
+
 // ServeHTTP routes /e/{episode}/v1/chat/completions to the recorder and every
 // other /e/{episode}/v1/... path unchanged to the model server.
+//
+// It is not an open relay: the upstream is only ever the configured model
+// server (the request line's scheme and host and the Host header are
+// ignored), CONNECT is refused, and paths with dot segments, which could
+// climb out of the upstream's base path, are rejected.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodConnect {
+		writeError(w, http.StatusMethodNotAllowed, "invalid_request_error",
+			"CONNECT is not supported: this proxy forwards only to its model server")
+		return
+	}
 	id, rest, ok := splitPath(r.URL.EscapedPath())
+	if ok && hasDotSegment(rest) {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", fmt.Sprintf(
+			"path %q has . or .. segments: use the base URL returned by Proxy.Begin as it is", r.URL.EscapedPath()))
+		return
+	}
 	if !ok {
 		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf(
 			"path %q is not under /e/<episode>/: use the base URL returned by Proxy.Begin for the episode", r.URL.Path))
@@ -266,8 +305,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		start := time.Now()
 		rec := ep.newCall(idx, start)
+		ctx, span := startCall(r.Context(), ep.meta.Span, start)
 		// Deferred so that End never waits forever, even if the handler panics.
 		defer func() {
+			endCall(ctx, span, &rec)
 			if p.opts.OnCall != nil {
 				p.opts.OnCall(ep.meta, rec)
 			}

@@ -8,6 +8,9 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"go.opentelemetry.io/otel/attribute"
+
+	"github.com/roundhouse-rl/roundhouse/internal/telemetry/instr"
 )
 
 // RangeReader reads parts of one S3 object by byte range (io.ReaderAt), so a
@@ -23,8 +26,10 @@ type RangeReader struct {
 }
 
 // Open returns the object at key for ranged reads.
-func (s *Store) Open(ctx context.Context, key string) (*RangeReader, error) {
-	hctx, cancel := context.WithTimeout(ctx, OpTimeout)
+func (s *Store) Open(ctx context.Context, key string) (_ *RangeReader, err error) {
+	sctx, span := s.span(ctx, "s3.Open", key)
+	defer func() { instr.End(span, err) }()
+	hctx, cancel := context.WithTimeout(sctx, OpTimeout)
 	defer cancel()
 	head, err := s.c.HeadObject(hctx, &s3.HeadObjectInput{Bucket: &s.Bucket, Key: &key})
 	if err != nil {
@@ -40,12 +45,21 @@ func (o *RangeReader) Size() int64 { return o.size }
 func (o *RangeReader) Fetched() int64 { return o.read.Load() }
 
 // ReadAt fetches len(p) bytes at off with one ranged GET.
-func (o *RangeReader) ReadAt(p []byte, off int64) (int, error) {
+func (o *RangeReader) ReadAt(p []byte, off int64) (n int, err error) {
 	if off >= o.size {
 		return 0, io.EOF
 	}
 	end := min(off+int64(len(p)), o.size)
-	ctx, cancel := context.WithTimeout(o.ctx, transferTimeout(end-off))
+	ctx, span := o.s.span(o.ctx, "s3.ReadAt", o.key)
+	defer func() {
+		span.SetAttributes(attribute.Int64("s3.offset", off))
+		serr := err
+		if serr == io.EOF { // a short read at the end is no failure
+			serr = nil
+		}
+		endSpan(span, serr, int64(n))
+	}()
+	ctx, cancel := context.WithTimeout(ctx, transferTimeout(end-off))
 	defer cancel()
 	rng := fmt.Sprintf("bytes=%d-%d", off, end-1)
 	out, err := o.s.c.GetObject(ctx, &s3.GetObjectInput{Bucket: &o.s.Bucket, Key: &o.key, Range: &rng})
@@ -53,9 +67,10 @@ func (o *RangeReader) ReadAt(p []byte, off int64) (int, error) {
 		return 0, fmt.Errorf("read s3://%s/%s %s: %w", o.s.Bucket, o.key, rng, err)
 	}
 	defer out.Body.Close()
-	n, err := io.ReadFull(out.Body, p[:end-off])
+	n, err = io.ReadFull(out.Body, p[:end-off])
 	o.read.Add(int64(n))
 	received.Add(int64(n))
+	instr.S3Read(ctx, int64(n))
 	if err != nil {
 		return n, fmt.Errorf("read s3://%s/%s %s: %w", o.s.Bucket, o.key, rng, err)
 	}

@@ -5,11 +5,16 @@ package store
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -22,33 +27,139 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
 	"github.com/parquet-go/parquet-go"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/roundhouse-rl/roundhouse/internal/telemetry/instr"
 )
 
-// Config locates the bucket. Empty keys fall back to the AWS default chain.
+// Config locates the bucket. Without static keys the AWS default credential
+// chain applies (AWS_PROFILE, web identity/IRSA, ECS and EC2 instance roles).
 type Config struct {
-	Endpoint  string `json:"endpoint"` // e.g. http://127.0.0.1:9100; empty for AWS
-	Region    string `json:"region"`
-	Bucket    string `json:"bucket"`
-	AccessKey string `json:"-"`
-	SecretKey string `json:"-"`
+	Endpoint string `json:"endpoint"` // e.g. http://127.0.0.1:9100; empty for AWS
+	Region   string `json:"region"`   // empty: AWS_REGION or the profile's, else us-east-1
+	Bucket   string `json:"bucket"`
+	// PathStyle addresses buckets as endpoint/bucket instead of
+	// bucket.endpoint; nil means path-style exactly when Endpoint is set
+	// (self-hosted servers such as versitygw or MinIO rarely have the
+	// wildcard DNS that virtual-hosted addressing needs).
+	PathStyle    *bool  `json:"path_style,omitempty"`
+	AccessKey    string `json:"-"`
+	SecretKey    string `json:"-"`
+	SessionToken string `json:"-"`
+	// devKeys marks AccessKey/SecretKey as the dev stack's defaults: they
+	// are used only while Endpoint stays a local one, so a flag that points
+	// the config elsewhere (--s3-endpoint "" for AWS) falls back to the
+	// default chain instead of sending the dev secret.
+	devKeys bool
 }
 
-// FromEnv reads ROUNDHOUSE_S3_ENDPOINT, ROUNDHOUSE_BUCKET, AWS_REGION,
-// AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, with the dev stack's defaults.
+// The dev stack's S3 (versitygw) credentials. They are public, and apply
+// only to a plain-http endpoint on this machine when no keys are set.
+const (
+	DevAccessKey = "roundhouse"
+	DevSecretKey = "roundhouse-dev-secret"
+	DevEndpoint  = "http://127.0.0.1:9100"
+)
+
+// FromEnv reads ROUNDHOUSE_S3_ENDPOINT (unset: the dev stack's; set and
+// empty: AWS), ROUNDHOUSE_BUCKET, ROUNDHOUSE_S3_PATH_STYLE, AWS_REGION and
+// the static keys AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and
+// AWS_SESSION_TOKEN. Without keys, a local endpoint gets the dev stack's
+// credentials and any other the AWS default chain.
 func FromEnv() Config {
-	get := func(k, def string) string {
-		if v := os.Getenv(k); v != "" {
-			return v
+	c := Config{
+		Endpoint:     DevEndpoint,
+		Region:       os.Getenv("AWS_REGION"),
+		Bucket:       "roundhouse",
+		AccessKey:    os.Getenv("AWS_ACCESS_KEY_ID"),
+		SecretKey:    os.Getenv("AWS_SECRET_ACCESS_KEY"),
+		SessionToken: os.Getenv("AWS_SESSION_TOKEN"),
+	}
+	if v, ok := os.LookupEnv("ROUNDHOUSE_S3_ENDPOINT"); ok {
+		c.Endpoint = v
+	}
+	if v := os.Getenv("ROUNDHOUSE_BUCKET"); v != "" {
+		c.Bucket = v
+	}
+	if v, err := strconv.ParseBool(os.Getenv("ROUNDHOUSE_S3_PATH_STYLE")); err == nil {
+		c.PathStyle = &v
+	}
+	if c.AccessKey == "" && IsLocalEndpoint(c.Endpoint) {
+		c.AccessKey, c.SecretKey, c.SessionToken, c.devKeys = DevAccessKey, DevSecretKey, "", true
+	}
+	return c
+}
+
+// IsLocalEndpoint reports whether endpoint is plain http on this machine,
+// where the dev stack's public credentials may apply.
+func IsLocalEndpoint(endpoint string) bool {
+	u, err := url.Parse(endpoint)
+	if err != nil || u.Scheme != "http" {
+		return false
+	}
+	switch u.Hostname() {
+	case "127.0.0.1", "localhost", "::1":
+		return true
+	}
+	return false
+}
+
+// StaticKeys returns the keys New signs with; all empty means the AWS
+// default credential chain.
+func (c Config) StaticKeys() (accessKey, secretKey, sessionToken string) {
+	if c.AccessKey == "" || (c.devKeys && !IsLocalEndpoint(c.Endpoint)) {
+		return "", "", ""
+	}
+	return c.AccessKey, c.SecretKey, c.SessionToken
+}
+
+// UsesPathStyle resolves PathStyle.
+func (c Config) UsesPathStyle() bool {
+	if c.PathStyle != nil {
+		return *c.PathStyle
+	}
+	return c.Endpoint != ""
+}
+
+// String shows where the bucket is and how it is reached, never a secret:
+// fmt's %v and %+v use it, so a Config in an error or log line is safe.
+func (c Config) String() string {
+	creds := "default chain"
+	if ak, _, _ := c.StaticKeys(); ak != "" {
+		creds = "static keys " + redact(ak)
+		if c.devKeys {
+			creds = "dev stack keys"
 		}
-		return def
 	}
-	return Config{
-		Endpoint:  get("ROUNDHOUSE_S3_ENDPOINT", "http://127.0.0.1:9100"),
-		Region:    get("AWS_REGION", "us-east-1"),
-		Bucket:    get("ROUNDHOUSE_BUCKET", "roundhouse"),
-		AccessKey: get("AWS_ACCESS_KEY_ID", "roundhouse"),
-		SecretKey: get("AWS_SECRET_ACCESS_KEY", "roundhouse-dev-secret"),
+	ep := c.Endpoint
+	if ep == "" {
+		ep = "AWS"
 	}
+	return fmt.Sprintf("s3://%s at %s (region %q, path-style %t, %s)", c.Bucket, ep, c.Region, c.UsesPathStyle(), creds)
+}
+
+// GoString keeps secrets out of %#v.
+func (c Config) GoString() string { return "store.Config{" + c.String() + "}" }
+
+// LogValue keeps secrets out of slog output.
+func (c Config) LogValue() slog.Value {
+	ak, _, _ := c.StaticKeys()
+	return slog.GroupValue(slog.String("endpoint", c.Endpoint), slog.String("region", c.Region),
+		slog.String("bucket", c.Bucket), slog.Bool("path_style", c.UsesPathStyle()),
+		slog.String("access_key", redact(ak)))
+}
+
+// redact keeps a key recognisable in logs (its first 4 characters, as AWS
+// key ids start with their type) without revealing it.
+func redact(s string) string {
+	if s == "" {
+		return ""
+	}
+	if len(s) <= 8 {
+		return "***"
+	}
+	return s[:4] + "***"
 }
 
 // OpTimeout bounds each S3 request; large transfers get a longer budget.
@@ -75,13 +186,22 @@ type Store struct {
 
 // New builds a client; it does not contact the server (see Check).
 func New(ctx context.Context, cfg Config) (*Store, error) {
-	opts := []func(*awsconfig.LoadOptions) error{awsconfig.WithRegion(cfg.Region)}
-	if cfg.AccessKey != "" {
-		opts = append(opts, awsconfig.WithCredentialsProvider(credentials.NewStaticCredentialsProvider(cfg.AccessKey, cfg.SecretKey, "")))
+	var opts []func(*awsconfig.LoadOptions) error
+	if cfg.Region != "" {
+		opts = append(opts, awsconfig.WithRegion(cfg.Region))
 	}
+	if ak, sk, tok := cfg.StaticKeys(); ak != "" {
+		opts = append(opts, awsconfig.WithCredentialsProvider(credentials.NewStaticCredentialsProvider(ak, sk, tok)))
+	}
+	// Otherwise the default chain: env keys, AWS_PROFILE and SSO, web
+	// identity (IRSA), container and instance roles. It resolves lazily, at
+	// the first request, so a missing credential surfaces in Check.
 	ac, err := awsconfig.LoadDefaultConfig(ctx, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("s3 config: %w", err)
+	}
+	if ac.Region == "" {
+		ac.Region = "us-east-1" // S3 needs one; self-hosted servers ignore it
 	}
 	c := s3.NewFromConfig(ac, func(o *s3.Options) {
 		// Ranged reads carry no whole-object checksum; the SDK would log
@@ -89,8 +209,8 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		o.DisableLogOutputChecksumValidationSkipped = true
 		if cfg.Endpoint != "" {
 			o.BaseEndpoint = aws.String(cfg.Endpoint)
-			o.UsePathStyle = true // self-hosted servers such as versitygw
 		}
+		o.UsePathStyle = cfg.UsesPathStyle()
 	})
 	return &Store{c: c, tm: transfermanager.New(c), Bucket: cfg.Bucket, cfg: cfg}, nil
 }
@@ -122,19 +242,84 @@ func (s *Store) EnsureBucket(ctx context.Context) error {
 	return nil
 }
 
-// Put writes an object.
-func (s *Store) Put(ctx context.Context, key string, data []byte) error {
-	ctx, cancel := context.WithTimeout(ctx, TransferTimeout)
+// CheckWritable proves the bucket takes writes and deletes with these
+// credentials: it puts and deletes a small probe object under
+// .roundhouse-probe/, so a read-only or missing bucket fails at start-up
+// instead of after the first episode ran.
+func (s *Store) CheckWritable(ctx context.Context) error {
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:])
+	host, _ := os.Hostname()
+	key := fmt.Sprintf(".roundhouse-probe/%s-%d-%s", host, os.Getpid(), hex.EncodeToString(rnd[:]))
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	_, err := s.c.PutObject(ctx, &s3.PutObjectInput{Bucket: &s.Bucket, Key: &key, Body: bytes.NewReader(data)})
+	_, err := s.c.PutObject(pctx, &s3.PutObjectInput{Bucket: &s.Bucket, Key: &key, Body: strings.NewReader("roundhouse write probe\n")})
 	if err != nil {
-		return fmt.Errorf("put s3://%s/%s: %w", s.Bucket, key, err)
+		return fmt.Errorf("S3 bucket %q at %s is not writable (put %s): %s: %w", s.Bucket, s.cfg.endpointName(), key, bucketHint(err), err)
+	}
+	if _, err := s.c.DeleteObject(pctx, &s3.DeleteObjectInput{Bucket: &s.Bucket, Key: &key}); err != nil {
+		return fmt.Errorf("S3 bucket %q at %s takes writes but not deletes (delete %s): Roundhouse replaces and compacts objects, grant s3:DeleteObject: %w", s.Bucket, s.cfg.endpointName(), key, err)
 	}
 	return nil
 }
 
+func (c Config) endpointName() string {
+	if c.Endpoint == "" {
+		return "AWS"
+	}
+	return c.Endpoint
+}
+
+// bucketHint turns the S3 error codes a start-up check meets into the fix.
+func bucketHint(err error) string {
+	var api smithy.APIError
+	code := ""
+	if errors.As(err, &api) {
+		code = api.ErrorCode()
+	}
+	switch code {
+	case "NoSuchBucket", "NotFound":
+		return "the bucket does not exist: create it, or pass --bucket / ROUNDHOUSE_BUCKET"
+	case "AccessDenied", "Forbidden", "AllAccessDisabled":
+		return "access denied: give these credentials s3:PutObject and s3:DeleteObject on the bucket, or use others (AWS_PROFILE, AWS_ACCESS_KEY_ID)"
+	case "InvalidAccessKeyId", "SignatureDoesNotMatch":
+		return "the credentials are wrong: check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE"
+	}
+	return "check the endpoint, bucket and credentials"
+}
+
+// span starts the span of one S3 operation on key (a prefix for List).
+// op is a constant such as "s3.Put": span names stay few.
+func (s *Store) span(ctx context.Context, op, key string) (context.Context, trace.Span) {
+	return instr.Tracer.Start(ctx, op, trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.String("aws.s3.bucket", s.Bucket), attribute.String("aws.s3.key", key)))
+}
+
+// endSpan ends an operation's span with the bytes it moved (n < 0: none).
+func endSpan(span trace.Span, err error, n int64) {
+	if n >= 0 {
+		span.SetAttributes(attribute.Int64("s3.bytes", n))
+	}
+	instr.End(span, err)
+}
+
+// Put writes an object.
+func (s *Store) Put(ctx context.Context, key string, data []byte) (err error) {
+	ctx, span := s.span(ctx, "s3.Put", key)
+	defer func() { endSpan(span, err, int64(len(data))) }()
+	ctx, cancel := context.WithTimeout(ctx, TransferTimeout)
+	defer cancel()
+	if _, err := s.c.PutObject(ctx, &s3.PutObjectInput{Bucket: &s.Bucket, Key: &key, Body: bytes.NewReader(data)}); err != nil {
+		return fmt.Errorf("put s3://%s/%s: %w", s.Bucket, key, err)
+	}
+	instr.S3Written(ctx, int64(len(data)))
+	return nil
+}
+
 // Get reads an object.
-func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
+func (s *Store) Get(ctx context.Context, key string) (b []byte, err error) {
+	ctx, span := s.span(ctx, "s3.Get", key)
+	defer func() { endSpan(span, err, int64(len(b))) }()
 	ctx, cancel := context.WithTimeout(ctx, TransferTimeout)
 	defer cancel()
 	out, err := s.c.GetObject(ctx, &s3.GetObjectInput{Bucket: &s.Bucket, Key: &key})
@@ -142,8 +327,9 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
 		return nil, fmt.Errorf("get s3://%s/%s: %w", s.Bucket, key, err)
 	}
 	defer out.Body.Close()
-	b, err := io.ReadAll(out.Body)
+	b, err = io.ReadAll(out.Body)
 	received.Add(int64(len(b)))
+	instr.S3Read(ctx, int64(len(b)))
 	if err != nil {
 		return nil, fmt.Errorf("read s3://%s/%s: %w", s.Bucket, key, err)
 	}
@@ -158,10 +344,15 @@ var received atomic.Int64
 func Received() int64 { return received.Load() }
 
 // Exists reports whether an object exists.
-func (s *Store) Exists(ctx context.Context, key string) (bool, error) {
+func (s *Store) Exists(ctx context.Context, key string) (ok bool, err error) {
+	ctx, span := s.span(ctx, "s3.Exists", key)
+	defer func() {
+		span.SetAttributes(attribute.Bool("s3.exists", ok))
+		instr.End(span, err)
+	}()
 	ctx, cancel := context.WithTimeout(ctx, OpTimeout)
 	defer cancel()
-	_, err := s.c.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &s.Bucket, Key: &key})
+	_, err = s.c.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &s.Bucket, Key: &key})
 	if err == nil {
 		return true, nil
 	}
@@ -173,7 +364,10 @@ func (s *Store) Exists(ctx context.Context, key string) (bool, error) {
 }
 
 // PutFile uploads a local file.
-func (s *Store) PutFile(ctx context.Context, key, path string) error {
+func (s *Store) PutFile(ctx context.Context, key, path string) (err error) {
+	ctx, span := s.span(ctx, "s3.PutFile", key)
+	size := int64(-1)
+	defer func() { endSpan(span, err, size) }()
 	f, err := os.Open(path)
 	if err != nil {
 		return fmt.Errorf("upload %s: %w", path, err)
@@ -183,19 +377,24 @@ func (s *Store) PutFile(ctx context.Context, key, path string) error {
 	if err != nil {
 		return fmt.Errorf("upload %s: %w", path, err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, transferTimeout(st.Size()))
+	size = st.Size()
+	ctx, cancel := context.WithTimeout(ctx, transferTimeout(size))
 	defer cancel()
 	// The transfer manager switches to a parallel multipart upload above its
 	// threshold: single PUTs stop at 5 GB, checkpoint shards may not.
 	if _, err := s.tm.UploadObject(ctx, &transfermanager.UploadObjectInput{Bucket: &s.Bucket, Key: &key, Body: f}); err != nil {
 		return fmt.Errorf("put %s to s3://%s/%s: %w", path, s.Bucket, key, err)
 	}
+	instr.S3Written(ctx, size)
 	return nil
 }
 
 // GetFile downloads an object to path atomically (temp file + rename), so a
 // crash never leaves a half-written file that looks complete.
-func (s *Store) GetFile(ctx context.Context, key, path string) error {
+func (s *Store) GetFile(ctx context.Context, key, path string) (err error) {
+	ctx, span := s.span(ctx, "s3.GetFile", key)
+	size := int64(-1)
+	defer func() { endSpan(span, err, size) }()
 	hctx, hcancel := context.WithTimeout(ctx, OpTimeout)
 	head, err := s.c.HeadObject(hctx, &s3.HeadObjectInput{Bucket: &s.Bucket, Key: &key})
 	hcancel()
@@ -218,7 +417,9 @@ func (s *Store) GetFile(ctx context.Context, key, path string) error {
 		err = cerr
 	}
 	if err == nil {
-		received.Add(aws.ToInt64(head.ContentLength))
+		size = aws.ToInt64(head.ContentLength)
+		received.Add(size)
+		instr.S3Read(ctx, size)
 	}
 	if err == nil {
 		err = os.Rename(tmp.Name(), path)
@@ -236,10 +437,14 @@ type Object struct {
 }
 
 // List returns every object under prefix, in key order.
-func (s *Store) List(ctx context.Context, prefix string) ([]Object, error) {
+func (s *Store) List(ctx context.Context, prefix string) (out []Object, err error) {
+	ctx, span := s.span(ctx, "s3.List", prefix)
+	defer func() {
+		span.SetAttributes(attribute.Int("s3.objects", len(out)))
+		instr.End(span, err)
+	}()
 	ctx, cancel := context.WithTimeout(ctx, TransferTimeout)
 	defer cancel()
-	var out []Object
 	p := s3.NewListObjectsV2Paginator(s.c, &s3.ListObjectsV2Input{Bucket: &s.Bucket, Prefix: &prefix})
 	for p.HasMorePages() {
 		page, err := p.NextPage(ctx)
@@ -320,7 +525,9 @@ func IsNotFound(err error) bool {
 	return errors.As(err, &nsk) || errors.As(err, &nf) || (errors.As(err, &api) && (api.ErrorCode() == "NoSuchKey" || api.ErrorCode() == "NotFound"))
 }
 
-func (s *Store) delete(ctx context.Context, key string) error {
+func (s *Store) delete(ctx context.Context, key string) (err error) {
+	ctx, span := s.span(ctx, "s3.Delete", key)
+	defer func() { instr.End(span, err) }()
 	if _, err := s.c.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &s.Bucket, Key: &key}); err != nil {
 		return fmt.Errorf("delete s3://%s/%s: %w", s.Bucket, key, err)
 	}
@@ -328,7 +535,9 @@ func (s *Store) delete(ctx context.Context, key string) error {
 }
 
 // ETag returns the object's entity tag, which changes when its content does.
-func (s *Store) ETag(ctx context.Context, key string) (string, error) {
+func (s *Store) ETag(ctx context.Context, key string) (_ string, err error) {
+	ctx, span := s.span(ctx, "s3.ETag", key)
+	defer func() { instr.End(span, err) }()
 	ctx, cancel := context.WithTimeout(ctx, OpTimeout)
 	defer cancel()
 	out, err := s.c.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &s.Bucket, Key: &key})
