@@ -1,11 +1,17 @@
 package activities
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/roundhouse-rl/roundhouse/internal/itest"
 	"github.com/roundhouse-rl/roundhouse/internal/outcome"
+	"github.com/roundhouse-rl/roundhouse/internal/proxy"
+	"github.com/roundhouse-rl/roundhouse/internal/spool"
+	"github.com/roundhouse-rl/roundhouse/internal/store"
+	"github.com/roundhouse-rl/roundhouse/schemas"
 )
 
 func TestSuccessCall(t *testing.T) {
@@ -40,5 +46,45 @@ func TestPruneWeights(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(root, p)); (err == nil) != want {
 			t.Errorf("%s: exists = %v, want %v", p, err == nil, want)
 		}
+	}
+}
+
+// A spooled try whose episode row is stored completed before its worker
+// died: recovery clears it without storing an orphan; a try without a
+// row is stored under orphans/.
+func TestRecoverOrphansSkipsCompletedTries(t *testing.T) {
+	stack := itest.Start(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	first, err := spool.New(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := schemas.Layout{Run: "orph"}
+	done := proxy.Episode{ID: schemas.EpisodeID(1, schemas.PhaseTrain, 0, 0), Run: "orph", Round: 1, Phase: schemas.PhaseTrain}
+	lost := proxy.Episode{ID: schemas.EpisodeID(1, schemas.PhaseTrain, 0, 1), Run: "orph", Round: 1, Phase: schemas.PhaseTrain, Attempt: 1}
+	for _, ep := range []proxy.Episode{done, lost} {
+		first.Call(ep, schemas.Call{Run: ep.Run, EpisodeID: ep.ID, CallIndex: 0, Trainable: true})
+	}
+	if _, err := store.WriteParquet(ctx, stack.Store, l.Episodes(1, schemas.PhaseTrain, done.ID), []schemas.Episode{{Run: "orph", EpisodeID: done.ID, Valid: true}}); err != nil {
+		t.Fatal(err)
+	}
+	// The next worker process on the host.
+	next, err := spool.New(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &Rollout{Store: stack.Store, Spool: next}
+	if _, err := r.RecoverOrphans(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := stack.Store.Exists(ctx, l.Orphan(1, schemas.PhaseTrain, done.ID, 0)); ok {
+		t.Error("a completed try was stored as an orphan")
+	}
+	if ok, _ := stack.Store.Exists(ctx, l.Orphan(1, schemas.PhaseTrain, lost.ID, 0)); !ok {
+		t.Error("the try without an episode row was not stored as an orphan")
+	}
+	if left, _ := next.Orphans(); len(left) != 0 {
+		t.Errorf("spool still holds %d tries", len(left))
 	}
 }
