@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -319,18 +318,7 @@ func TestEvalShardsMerge(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
-	w := exec.Command(filepath.Join(bins, "worker"), "--workdir", filepath.Join(stack.Dir, "work"), "--slots", "4")
-	w.Dir = root
-	w.Env = append(os.Environ(), stack.Env()...)
-	logf, err := os.Create(filepath.Join(stack.Dir, "worker.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Stdout, w.Stderr = logf, logf
-	if err := w.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Process.Kill(); _ = w.Wait(); logf.Close() })
+	stack.StartWorker(t, bins, "main")
 
 	const run, tag = "itest-eval", "sft_val"
 	config := filepath.Join(root, "harnesses/minimal/harness.yaml")

@@ -287,18 +287,7 @@ func TestStatusAndReportOnRealRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
-	worker := exec.Command(filepath.Join(bins, "worker"), "--workdir", filepath.Join(stack.Dir, "work"), "--slots", "4")
-	worker.Dir = root
-	worker.Env = append(os.Environ(), stack.Env()...)
-	logf, err := os.Create(filepath.Join(stack.Dir, "worker.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	worker.Stdout, worker.Stderr = logf, logf
-	if err := worker.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = worker.Process.Kill(); _ = worker.Wait(); logf.Close() })
+	stack.StartWorker(t, bins, "main")
 
 	starter := func(args ...string) (string, error) {
 		cmd := exec.CommandContext(ctx, filepath.Join(bins, "starter"), args...)

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -126,17 +124,7 @@ func TestSweepSchedule(t *testing.T) {
 	root := itest.Root(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	worker := exec.Command(filepath.Join(bins, "worker"), "--workdir", filepath.Join(stack.Dir, "work"), "--slots", "4")
-	worker.Env = append(os.Environ(), stack.Env()...)
-	logf, err := os.Create(filepath.Join(stack.Dir, "worker.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	worker.Stdout, worker.Stderr = logf, logf
-	if err := worker.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = worker.Process.Kill(); _ = worker.Wait(); logf.Close() })
+	stack.StartWorker(t, bins, "main")
 
 	// A run as `starter train` leaves it: harness.json and weights w0.
 	s := stack.Store

@@ -20,26 +20,6 @@ import (
 	tlog "go.temporal.io/sdk/log"
 )
 
-// startWorker runs the worker binary against the stack; it is a separate
-// process so the test can kill -9 it like a crashed host.
-func startWorker(t *testing.T, stack itest.Stack, bins, name string) *exec.Cmd {
-	t.Helper()
-	// One host, one workdir: the restarted worker finds the dead one's spool.
-	cmd := exec.Command(filepath.Join(bins, "worker"), "--workdir", filepath.Join(stack.Dir, "work"), "--slots", "4")
-	cmd.Dir = itest.Root(t)
-	cmd.Env = append(os.Environ(), stack.Env()...)
-	logf, err := os.Create(filepath.Join(stack.Dir, "worker-"+name+".log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); logf.Close() })
-	return cmd
-}
-
 // TestTrainSurvivesWorkerKill runs a real round on a real Temporal server and
 // S3 server, kills -9 the worker in the middle of collection, starts another
 // one, and checks the run finishes with every episode stored exactly once.
@@ -50,7 +30,7 @@ func TestTrainSurvivesWorkerKill(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 
-	first := startWorker(t, stack, bins, "first")
+	first := stack.StartWorker(t, bins, "first")
 	const run, groups, attempts = "itest-kill", 4, 3
 	starter := exec.CommandContext(ctx, filepath.Join(bins, "starter"), "train",
 		"--config", filepath.Join(root, "harnesses/minimal/harness.yaml"), "--run", run,
@@ -85,7 +65,7 @@ func TestTrainSurvivesWorkerKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = first.Wait()
-	startWorker(t, stack, bins, "second")
+	stack.StartWorker(t, bins, "second")
 
 	var res workflows.TrainResult
 	if err := c.GetWorkflow(ctx, id, "").Get(ctx, &res); err != nil {

@@ -187,25 +187,40 @@ func ChildID(parent string, round int32, phase string, k int) string {
 // live counts of its running episode chunks.
 func QueryProgress(ctx context.Context, c client.Client, run string) (Progress, error) {
 	var p Progress
+	if err := queryWithChunks(ctx, c, WorkflowID(run), ProgressQuery, &p); err != nil {
+		return p, fmt.Errorf("run %s: %w", run, err)
+	}
+	addChunks(ctx, c, p.Children, &p.Episodes)
+	return p, nil
+}
+
+// queryWithChunks runs a query on a workflow that runs episode chunks.
+func queryWithChunks(ctx context.Context, c client.Client, id, query string, into any) error {
 	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	v, err := c.QueryWorkflow(qctx, WorkflowID(run), "", ProgressQuery)
+	v, err := c.QueryWorkflow(qctx, id, "", query)
 	if err != nil {
-		return p, fmt.Errorf("query run %s: %w", run, err)
+		return fmt.Errorf("query %s: %w", query, err)
 	}
-	if err := v.Get(&p); err != nil {
-		return p, fmt.Errorf("decode progress of run %s: %w", run, err)
+	if err := v.Get(into); err != nil {
+		return fmt.Errorf("decode %s: %w", query, err)
 	}
-	for _, id := range p.Children {
+	return nil
+}
+
+// addChunks adds the live counts of running episode chunks to t.
+func addChunks(ctx context.Context, c client.Client, children []string, t *Tally) {
+	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for _, id := range children {
 		v, err := c.QueryWorkflow(qctx, id, "", EpisodesQuery)
 		if err != nil {
 			continue // finished between the two queries: the parent counts it next time
 		}
-		var t Tally
-		if v.Get(&t) == nil {
-			t.Total = 0
-			p.Episodes.add(t)
+		var ct Tally
+		if v.Get(&ct) == nil {
+			ct.Total = 0
+			t.add(ct)
 		}
 	}
-	return p, nil
 }

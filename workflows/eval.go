@@ -128,25 +128,9 @@ func Eval(ctx workflow.Context, in EvalInput) (schemas.Report, error) {
 // the live counts of its running episode chunks.
 func QueryEvalProgress(ctx context.Context, c client.Client, id string) (EvalProgress, error) {
 	var p EvalProgress
-	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	v, err := c.QueryWorkflow(qctx, id, "", EvalProgressQuery)
-	if err != nil {
-		return p, fmt.Errorf("query evaluation %s: %w", id, err)
+	if err := queryWithChunks(ctx, c, id, EvalProgressQuery, &p); err != nil {
+		return p, fmt.Errorf("evaluation %s: %w", id, err)
 	}
-	if err := v.Get(&p); err != nil {
-		return p, fmt.Errorf("decode progress of evaluation %s: %w", id, err)
-	}
-	for _, child := range p.Children {
-		v, err := c.QueryWorkflow(qctx, child, "", EpisodesQuery)
-		if err != nil {
-			continue // finished between the two queries: the parent counts it next time
-		}
-		var t Tally
-		if v.Get(&t) == nil {
-			t.Total = 0
-			p.Episodes.add(t)
-		}
-	}
+	addChunks(ctx, c, p.Children, &p.Episodes)
 	return p, nil
 }

@@ -122,18 +122,7 @@ func runScaleRound(tb testing.TB, run string, groups, attempts, slots int) scale
 	ctx, cancel := context.WithTimeout(context.Background(), 55*time.Minute)
 	defer cancel()
 
-	w := exec.Command(filepath.Join(bins, "worker"), "--workdir", filepath.Join(stack.Dir, "work"), "--slots", strconv.Itoa(slots))
-	w.Dir = root
-	w.Env = append(os.Environ(), stack.Env()...)
-	logf, err := os.Create(filepath.Join(stack.Dir, "worker.log"))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	w.Stdout, w.Stderr = logf, logf
-	if err := w.Start(); err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { _ = w.Process.Kill(); _ = w.Wait(); logf.Close() })
+	stack.StartWorker(tb, bins, "main", "--slots", strconv.Itoa(slots))
 
 	// Every task at 2/5, inside the pool band: the round collects on all.
 	// Hand-written, so it has no digests: --pool-report-any-weights.

@@ -31,7 +31,7 @@ func TestStopAndResume(t *testing.T) {
 	root := itest.Root(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	startWorker(t, stack, bins, "stop")
+	stack.StartWorker(t, bins, "stop")
 	const run, groups, attempts = "itest-stop", 40, 3
 	starter := func(args ...string) (string, error) {
 		cmd := exec.CommandContext(ctx, filepath.Join(bins, "starter"), args...)

@@ -55,7 +55,7 @@ func TestUITellsTheStory(t *testing.T) {
 
 	// The worker registers the search attributes at start; the UI's query
 	// (Current Details) is answered by it, so it runs until the test ends.
-	startWorker(t, stack, bins, "ui")
+	stack.StartWorker(t, bins, "ui")
 	const run, other = "ui-story", "ui-other"
 	for _, r := range []string{run, other} {
 		st := exec.CommandContext(ctx, filepath.Join(bins, "starter"), "train",

@@ -160,3 +160,26 @@ func Cleanup() {
 func Binaries(t testing.TB) string {
 	return Build(t, "./workers/worker", "./starter", "./harnesses/minimal/cmd/...")
 }
+
+// StartWorker runs the worker binary of bins against the stack as a
+// separate process (tests kill -9 it like a crashed host), logging to
+// <stack dir>/worker-<name>.log; extra flags follow the defaults, so a
+// later --slots wins. One workdir per stack: a restarted worker finds the
+// dead one's spool, as on one host.
+func (s Stack) StartWorker(t testing.TB, bins, name string, extra ...string) *exec.Cmd {
+	t.Helper()
+	args := append([]string{"--workdir", filepath.Join(s.Dir, "work"), "--slots", "4"}, extra...)
+	cmd := exec.Command(filepath.Join(bins, "worker"), args...)
+	cmd.Dir = Root(t)
+	cmd.Env = append(os.Environ(), s.Env()...)
+	logf, err := os.Create(filepath.Join(s.Dir, "worker-"+name+".log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); logf.Close() })
+	return cmd
+}
