@@ -418,39 +418,24 @@ func followEval(ctx context.Context, out io.Writer, c client.Client, s *store.St
 	if detach {
 		return nil
 	}
-	done := make(chan error, 1)
 	var rep schemas.Report
-	go func() { done <- c.GetWorkflow(ctx, id, "").Get(ctx, &rep) }()
-	tick := time.NewTicker(2 * time.Second)
-	defer tick.Stop()
-	last := ""
-	for {
-		select {
-		case err := <-done:
-			if err != nil {
-				return fmt.Errorf("evaluation %s failed: %w (details in the Temporal UI; fix the cause, then rerun the same command: no report was written)", id, err)
-			}
-			fmt.Fprintln(out)
-			printEvalReport(out, rep, s.Bucket)
-			return nil
-		case <-tick.C:
-			p, err := workflows.QueryEvalProgress(ctx, c, id)
-			if err != nil {
-				continue
-			}
-			t := p.Episodes
-			line := fmt.Sprintf("eval %s %s: %d/%d episodes, %d successes", p.Tag, p.Phase, t.Done, t.Total, t.Successes)
-			if p.Shards > 1 {
-				line = fmt.Sprintf("eval %s shard %d/%d %s: %d/%d episodes, %d successes", p.Tag, p.Shard, p.Shards, p.Phase, t.Done, t.Total, t.Successes)
-			}
-			if line != last {
-				fmt.Fprintln(out, line)
-				last = line
-			}
-		case <-ctx.Done():
-			return ctx.Err()
+	err := followUntil(ctx, out, func(ctx context.Context) error { return c.GetWorkflow(ctx, id, "").Get(ctx, &rep) }, func() string {
+		p, err := workflows.QueryEvalProgress(ctx, c, id)
+		if err != nil {
+			return ""
 		}
+		t := p.Episodes
+		if p.Shards > 1 {
+			return fmt.Sprintf("eval %s shard %d/%d %s: %d/%d episodes, %d successes", p.Tag, p.Shard, p.Shards, p.Phase, t.Done, t.Total, t.Successes)
+		}
+		return fmt.Sprintf("eval %s %s: %d/%d episodes, %d successes", p.Tag, p.Phase, t.Done, t.Total, t.Successes)
+	})
+	if err != nil {
+		return fmt.Errorf("evaluation %s failed: %w (details in the Temporal UI; fix the cause, then rerun the same command: no report was written)", id, err)
 	}
+	fmt.Fprintln(out)
+	printEvalReport(out, rep, s.Bucket)
+	return nil
 }
 
 // printEvalReport prints a report's table and says what kind of score it is.

@@ -345,52 +345,61 @@ func follow(ctx context.Context, out io.Writer, c client.Client, s *store.Store,
 	if stopFile != "" {
 		fmt.Fprintf(out, "controlled stop: starter stop --run %s, or touch %s\n", run, stopFile)
 	}
-	done := make(chan error, 1)
 	var res workflows.TrainResult
-	go func() { done <- c.GetWorkflow(ctx, id, "").Get(ctx, &res) }()
+	err := followUntil(ctx, out, func(ctx context.Context) error { return c.GetWorkflow(ctx, id, "").Get(ctx, &res) }, func() string {
+		if stopFile != "" {
+			if _, err := os.Stat(stopFile); err == nil {
+				if err := requestStop(ctx, c, run, "STOP file "+stopFile); err != nil {
+					fmt.Fprintf(out, "STOP file seen, but the stop request failed: %v\n", err)
+				} else {
+					fmt.Fprintf(out, "STOP file %s seen: stop requested (running episodes finish)\n", stopFile)
+					os.Remove(stopFile)
+				}
+			}
+		}
+		p, err := workflows.QueryProgress(ctx, c, run)
+		if err != nil {
+			return "" // between runs of a continue-as-new chain the query may miss
+		}
+		e := p.Episodes
+		line := fmt.Sprintf("round %d/%d  %-10s %d/%d episodes, %d successes", p.Round, p.Rounds, p.Phase, e.Done, e.Total, e.Successes)
+		if p.Stopping {
+			line += " (stopping)"
+		}
+		return line
+	})
+	if err != nil {
+		return fmt.Errorf("run %s failed: %w (details in the Temporal UI; fix the cause, then `starter train --run %s` resumes it)", run, err, run)
+	}
+	fmt.Fprintln(out)
+	printSummaries(out, res.Summaries)
+	if res.Stopped {
+		fmt.Fprintf(out, "run %s stopped in round %d; `starter train --run %s --config …` resumes it\n", run, res.StoppedRound, run)
+		return nil
+	}
+	if res.FinalValSuccess >= 0 {
+		fmt.Fprintf(out, "final validation success (weights %s): %.1f%%\n", res.FinalWeights, 100*res.FinalValSuccess)
+	}
+	fmt.Fprintf(out, "final weights: s3://%s/%s\n", s.Bucket, schemas.Layout{Run: run}.Weights(res.FinalWeights))
+	return nil
+}
+
+// followUntil prints progress lines — line() every 2 s, when it changed and is
+// not empty — until wait returns, and returns its error.
+func followUntil(ctx context.Context, out io.Writer, wait func(context.Context) error, line func() string) error {
+	done := make(chan error, 1)
+	go func() { done <- wait(ctx) }()
 	tick := time.NewTicker(2 * time.Second)
 	defer tick.Stop()
 	last := ""
 	for {
 		select {
 		case err := <-done:
-			if err != nil {
-				return fmt.Errorf("run %s failed: %w (details in the Temporal UI; fix the cause, then `starter train --run %s` resumes it)", run, err, run)
-			}
-			fmt.Fprintln(out)
-			printSummaries(out, res.Summaries)
-			if res.Stopped {
-				fmt.Fprintf(out, "run %s stopped in round %d; `starter train --run %s --config …` resumes it\n", run, res.StoppedRound, run)
-				return nil
-			}
-			if res.FinalValSuccess >= 0 {
-				fmt.Fprintf(out, "final validation success (weights %s): %.1f%%\n", res.FinalWeights, 100*res.FinalValSuccess)
-			}
-			fmt.Fprintf(out, "final weights: s3://%s/%s\n", s.Bucket, schemas.Layout{Run: run}.Weights(res.FinalWeights))
-			return nil
+			return err
 		case <-tick.C:
-			if stopFile != "" {
-				if _, err := os.Stat(stopFile); err == nil {
-					if err := requestStop(ctx, c, run, "STOP file "+stopFile); err != nil {
-						fmt.Fprintf(out, "STOP file seen, but the stop request failed: %v\n", err)
-					} else {
-						fmt.Fprintf(out, "STOP file %s seen: stop requested (running episodes finish)\n", stopFile)
-						os.Remove(stopFile)
-					}
-				}
-			}
-			p, err := workflows.QueryProgress(ctx, c, run)
-			if err != nil {
-				continue // between runs of a continue-as-new chain the query may miss
-			}
-			e := p.Episodes
-			line := fmt.Sprintf("round %d/%d  %-10s %d/%d episodes, %d successes", p.Round, p.Rounds, p.Phase, e.Done, e.Total, e.Successes)
-			if p.Stopping {
-				line += " (stopping)"
-			}
-			if line != last {
-				fmt.Fprintln(out, line)
-				last = line
+			if l := line(); l != "" && l != last {
+				fmt.Fprintln(out, l)
+				last = l
 			}
 		case <-ctx.Done():
 			return ctx.Err()
