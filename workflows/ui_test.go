@@ -18,11 +18,9 @@ import (
 	"testing"
 	"time"
 
-	"go.temporal.io/sdk/client"
 	tlog "go.temporal.io/sdk/log"
 
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
-	"github.com/roundhouse-rl/roundhouse/internal/devstack"
 	"github.com/roundhouse-rl/roundhouse/internal/itest"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/schemas"
@@ -41,7 +39,8 @@ import (
 // test's temp dir (removed when the test ends).
 func TestUITellsTheStory(t *testing.T) {
 	chromium := findChromium(t)
-	stack, ui := startUIStack(t)
+	stack := itest.StartWithUI(t)
+	ui := stack.UI
 	bins := itest.Binaries(t)
 	root := itest.Root(t)
 	shots := os.Getenv("ROUNDHOUSE_UI_SHOTS")
@@ -237,72 +236,6 @@ func findChromium(t *testing.T) string {
 	}
 	t.Skip("chromium is not installed (sudo apt-get install chromium); skipping the Temporal UI test")
 	return ""
-}
-
-// startUIStack is itest.Start with the Temporal UI on a free port; it
-// returns the stack and the UI's base URL.
-func startUIStack(t *testing.T) (itest.Stack, string) {
-	t.Helper()
-	ctx := context.Background()
-	dir := t.TempDir()
-	tbin, err := devstack.TemporalTool.Find()
-	if err != nil {
-		t.Fatal(err)
-	}
-	vbin, err := devstack.VersitygwTool.Find()
-	if err != nil {
-		t.Fatal(err)
-	}
-	tport, _ := devstack.FreePort()
-	uport, _ := devstack.FreePort()
-	sport, _ := devstack.FreePort()
-	tlogPath := filepath.Join(dir, "temporal.log")
-	tp, err := devstack.Start("temporal", devstack.TemporalArgs(tbin, filepath.Join(dir, "temporal.db"), tport, uport), nil, tlogPath, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { tp.Stop(5 * time.Second) })
-	cfg := store.Config{Endpoint: "http://127.0.0.1:" + strconv.Itoa(sport), Region: "us-east-1", Bucket: "roundhouse-test",
-		AccessKey: "itest", SecretKey: "itest-secret"}
-	slogPath := filepath.Join(dir, "s3.log")
-	if err := os.MkdirAll(filepath.Join(dir, "s3"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	sp, err := devstack.Start("versitygw", devstack.VersitygwArgs(vbin, filepath.Join(dir, "s3"), sport), devstack.VersitygwEnv(cfg.AccessKey, cfg.SecretKey), slogPath, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sp.Stop(5 * time.Second) })
-	taddr := "127.0.0.1:" + strconv.Itoa(tport)
-	temporalUp := func(ctx context.Context) error {
-		if err := devstack.TCPCheck(taddr)(ctx); err != nil {
-			return err
-		}
-		c, err := client.DialContext(ctx, client.Options{HostPort: taddr, Logger: uiQuiet()})
-		if err != nil {
-			return err
-		}
-		c.Close()
-		return nil
-	}
-	if err := devstack.WaitReady(ctx, tp, 2*time.Minute, temporalUp, tlogPath); err != nil {
-		t.Fatal(err)
-	}
-	ui := "http://127.0.0.1:" + strconv.Itoa(uport)
-	if err := devstack.WaitReady(ctx, tp, time.Minute, devstack.HTTPCheck(ui+"/"), tlogPath); err != nil {
-		t.Fatal(err)
-	}
-	if err := devstack.WaitReady(ctx, sp, time.Minute, devstack.HTTPCheck(cfg.Endpoint), slogPath); err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.New(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.EnsureBucket(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return itest.Stack{Endpoints: connect.Endpoints{Temporal: taddr, Namespace: "default", S3: cfg}, Store: st, Dir: dir}, ui
 }
 
 // browser runs headless Chromium, one process per page, each with its own

@@ -29,6 +29,7 @@ type Stack struct {
 	Endpoints connect.Endpoints
 	Store     *store.Store
 	Dir       string
+	UI        string // the Temporal UI's base URL (StartWithUI only)
 }
 
 // Env returns the environment a worker or starter process needs for the stack.
@@ -37,6 +38,17 @@ func (s Stack) Env() []string { return s.Endpoints.Env() }
 // Start brings up the servers and stops them when the test ends. Missing
 // tools fail the test with the command that builds them.
 func Start(t testing.TB) Stack {
+	t.Helper()
+	return start(t, false)
+}
+
+// StartWithUI is Start with the Temporal UI served on a free port.
+func StartWithUI(t testing.TB) Stack {
+	t.Helper()
+	return start(t, true)
+}
+
+func start(t testing.TB, withUI bool) Stack {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("integration test: needs the Temporal dev server and versitygw (run without -short)")
@@ -53,8 +65,12 @@ func Start(t testing.TB) Stack {
 	}
 	tport, _ := devstack.FreePort()
 	sport, _ := devstack.FreePort()
+	uport := 0 // headless
+	if withUI {
+		uport, _ = devstack.FreePort()
+	}
 	tlog := filepath.Join(dir, "temporal.log")
-	tp, err := devstack.Start("temporal", devstack.TemporalArgs(tbin, filepath.Join(dir, "temporal.db"), tport, 0), nil, tlog, false)
+	tp, err := devstack.Start("temporal", devstack.TemporalArgs(tbin, filepath.Join(dir, "temporal.db"), tport, uport), nil, tlog, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,6 +104,13 @@ func Start(t testing.TB) Stack {
 	if err := devstack.WaitReady(ctx, tp, 2*time.Minute, temporalUp, tlog); err != nil {
 		t.Fatal(err)
 	}
+	ui := ""
+	if withUI {
+		ui = "http://127.0.0.1:" + strconv.Itoa(uport)
+		if err := devstack.WaitReady(ctx, tp, time.Minute, devstack.HTTPCheck(ui+"/"), tlog); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := devstack.WaitReady(ctx, sp, time.Minute, devstack.HTTPCheck(cfg.Endpoint), slog); err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +121,7 @@ func Start(t testing.TB) Stack {
 	if err := st.EnsureBucket(ctx); err != nil {
 		t.Fatal(err)
 	}
-	return Stack{Endpoints: connect.Endpoints{Temporal: taddr, Namespace: "default", S3: cfg}, Store: st, Dir: dir}
+	return Stack{Endpoints: connect.Endpoints{Temporal: taddr, Namespace: "default", S3: cfg}, Store: st, Dir: dir, UI: ui}
 }
 
 func quietLogger() tlog.Logger {
