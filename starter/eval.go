@@ -161,15 +161,11 @@ func runEval(ctx context.Context, out io.Writer, e *connect.Endpoints, f evalFla
 		return fmt.Errorf("--weights %q is neither a local path nor a weights id: pass w0, r1, … or a weights directory", f.weights)
 	}
 
-	c, err := connect.Temporal(ctx, *e, quietLogger())
+	c, s, err := connectBoth(ctx, e)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	s, err := connect.Store(ctx, *e)
-	if err != nil {
-		return err
-	}
 	l := schemas.Layout{Run: f.run}
 	var old schemas.Harness
 	exists := true

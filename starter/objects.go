@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"go.temporal.io/sdk/client"
+
+	"github.com/roundhouse-rl/roundhouse/internal/connect"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 )
 
@@ -28,3 +31,18 @@ func getJSON(ctx context.Context, s *store.Store, key string, v any) error {
 }
 
 func isNotFound(err error) bool { return store.IsNotFound(err) }
+
+// connectBoth connects to Temporal and S3, the pair most commands need;
+// the caller closes the client.
+func connectBoth(ctx context.Context, e *connect.Endpoints) (client.Client, *store.Store, error) {
+	c, err := connect.Temporal(ctx, *e, quietLogger())
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := connect.Store(ctx, *e)
+	if err != nil {
+		c.Close()
+		return nil, nil, err
+	}
+	return c, s, nil
+}

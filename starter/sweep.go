@@ -189,15 +189,11 @@ func sweepCreate(ctx context.Context, out io.Writer, e *connect.Endpoints, f swe
 	if err != nil {
 		return err
 	}
-	c, err := connect.Temporal(ctx, *e, quietLogger())
+	c, s, err := connectBoth(ctx, e)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	s, err := connect.Store(ctx, *e)
-	if err != nil {
-		return err
-	}
 	id := workflows.SweepScheduleID(f.name)
 	sc := c.ScheduleClient()
 	if _, err := describeSchedule(ctx, sc, id); err == nil {

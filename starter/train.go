@@ -148,15 +148,11 @@ func train(ctx context.Context, out io.Writer, e *connect.Endpoints, f trainFlag
 			return fmt.Errorf("--pool-report %s %w", f.poolReport, err)
 		}
 	}
-	c, err := connect.Temporal(ctx, *e, quietLogger())
+	c, s, err := connectBoth(ctx, e)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	s, err := connect.Store(ctx, *e)
-	if err != nil {
-		return err
-	}
 	id := workflows.WorkflowID(f.run)
 	l := schemas.Layout{Run: f.run}
 
