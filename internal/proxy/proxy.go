@@ -127,9 +127,15 @@ func (p *Proxy) upstreamURL(path, rawQuery string) (*url.URL, error) {
 	if u == nil {
 		return nil, errors.New("no model server configured (Proxy.SetUpstream)")
 	}
+	// path is the request's escaped path: keep its escaping (%2F stays
+	// %2F) rather than escaping the escapes.
+	dec, err := url.PathUnescape(path)
+	if err != nil {
+		return nil, fmt.Errorf("path %q: %w", path, err)
+	}
 	out := *u
-	out.Path = u.Path + path
-	out.RawPath = ""
+	out.Path = u.Path + dec
+	out.RawPath = u.EscapedPath() + path
 	out.RawQuery = rawQuery
 	return &out, nil
 }

@@ -93,6 +93,7 @@ func TestNotAnOpenRelay(t *testing.T) {
 		{"single dot segment", "GET " + prefix + "/./models HTTP/1.1\r\nHost: " + addr + "\r\n\r\n", "", 400, ""},
 		{"CONNECT authority", "CONNECT " + evilHost + " HTTP/1.1\r\nHost: " + evilHost + "\r\n\r\n", "", 405, ""},
 		{"CONNECT episode path", "CONNECT " + prefix + "/models HTTP/1.1\r\nHost: " + addr + "\r\n\r\n", "", 405, ""},
+		{"escapes pass through as sent", "GET " + prefix + "/models/org%2Fname%20x HTTP/1.1\r\nHost: " + addr + "\r\n\r\n", "", 404, "/v1/models/org%2Fname%20x"},
 		{"authority in path", "GET " + prefix + "//" + evilHost + "/x HTTP/1.1\r\nHost: " + addr + "\r\n\r\n", "", 404, "/v1//" + evilHost + "/x"},
 	}
 	for _, c := range cases {
