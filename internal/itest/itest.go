@@ -5,6 +5,7 @@ package itest
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -63,18 +64,8 @@ func start(t testing.TB, withUI bool) Stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tport, _ := devstack.FreePort()
+	taddr, ui := startTemporal(t, tbin, dir, withUI)
 	sport, _ := devstack.FreePort()
-	uport := 0 // headless
-	if withUI {
-		uport, _ = devstack.FreePort()
-	}
-	tlog := filepath.Join(dir, "temporal.log")
-	tp, err := devstack.Start("temporal", devstack.TemporalArgs(tbin, filepath.Join(dir, "temporal.db"), tport, uport), nil, tlog, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { tp.Stop(5 * time.Second) })
 	cfg := store.Config{Endpoint: "http://127.0.0.1:" + strconv.Itoa(sport), Region: "us-east-1", Bucket: "roundhouse-test",
 		AccessKey: "itest", SecretKey: "itest-secret"}
 	slog := filepath.Join(dir, "s3.log")
@@ -86,31 +77,6 @@ func start(t testing.TB, withUI bool) Stack {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sp.Stop(5 * time.Second) })
-	taddr := "127.0.0.1:" + strconv.Itoa(tport)
-	// A Temporal health check, not a bare TCP connect: another process that
-	// grabbed the port would pass the latter.
-	quiet := quietLogger()
-	temporalUp := func(ctx context.Context) error {
-		if err := devstack.TCPCheck(taddr)(ctx); err != nil {
-			return err // not listening yet: no need to dial
-		}
-		c, err := client.DialContext(ctx, client.Options{HostPort: taddr, Logger: quiet})
-		if err != nil {
-			return err
-		}
-		c.Close()
-		return nil
-	}
-	if err := devstack.WaitReady(ctx, tp, 2*time.Minute, temporalUp, tlog); err != nil {
-		t.Fatal(err)
-	}
-	ui := ""
-	if withUI {
-		ui = "http://127.0.0.1:" + strconv.Itoa(uport)
-		if err := devstack.WaitReady(ctx, tp, time.Minute, devstack.HTTPCheck(ui+"/"), tlog); err != nil {
-			t.Fatal(err)
-		}
-	}
 	if err := devstack.WaitReady(ctx, sp, time.Minute, devstack.HTTPCheck(cfg.Endpoint), slog); err != nil {
 		t.Fatal(err)
 	}
@@ -122,6 +88,56 @@ func start(t testing.TB, withUI bool) Stack {
 		t.Fatal(err)
 	}
 	return Stack{Endpoints: connect.Endpoints{Temporal: taddr, Namespace: "default", S3: cfg}, Store: st, Dir: dir, UI: ui}
+}
+
+// startTemporal starts the dev server on free ports and waits until it
+// answers (and its UI, when asked for). A port picked as free can be taken
+// by another test package's server before ours binds it; such a start is
+// retried on other ports, twice at most.
+func startTemporal(t testing.TB, bin, dir string, withUI bool) (addr, ui string) {
+	t.Helper()
+	ctx := context.Background()
+	quiet := quietLogger()
+	var last error
+	for try := 1; try <= 3; try++ {
+		tport, _ := devstack.FreePort()
+		uport := 0 // headless
+		if withUI {
+			uport, _ = devstack.FreePort()
+		}
+		log := filepath.Join(dir, fmt.Sprintf("temporal-%d.log", try))
+		p, err := devstack.Start("temporal", devstack.TemporalArgs(bin, filepath.Join(dir, fmt.Sprintf("temporal-%d.db", try)), tport, uport), nil, log, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr = "127.0.0.1:" + strconv.Itoa(tport)
+		// A Temporal health check, not a bare TCP connect: another process
+		// that grabbed the port would pass the latter.
+		up := func(ctx context.Context) error {
+			if err := devstack.TCPCheck(addr)(ctx); err != nil {
+				return err // not listening yet: no need to dial
+			}
+			c, err := client.DialContext(ctx, client.Options{HostPort: addr, Logger: quiet})
+			if err != nil {
+				return err
+			}
+			c.Close()
+			return nil
+		}
+		last = devstack.WaitReady(ctx, p, 2*time.Minute, up, log)
+		if last == nil && withUI {
+			ui = "http://127.0.0.1:" + strconv.Itoa(uport)
+			last = devstack.WaitReady(ctx, p, time.Minute, devstack.HTTPCheck(ui+"/"), log)
+		}
+		if last == nil {
+			t.Cleanup(func() { p.Stop(5 * time.Second) })
+			return addr, ui
+		}
+		p.Stop(5 * time.Second)
+		t.Logf("temporal dev server, try %d: %v; retrying on other ports", try, last)
+	}
+	t.Fatal(last)
+	return "", ""
 }
 
 func quietLogger() tlog.Logger {
