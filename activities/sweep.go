@@ -3,9 +3,8 @@ package activities
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
@@ -177,46 +176,13 @@ func (c *Control) ImportWeights(ctx context.Context, in ImportInput) (schemas.We
 		err := fmt.Errorf("weights s3://%s/%s changed since the sweep listed them: the next sweep evaluates them as they are then", c.Store.Bucket, in.From)
 		return src, temporal.NewNonRetryableApplicationError(err.Error(), "WeightsChanged", err)
 	}
-	exists, err := c.Store.Exists(ctx, to+schemas.WeightsManifestFile)
-	if err != nil {
-		return src, err
-	}
-	if exists {
-		have, err := weights.Read(ctx, c.Store, to)
-		if err != nil {
-			return have, err
-		}
-		if !weights.Same(have.Files, src.Files) {
-			err := fmt.Errorf("s3://%s/%s holds other weights than s3://%s/%s: not overwriting them", c.Store.Bucket, to, c.Store.Bucket, in.From)
-			return have, temporal.NewNonRetryableApplicationError(err.Error(), "WeightsConflict", err)
-		}
-		if err := weights.Verify(ctx, c.Store, to, have); err == nil {
-			return have, nil
-		}
-	}
 	stop := keepAlive(ctx, "import "+in.Target)
 	defer stop()
-	tmp, err := os.MkdirTemp("", "roundhouse-import-*")
-	if err != nil {
-		return src, fmt.Errorf("import weights %s: %w", in.Target, err)
+	man, err := weights.Copy(ctx, c.Store, in.From, to, in.Target)
+	if errors.Is(err, weights.ErrConflict) {
+		return man, temporal.NewNonRetryableApplicationError(err.Error(), "WeightsConflict", err)
 	}
-	defer os.RemoveAll(tmp)
-	dir := filepath.Join(tmp, "w")
-	if _, err := weights.Fetch(ctx, c.Store, in.From, dir); err != nil {
-		return src, err
-	}
-	files := make([]weights.File, len(src.Files))
-	for i, f := range src.Files {
-		files[i] = weights.File{Name: f.Name, Path: filepath.Join(dir, filepath.FromSlash(f.Name))}
-	}
-	man, err := weights.Publish(ctx, c.Store, to, files, schemas.WeightsManifest{WeightsID: in.Target, Metrics: src.Metrics, CreatedAt: src.CreatedAt})
-	if err != nil {
-		return man, err
-	}
-	if !weights.Same(man.Files, src.Files) {
-		return man, fmt.Errorf("imported weights %s differ from their source %s", in.Target, in.From)
-	}
-	return man, nil
+	return man, err
 }
 
 // keepAlive heartbeats until stop is called: a large download gives no

@@ -479,7 +479,7 @@ func printEvalReport(out io.Writer, rep schemas.Report, bucket string) {
 // config — always; one of other weights than --weights (stale) or without
 // digests (hand-written) unless anyWeights. The error completes
 // "--pool-report FILE …".
-func checkPoolReport(rep schemas.Report, weightFiles []weights.File, h schemas.Harness, anyWeights bool) error {
+func checkPoolReport(rep schemas.Report, local []schemas.WeightsFile, h schemas.Harness, anyWeights bool) error {
 	if rep.InitKey == finalKey {
 		return errors.New("is an evaluation on eval_init_ids, the final-test split: final-test data never chooses a training pool; pass a validation report (val_init_ids)")
 	}
@@ -498,12 +498,8 @@ func checkPoolReport(rep schemas.Report, weightFiles []weights.File, h schemas.H
 	if rep.WeightsDigest == "" {
 		return errors.New("records no weights digest (written before reports had one), so its weights cannot be checked: validate --weights again with starter eval --init-key val_init_ids, or pass --pool-report-any-weights")
 	}
-	if len(weightFiles) == 0 {
+	if len(local) == 0 {
 		return errors.New("needs --weights, the weights it should have evaluated, to be checked against")
-	}
-	local, err := weights.Describe(weightFiles)
-	if err != nil {
-		return fmt.Errorf("cannot be checked: %w", err)
 	}
 	if d := activities.WeightsDigest(local); d != rep.WeightsDigest {
 		return fmt.Errorf("is stale: it evaluated weights %s (digest %.12s), not --weights (digest %.12s); validate --weights with starter eval --init-key val_init_ids, or pass --pool-report-any-weights to use it anyway", rep.WeightsID, rep.WeightsDigest, d)

@@ -262,7 +262,7 @@ func TestCheckPoolReport(t *testing.T) {
 	}
 	good := schemas.Report{Run: "sft", Tag: "sft_val", WeightsID: "w0", InitKey: valKey, Harness: h.Name, Digest: h.Digest,
 		WeightsDigest: activities.WeightsDigest(desc), Scope: schemas.ScopeFull, Shards: 1, Tasks: []schemas.TaskResult{{Task: 0}}}
-	if err := checkPoolReport(good, files, h, false); err != nil {
+	if err := checkPoolReport(good, desc, h, false); err != nil {
 		t.Fatalf("a validation of the same weights and harness refused: %v", err)
 	}
 	with := func(change func(*schemas.Report)) schemas.Report { r := good; change(&r); return r }
@@ -283,7 +283,7 @@ func TestCheckPoolReport(t *testing.T) {
 		{"hand-written", schemas.Report{Tasks: []schemas.TaskResult{{Task: 0}}}, false, "hand-written"},
 		{"hand-written, overridden", schemas.Report{Tasks: []schemas.TaskResult{{Task: 0}}}, true, ""},
 	} {
-		err := checkPoolReport(c.rep, files, h, c.anyWeights)
+		err := checkPoolReport(c.rep, desc, h, c.anyWeights)
 		switch {
 		case c.want == "" && err != nil:
 			t.Errorf("%s: refused: %v", c.name, err)

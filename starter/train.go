@@ -21,6 +21,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/roundhouse-rl/roundhouse/activities"
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
 	"github.com/roundhouse-rl/roundhouse/internal/harness"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
@@ -84,8 +85,8 @@ weights are kept) with the same starting weights.`,
 	fl := cmd.Flags()
 	fl.StringVar(&f.config, "config", "", "harness file, e.g. harnesses/minimal/harness.yaml")
 	fl.StringVar(&f.run, "run", "", "run name; its data lives under runs/<run>/ in the bucket")
-	fl.StringVar(&f.weights, "weights", "", "initial weights: a file or a directory holding the harness's weights file")
-	fl.StringVar(&f.poolReport, "pool-report", "", "validation report.json choosing round 1's pool (skips the first validation)")
+	fl.StringVar(&f.weights, "weights", "", "initial weights: a local directory (or the harness's weights file), or s3://bucket/prefix/ of published weights, e.g. another run's weights/r3/")
+	fl.StringVar(&f.poolReport, "pool-report", "", "validation report.json, a local file or s3://bucket/key, choosing round 1's pool (skips the first validation)")
 	fl.BoolVar(&f.poolAnyWeights, "pool-report-any-weights", false, "accept a --pool-report of other weights than --weights, or one without digests")
 	fl.IntVar(&f.rounds, "rounds", 6, "rounds to run")
 	fl.IntVar(&f.groups, "groups", 0, "groups per round (default: the harness's collect.groups)")
@@ -126,26 +127,25 @@ func train(ctx context.Context, out io.Writer, e *connect.Endpoints, f trainFlag
 	if f.groups < 1 || f.attempts < 2 {
 		return fmt.Errorf("--groups %d --attempts %d: need at least 1 group of at least 2 attempts", f.groups, f.attempts)
 	}
-	var weightFiles []weights.File
-	if f.weights != "" || f.replace {
-		if weightFiles, err = findWeights(f.weights, h.Model.WeightsFile); err != nil {
-			return err
-		}
+	src, err := weightSource(f.weights, h.Model.WeightsFile)
+	if err != nil && (f.weights != "" || f.replace) {
+		return err
 	}
 	if f.stopFile == "" {
 		f.stopFile = filepath.Join("runs", f.run, "STOP")
 	}
+	// A local pool report is checked now; one in S3, or one to compare
+	// with weights in S3, once the bucket is reachable.
 	var pool []byte
-	if f.poolReport != "" {
+	poolInS3 := strings.HasPrefix(f.poolReport, "s3://")
+	if f.poolReport != "" && !poolInS3 {
 		if pool, err = os.ReadFile(f.poolReport); err != nil {
 			return fmt.Errorf("--pool-report %s: %w", f.poolReport, err)
 		}
-		var rep schemas.Report
-		if err := json.Unmarshal(pool, &rep); err != nil || len(rep.Tasks) == 0 {
-			return fmt.Errorf("--pool-report %s is not a report.json with tasks (%v): pass eval/<tag>/report.json of a validation", f.poolReport, err)
-		}
-		if err := checkPoolReport(rep, weightFiles, h, f.poolAnyWeights); err != nil {
-			return fmt.Errorf("--pool-report %s %w", f.poolReport, err)
+		if !src.inS3() {
+			if err := checkPool(context.Background(), nil, f, h, src, pool); err != nil {
+				return err
+			}
 		}
 	}
 	c, s, err := connectBoth(ctx, e)
@@ -153,6 +153,16 @@ func train(ctx context.Context, out io.Writer, e *connect.Endpoints, f trainFlag
 		return err
 	}
 	defer c.Close()
+	if poolInS3 {
+		if pool, err = getS3(ctx, s, f.poolReport, "--pool-report"); err != nil {
+			return err
+		}
+	}
+	if pool != nil && (poolInS3 || src.inS3()) {
+		if err := checkPool(ctx, s, f, h, src, pool); err != nil {
+			return err
+		}
+	}
 	id := workflows.WorkflowID(f.run)
 	l := schemas.Layout{Run: f.run}
 
@@ -181,12 +191,12 @@ func train(ctx context.Context, out io.Writer, e *connect.Endpoints, f trainFlag
 	}
 	var in workflows.TrainInput
 	if exists {
-		if in, err = resumeInput(ctx, out, s, h, f, weightFiles); err != nil {
+		if in, err = resumeInput(ctx, out, s, h, f, src); err != nil {
 			return err
 		}
 	} else {
-		if weightFiles == nil {
-			if weightFiles, err = findWeights(f.weights, h.Model.WeightsFile); err != nil {
+		if src.empty() {
+			if _, err := weightSource(f.weights, h.Model.WeightsFile); err != nil {
 				return err
 			}
 		}
@@ -202,7 +212,7 @@ func train(ctx context.Context, out io.Writer, e *connect.Endpoints, f trainFlag
 		if err := putJSON(ctx, s, l.RunSpec(), spec); err != nil {
 			return err
 		}
-		if _, err := weights.Publish(ctx, s, l.Weights("w0"), weightFiles, schemas.WeightsManifest{WeightsID: "w0"}); err != nil {
+		if err := src.publish(ctx, s, l.Weights("w0"), "w0"); err != nil {
 			return err
 		}
 		if pool != nil {
@@ -240,15 +250,15 @@ func train(ctx context.Context, out io.Writer, e *connect.Endpoints, f trainFlag
 // resumeInput continues an existing run that is not running: from the
 // round after its last completed one, with the weights that round left.
 // Episodes, reports and weights already stored are found and kept.
-func resumeInput(ctx context.Context, out io.Writer, s *store.Store, h schemas.Harness, f trainFlags, weightFiles []weights.File) (workflows.TrainInput, error) {
+func resumeInput(ctx context.Context, out io.Writer, s *store.Store, h schemas.Harness, f trainFlags, src startWeights) (workflows.TrainInput, error) {
 	l := schemas.Layout{Run: f.run}
 	var in workflows.TrainInput
 	var spec schemas.RunSpec
 	if err := getJSON(ctx, s, l.RunSpec(), &spec); err != nil {
 		return in, fmt.Errorf("run %s has data but no readable run.json (%v): pass --replace to start it over", f.run, err)
 	}
-	if weightFiles != nil {
-		same, err := sameWeights(ctx, s, l.Weights("w0"), weightFiles)
+	if !src.empty() {
+		same, err := sameWeights(ctx, s, l.Weights("w0"), src)
 		if err != nil {
 			return in, err
 		}
@@ -295,18 +305,114 @@ func resumeInput(ctx context.Context, out io.Writer, s *store.Store, h schemas.H
 	return in, nil
 }
 
-// sameWeights compares local files with a published weights id by name,
-// size and SHA-256.
-func sameWeights(ctx context.Context, s *store.Store, prefix string, files []weights.File) (bool, error) {
+// sameWeights compares the starting weights with a published weights id
+// by name, size and SHA-256.
+func sameWeights(ctx context.Context, s *store.Store, prefix string, src startWeights) (bool, error) {
 	man, err := weights.Read(ctx, s, prefix)
 	if err != nil {
 		return false, err
 	}
-	local, err := weights.Describe(files)
+	files, err := src.describe(ctx, s)
 	if err != nil {
 		return false, err
 	}
-	return weights.Same(man.Files, local), nil
+	return weights.Same(man.Files, files), nil
+}
+
+// startWeights is --weights: local files, or published weights in the
+// bucket (s3://bucket/prefix/ holding a manifest.json, e.g. another run's
+// weights/r3/).
+type startWeights struct {
+	files  []weights.File
+	prefix string
+	url    string
+}
+
+// weightSource checks --weights: a local checkpoint (see findWeights) or an
+// s3:// URL, whose bucket is checked once connected.
+func weightSource(path, file string) (startWeights, error) {
+	if strings.HasPrefix(path, "s3://") {
+		_, prefix, err := activities.ParseS3URL(path)
+		if err != nil {
+			return startWeights{}, fmt.Errorf("--weights: %w", err)
+		}
+		return startWeights{prefix: prefix, url: path}, nil
+	}
+	files, err := findWeights(path, file)
+	return startWeights{files: files}, err
+}
+
+func (w startWeights) empty() bool { return w.files == nil && w.prefix == "" }
+func (w startWeights) inS3() bool  { return w.prefix != "" }
+
+// describe lists the files as a manifest does; s may be nil for local files.
+func (w startWeights) describe(ctx context.Context, s *store.Store) ([]schemas.WeightsFile, error) {
+	if !w.inS3() {
+		return weights.Describe(w.files)
+	}
+	if err := sameBucket(s, w.url, "--weights"); err != nil {
+		return nil, err
+	}
+	man, err := weights.Read(ctx, s, w.prefix)
+	if err != nil {
+		return nil, fmt.Errorf("--weights %s: %w", w.url, err)
+	}
+	return man.Files, nil
+}
+
+// publish stores the weights as weights id under to.
+func (w startWeights) publish(ctx context.Context, s *store.Store, to, id string) error {
+	if !w.inS3() {
+		_, err := weights.Publish(ctx, s, to, w.files, schemas.WeightsManifest{WeightsID: id})
+		return err
+	}
+	if err := sameBucket(s, w.url, "--weights"); err != nil {
+		return err
+	}
+	_, err := weights.Copy(ctx, s, w.prefix, to, id)
+	return err
+}
+
+// sameBucket refuses an s3:// URL outside the bucket the workers use.
+func sameBucket(s *store.Store, url, flag string) error {
+	bucket, _, _ := strings.Cut(strings.TrimPrefix(url, "s3://"), "/")
+	if bucket != s.Bucket {
+		return fmt.Errorf("%s %s is in bucket %s, the workers use %s: copy it into s3://%s/ first", flag, url, bucket, s.Bucket, s.Bucket)
+	}
+	return nil
+}
+
+// getS3 reads an object given as s3://bucket/key.
+func getS3(ctx context.Context, s *store.Store, url, flag string) ([]byte, error) {
+	if err := sameBucket(s, url, flag); err != nil {
+		return nil, err
+	}
+	_, key, _ := strings.Cut(strings.TrimPrefix(url, "s3://"), "/")
+	b, err := s.Get(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", flag, url, err)
+	}
+	return b, nil
+}
+
+// checkPool parses a pool report and checks it against the harness and
+// the starting weights (checkPoolReport); s is nil for local weights.
+func checkPool(ctx context.Context, s *store.Store, f trainFlags, h schemas.Harness, src startWeights, pool []byte) error {
+	var rep schemas.Report
+	if err := json.Unmarshal(pool, &rep); err != nil || len(rep.Tasks) == 0 {
+		return fmt.Errorf("--pool-report %s is not a report.json with tasks (%v): pass eval/<tag>/report.json of a validation", f.poolReport, err)
+	}
+	var desc []schemas.WeightsFile
+	if !src.empty() {
+		var err error
+		if desc, err = src.describe(ctx, s); err != nil {
+			return err
+		}
+	}
+	if err := checkPoolReport(rep, desc, h, f.poolAnyWeights); err != nil {
+		return fmt.Errorf("--pool-report %s %w", f.poolReport, err)
+	}
+	return nil
 }
 
 func isRunning(ctx context.Context, c client.Client, id string) (bool, error) {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -11,6 +12,10 @@ import (
 
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
 	"github.com/roundhouse-rl/roundhouse/internal/devstack"
+	"github.com/roundhouse-rl/roundhouse/internal/harness"
+	"github.com/roundhouse-rl/roundhouse/internal/itest"
+	"github.com/roundhouse-rl/roundhouse/internal/weights"
+	"github.com/roundhouse-rl/roundhouse/schemas"
 )
 
 // Every bad input fails before any server is contacted, with a message
@@ -60,5 +65,68 @@ func TestTrainBadInput(t *testing.T) {
 	err := train(context.Background(), &bytes.Buffer{}, &e, trainFlags{config: good, run: "r", weights: weights, rounds: 1})
 	if err == nil || !strings.Contains(err.Error(), "Temporal at 127.0.0.1:"+strconv.Itoa(port)+" is not reachable") || !strings.Contains(err.Error(), "task up") {
 		t.Fatalf("unreachable Temporal: %v", err)
+	}
+}
+
+// --weights and --pool-report may name objects in the bucket: weights are
+// copied into the run as w0, checked against their manifest; a pool report
+// in S3 is checked against them like a local one.
+func TestTrainFromS3(t *testing.T) {
+	stack := itest.Start(t)
+	ctx := context.Background()
+	s := stack.Store
+	files, err := weights.Dir("../harnesses/minimal/weights/w0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := weights.Publish(ctx, s, "ckpts/a/", files, schemas.WeightsManifest{WeightsID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	e := stack.Endpoints
+	base := trainFlags{config: "../harnesses/minimal/harness.yaml", rounds: 1, groups: 1, attempts: 2, detach: true, set: map[string]bool{}}
+	run := func(f trainFlags) (string, error) {
+		var out bytes.Buffer
+		err := train(ctx, &out, &e, f)
+		return out.String(), err
+	}
+
+	// A stale pool report in S3 is refused before anything is written.
+	h, err := harness.Load(base.config, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale, _ := json.Marshal(schemas.Report{Run: "x", Tag: "v", InitKey: "val_init_ids", Harness: h.Name, Digest: h.Digest,
+		WeightsDigest: "0123456789abcdef", Scope: schemas.ScopeFull, Shards: 1, Tasks: []schemas.TaskResult{{Task: 0}}})
+	if err := s.Put(ctx, "reports/stale.json", stale); err != nil {
+		t.Fatal(err)
+	}
+	f := base
+	f.run, f.weights, f.poolReport = "from-s3-stale", "s3://"+s.Bucket+"/ckpts/a/", "s3://"+s.Bucket+"/reports/stale.json"
+	if _, err := run(f); err == nil || !strings.Contains(err.Error(), "stale") {
+		t.Fatalf("stale pool report in S3: %v", err)
+	}
+	if objs, _ := s.List(ctx, schemas.Layout{Run: f.run}.Prefix()); len(objs) != 0 {
+		t.Fatalf("a refused start wrote %d objects", len(objs))
+	}
+	// Another bucket is refused with the fix.
+	f.weights = "s3://elsewhere/ckpts/a/"
+	f.poolReport = ""
+	if _, err := run(f); err == nil || !strings.Contains(err.Error(), "copy it into s3://"+s.Bucket) {
+		t.Fatalf("weights in another bucket: %v", err)
+	}
+
+	// Weights in the bucket become the run's w0, file for file.
+	f = base
+	f.run, f.weights = "from-s3", "s3://"+s.Bucket+"/ckpts/a/"
+	if out, err := run(f); err != nil {
+		t.Fatalf("train from S3 weights: %v\n%s", err, out)
+	}
+	src, err := weights.Read(ctx, s, "ckpts/a/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w0, err := weights.Read(ctx, s, schemas.Layout{Run: "from-s3"}.Weights("w0"))
+	if err != nil || !weights.Same(src.Files, w0.Files) || w0.WeightsID != "w0" {
+		t.Fatalf("w0 = %+v (%v), want the files of %+v", w0, err, src)
 	}
 }

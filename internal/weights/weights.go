@@ -277,3 +277,56 @@ func describe(name, path string) (schemas.WeightsFile, error) {
 	}
 	return schemas.WeightsFile{Name: name, Size: n, SHA256: hex.EncodeToString(h.Sum(nil))}, nil
 }
+
+// ErrConflict: the target prefix already holds other weights, which are
+// never overwritten.
+var ErrConflict = errors.New("not overwriting them")
+
+// Copy makes to a verified copy of the published weights under from (same
+// bucket), as weights id: downloaded, checked file by file against the
+// source manifest, published with the manifest last. A complete identical
+// copy is left as it is; different weights at to are never overwritten
+// (ErrConflict).
+func Copy(ctx context.Context, s *store.Store, from, to, id string) (schemas.WeightsManifest, error) {
+	src, err := Read(ctx, s, from)
+	if err != nil {
+		return src, err
+	}
+	exists, err := s.Exists(ctx, to+schemas.WeightsManifestFile)
+	if err != nil {
+		return src, err
+	}
+	if exists {
+		have, err := Read(ctx, s, to)
+		if err != nil {
+			return have, err
+		}
+		if !Same(have.Files, src.Files) {
+			return have, fmt.Errorf("s3://%s/%s holds other weights than s3://%s/%s: %w", s.Bucket, to, s.Bucket, from, ErrConflict)
+		}
+		if err := Verify(ctx, s, to, have); err == nil {
+			return have, nil
+		}
+	}
+	tmp, err := os.MkdirTemp("", "roundhouse-copy-*")
+	if err != nil {
+		return src, fmt.Errorf("copy weights to %s: %w", id, err)
+	}
+	defer os.RemoveAll(tmp)
+	dir := filepath.Join(tmp, "w")
+	if _, err := Fetch(ctx, s, from, dir); err != nil {
+		return src, err
+	}
+	files := make([]File, len(src.Files))
+	for i, f := range src.Files {
+		files[i] = File{Name: f.Name, Path: filepath.Join(dir, filepath.FromSlash(f.Name))}
+	}
+	man, err := Publish(ctx, s, to, files, schemas.WeightsManifest{WeightsID: id, Metrics: src.Metrics, CreatedAt: src.CreatedAt})
+	if err != nil {
+		return man, err
+	}
+	if !Same(man.Files, src.Files) {
+		return man, fmt.Errorf("copied weights %s differ from their source s3://%s/%s", id, s.Bucket, from)
+	}
+	return man, nil
+}
