@@ -372,11 +372,10 @@ func successCall(out outcome.Result, calls int) int32 {
 // row is written last, so its presence means the episode is complete.
 func (r *Rollout) recorded(ctx context.Context, in EpisodeInput, id string) (EpisodeResult, bool, error) {
 	key := schemas.Layout{Run: in.Run}.Episodes(in.Round, in.Phase, id)
-	ok, err := r.Store.Exists(ctx, key)
-	if err != nil || !ok {
-		return EpisodeResult{}, false, err
-	}
 	rows, err := store.ReadParquet[schemas.Episode](ctx, r.Store, key)
+	if store.IsNotFound(err) {
+		return EpisodeResult{}, false, nil
+	}
 	if err != nil {
 		return EpisodeResult{}, false, err
 	}

@@ -292,15 +292,12 @@ func Copy(ctx context.Context, s *store.Store, from, to, id string) (schemas.Wei
 	if err != nil {
 		return src, err
 	}
-	exists, err := s.Exists(ctx, to+schemas.WeightsManifestFile)
-	if err != nil {
-		return src, err
-	}
-	if exists {
-		have, err := Read(ctx, s, to)
-		if err != nil {
-			return have, err
-		}
+	have, err := Read(ctx, s, to)
+	switch {
+	case store.IsNotFound(err): // nothing there yet
+	case err != nil:
+		return have, err
+	default:
 		if !Same(have.Files, src.Files) {
 			return have, fmt.Errorf("s3://%s/%s holds other weights than s3://%s/%s: %w", s.Bucket, to, s.Bucket, from, ErrConflict)
 		}
