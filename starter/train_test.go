@@ -47,19 +47,7 @@ func TestTrainBadInput(t *testing.T) {
 		{"bad pool report", trainFlags{config: good, run: "r", weights: weights, rounds: 1, poolReport: broken}, []string{"--pool-report", "report.json"}},
 	}
 	for _, c := range cases {
-		err := train(context.Background(), &bytes.Buffer{}, &e, c.f)
-		if err == nil {
-			t.Errorf("%s: no error", c.name)
-			continue
-		}
-		for _, w := range c.want {
-			if !strings.Contains(err.Error(), w) {
-				t.Errorf("%s: error %q does not mention %q", c.name, err, w)
-			}
-		}
-		if strings.Contains(err.Error(), "Temporal") {
-			t.Errorf("%s: checked Temporal before rejecting the input: %v", c.name, err)
-		}
+		wantInputError(t, c.name, train(context.Background(), &bytes.Buffer{}, &e, c.f), c.want)
 	}
 	// Valid input, unreachable Temporal: a one-line error with the fix.
 	err := train(context.Background(), &bytes.Buffer{}, &e, trainFlags{config: good, run: "r", weights: weights, rounds: 1})
@@ -129,4 +117,23 @@ func TestTrainFromS3(t *testing.T) {
 	if err != nil || !weights.Same(src.Files, w0.Files) || w0.WeightsID != "w0" {
 		t.Fatalf("w0 = %+v (%v), want the files of %+v", w0, err, src)
 	}
+}
+
+// wantInputError checks that err rejects bad input with a message naming
+// every want, before Temporal is contacted; it reports whether err is set.
+func wantInputError(t *testing.T, name string, err error, want []string) bool {
+	t.Helper()
+	if err == nil {
+		t.Errorf("%s: no error", name)
+		return false
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("%s: error %q does not mention %q", name, err, w)
+		}
+	}
+	if strings.Contains(err.Error(), "Temporal") {
+		t.Errorf("%s: checked Temporal before rejecting the input: %v", name, err)
+	}
+	return true
 }
