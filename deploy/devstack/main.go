@@ -3,7 +3,7 @@
 // a real S3 server (versitygw on a local folder) and the workers. It leaves
 // them running for the Temporal UI; `down` stops them.
 //
-//	devstack tools | up | down | demo
+//	devstack tools | prereqs demo|test | up | down | demo
 package main
 
 import (
@@ -21,6 +21,8 @@ import (
 
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
 	"github.com/roundhouse-rl/roundhouse/internal/devstack"
+	"github.com/roundhouse-rl/roundhouse/internal/harness"
+	"github.com/roundhouse-rl/roundhouse/internal/prereq"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 )
 
@@ -35,7 +37,7 @@ var (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: devstack tools|up|down|demo [starter train flags...]")
+		fmt.Fprintln(os.Stderr, "usage: devstack tools|prereqs demo|test|up|down|demo [starter train flags...]")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -44,16 +46,27 @@ func main() {
 	switch os.Args[1] {
 	case "tools":
 		err = tools(ctx)
+	case "prereqs":
+		if len(os.Args) != 3 || (os.Args[2] != "demo" && os.Args[2] != "test") {
+			err = errors.New("usage: devstack prereqs demo|test")
+			break
+		}
+		err = ensure(ctx, os.Args[2], nil)
 	case "up":
-		err = up(ctx)
+		if err = ensure(ctx, "demo", nil); err == nil {
+			err = up(ctx)
+		}
 	case "down":
 		err = down()
 	case "demo":
-		if err = up(ctx); err == nil {
-			err = demo(ctx, os.Args[2:])
+		// Everything is checked before anything is built or started.
+		if err = ensure(ctx, "demo", os.Args[2:]); err == nil {
+			if err = up(ctx); err == nil {
+				err = demo(ctx, os.Args[2:])
+			}
 		}
 	default:
-		err = fmt.Errorf("unknown command %q: use tools, up, down or demo", os.Args[1])
+		err = fmt.Errorf("unknown command %q: use tools, prereqs, up, down or demo", os.Args[1])
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "devstack:", err)
@@ -70,6 +83,74 @@ func tools(ctx context.Context) error {
 		fmt.Printf("%s %s: %s\n", t.Name, t.Version, p)
 	}
 	return nil
+}
+
+// demoConfig is the harness `go tool task demo` trains on.
+const demoConfig = "harnesses/minimal/harness.yaml"
+
+// needs lists what a command needs from the machine beyond Go. The demo
+// needs the Python its harness's trainer runs (the harness file's python
+// var, or --var python=… among the demo's extra flags); the test suite
+// also needs Node.js with npm (the official openai client against the
+// proxy) and Chromium (the Temporal UI check).
+func needs(what string, extra []string) ([]prereq.Need, error) {
+	python, err := trainerPython(extra)
+	if err != nil {
+		return nil, err
+	}
+	ns := []prereq.Need{prereq.Python(python, "the minimal harness's trainer", "torch", "numpy")}
+	if what == "test" {
+		ns = append(ns,
+			prereq.Command("node", "the proxy's client tests", "nodejs"),
+			prereq.Command("npm", "the proxy's client tests", "npm"),
+			prereq.Command("chromium", "the Temporal UI check", "chromium"))
+	}
+	return ns, nil
+}
+
+// trainerPython is the program the demo harness's trainer command runs,
+// after the --config and --var flags among extra.
+func trainerPython(extra []string) (string, error) {
+	config := demoConfig
+	var vars []string
+	for i := 0; i < len(extra); i++ {
+		a := extra[i]
+		switch {
+		case (a == "--config" || a == "--var") && i+1 < len(extra):
+			if a == "--config" {
+				config = extra[i+1]
+			} else {
+				vars = append(vars, extra[i+1])
+			}
+			i++
+		case strings.HasPrefix(a, "--config="):
+			config = strings.TrimPrefix(a, "--config=")
+		case strings.HasPrefix(a, "--var="):
+			vars = append(vars, strings.TrimPrefix(a, "--var="))
+		}
+	}
+	overrides, err := harness.ParseVars(vars)
+	if err != nil {
+		return "", err
+	}
+	h, err := harness.Load(config, overrides)
+	if err != nil {
+		return "", fmt.Errorf("harness %s: %w", config, err)
+	}
+	if len(h.Trainer.Command) == 0 {
+		return "", fmt.Errorf("harness %s has no trainer command", config)
+	}
+	return h.Trainer.Command[0], nil
+}
+
+// ensure checks what `what` needs; as root (unless ROUNDHOUSE_NO_INSTALL is
+// set) it installs the missing Debian packages the way .ci/run does.
+func ensure(ctx context.Context, what string, extra []string) error {
+	ns, err := needs(what, extra)
+	if err != nil {
+		return err
+	}
+	return prereq.Ensure(ctx, ns, prereq.Options{Install: prereq.CanInstall()})
 }
 
 // env points the worker and starter at the dev stack's servers.
