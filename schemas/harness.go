@@ -107,7 +107,7 @@ type Splits struct {
 	Eval  string `yaml:"eval_init_ids" json:"eval_init_ids"`
 }
 
-// Collect holds collection and selection defaults (DESIGN.md §4).
+// Collect holds collection and selection defaults (docs/design.md §4).
 type Collect struct {
 	Groups             int `yaml:"groups" json:"groups"`
 	Attempts           int `yaml:"attempts" json:"attempts"`
@@ -126,7 +126,7 @@ type Collect struct {
 	ValidateEveryRound bool `yaml:"validate_every_round" json:"validate_every_round"`
 	// FinalValidation validates the last round's weights after training.
 	FinalValidation bool `yaml:"final_validation" json:"final_validation"`
-	// Filters drop calls before selection (DESIGN.md §4); all off by default.
+	// Filters drop calls before selection (docs/design.md §4); all off by default.
 	Filters Filters `yaml:"filters" json:"filters"`
 }
 

@@ -20,14 +20,14 @@ var (
 	learnGroups = flag.Int("learn.groups", 6, "groups per round of the learning test")
 	learnSeeds  = flag.Int("learn.seeds", 3, "independent runs of the learning test")
 	// The toy learns with the hyperparameters harness.yaml passes (trainer.py
-	// defaults to the LLM values of DESIGN.md §4: lr 1e-6, one epoch).
+	// defaults to the LLM values of docs/design.md §4: lr 1e-6, one epoch).
 	learnArgs = flag.String("learn.args", "--lr 0.01 --epochs 4", "trainer flags, space separated")
 )
 
 const (
 	w0       = "weights/w0/policy.json"
 	attempts = 6
-	maxCalls = 16 // per episode, DESIGN.md section 4
+	maxCalls = 16 // per episode, docs/design.md §4
 )
 
 // validate runs every task on the validation init ids 45–49, one episode

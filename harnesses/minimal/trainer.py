@@ -22,7 +22,7 @@ second-to-last <|im_start|>; logits = b + sum of W rows of the features over
 the action tokens; the first completion token is the sampled action, every
 later completion token is forced (log prob 0 under any weights).
 
-Objective (DESIGN.md section 4), per completion token t of sample s with
+Objective (docs/design.md §4), per completion token t of sample s with
 advantage A:
     rho   = exp(logp_theta - logp_old)   (pi_old = the input weights)
     L     = min(rho*A, clip(rho, 1-clip_low, 1+clip_high)*A)
@@ -31,7 +31,7 @@ advantage A:
     loss  = -sum_s weight_s * mean_t(w*L) / sum_s weight_s   per global batch
 Samples are shuffled (seeded) into global batches of --global-batch; each
 global batch is sharded over the ranks, which all-reduce gradients, so N=1
-and N=2 take the same steps. The flag defaults are DESIGN.md section 4's
+and N=2 take the same steps. The flag defaults are docs/design.md §4's
 (lr 1e-6, clip 0.2/0.28, dual clip 3.0, IS cap 2.0, global batch 128) and one
 epoch; the toy needs lr 0.01 and 4 epochs, which harness.yaml passes. Adam
 makes the toy's step size independent of the advantage scale. Rank 0 writes

@@ -302,7 +302,7 @@ func runEval(t *testing.T, nproc int, batch, old, theta string) evalResult {
 }
 
 // TestTrainerGolden checks trainer.py's loss and gradients against the Go
-// implementation of DESIGN.md §4 (internal/rl.PPOLoss) on a batch of toy
+// implementation of docs/design.md §4 (internal/rl.PPOLoss) on a batch of toy
 // calls, with π_θ perturbed away from π_old so that ratios leave the clip
 // range and hit the dual clip, and rollout logprobs shifted so that the
 // importance-weight cap binds. Both sides work in float64 from the same

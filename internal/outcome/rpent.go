@@ -11,7 +11,7 @@ import (
 	"strings"
 )
 
-// Files RPent writes into its --output-dir (DESIGN.md §5).
+// Files RPent writes into its --output-dir (docs/design.md §5).
 const (
 	rpentTranscriptGlob = "transcript_*.json"
 	rpentStates         = "states.json"

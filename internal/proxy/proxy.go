@@ -1,5 +1,5 @@
 // Package proxy is the recording proxy between a planner harness and the model
-// server (DESIGN.md §3). The harness talks OpenAI Chat Completions to
+// server (docs/design.md §3). The harness talks OpenAI Chat Completions to
 // /e/<episode>/v1/...; the proxy forwards to the model server, asks it for
 // token ids and logprobs on every chat completion, records per request what the
 // model saw and generated, and returns to the harness exactly what it would

@@ -6,7 +6,7 @@ import (
 	"math"
 )
 
-// PPOParams are the constants of the dual-clip PPO objective (DESIGN.md §4).
+// PPOParams are the constants of the dual-clip PPO objective (docs/design.md §4).
 type PPOParams struct {
 	ClipLow  float64 // ρ is clipped below at 1 − ClipLow
 	ClipHigh float64 // and above at 1 + ClipHigh
@@ -14,7 +14,7 @@ type PPOParams struct {
 	ISCap    float64 // cap of the rollout importance weight exp(logπold − logπrollout)
 }
 
-// DefaultPPO is DESIGN.md §4's configuration.
+// DefaultPPO is docs/design.md §4's configuration.
 func DefaultPPO() PPOParams {
 	return PPOParams{ClipLow: 0.2, ClipHigh: 0.28, DualClip: 3.0, ISCap: 2.0}
 }
@@ -46,7 +46,7 @@ type PPOResult struct {
 	ClipFraction, DualClipFraction float64
 }
 
-// PPOLoss computes DESIGN.md §4's loss over a batch,
+// PPOLoss computes docs/design.md §4's loss over a batch,
 //
 //	Loss = −Σ_s weight_s · mean_t(w_t·L_t) / Σ_s weight_s,
 //	ρ_t = exp(logπθ − logπold), L_t = min(ρ_t·A, clip(ρ_t, 1−lo, 1+hi)·A),

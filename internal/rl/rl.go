@@ -1,6 +1,6 @@
 // Package rl holds the pure reinforcement-learning arithmetic of a round:
 // pool selection, group planning, leave-one-out advantages and call selection
-// (DESIGN.md §4). Everything here is deterministic for its inputs, so
+// (docs/design.md §4). Everything here is deterministic for its inputs, so
 // workflows may call it directly.
 package rl
 

@@ -55,7 +55,7 @@ func writeParquet(t *testing.T, path string, rows []schemas.Call) {
 
 // checkDuckDB writes recs, plus a failed call that exercises empty lists,
 // negative and large integers and awkward strings, as hive-partitioned
-// Parquet the way the calls table is laid out (DESIGN.md §3), reads them back
+// Parquet the way the calls table is laid out (docs/design.md §3), reads them back
 // with DuckDB and compares every column of every row.
 func checkDuckDB(t *testing.T, recs []schemas.Call) {
 	failed := schemas.Call{
