@@ -415,7 +415,7 @@ func followEval(ctx context.Context, out io.Writer, c client.Client, s *store.St
 		return nil
 	}
 	var rep schemas.Report
-	err := followUntil(ctx, out, func(ctx context.Context) error { return c.GetWorkflow(ctx, id, "").Get(ctx, &rep) }, func() string {
+	err := followUntil(ctx, out, c, id, func(ctx context.Context) error { return c.GetWorkflow(ctx, id, "").Get(ctx, &rep) }, func() string {
 		p, err := workflows.QueryEvalProgress(ctx, c, id)
 		if err != nil {
 			return ""

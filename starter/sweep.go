@@ -407,7 +407,10 @@ func sweepTrigger(ctx context.Context, out io.Writer, e *connect.Endpoints, name
 	wctx, wcancel := context.WithTimeout(ctx, timeout)
 	defer wcancel()
 	var res workflows.SweepResult
-	if err := c.GetWorkflow(wctx, started.WorkflowID, started.FirstExecutionRunID).Get(wctx, &res); err != nil {
+	err = followUntil(wctx, out, c, started.WorkflowID, func(ctx context.Context) error {
+		return c.GetWorkflow(ctx, started.WorkflowID, started.FirstExecutionRunID).Get(ctx, &res)
+	}, func() string { return "" })
+	if err != nil {
 		return fmt.Errorf("sweep %s (workflow %s, details in the Temporal UI): %w", name, started.WorkflowID, err)
 	}
 	ids := ""

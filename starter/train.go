@@ -23,6 +23,7 @@ import (
 
 	"github.com/roundhouse-rl/roundhouse/activities"
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
+	"github.com/roundhouse-rl/roundhouse/internal/failnote"
 	"github.com/roundhouse-rl/roundhouse/internal/harness"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/internal/weights"
@@ -448,7 +449,7 @@ func follow(ctx context.Context, out io.Writer, c client.Client, s *store.Store,
 		fmt.Fprintf(out, "controlled stop: starter stop --run %s, or touch %s\n", run, stopFile)
 	}
 	var res workflows.TrainResult
-	err := followUntil(ctx, out, func(ctx context.Context) error { return c.GetWorkflow(ctx, id, "").Get(ctx, &res) }, func() string {
+	err := followUntil(ctx, out, c, id, func(ctx context.Context) error { return c.GetWorkflow(ctx, id, "").Get(ctx, &res) }, func() string {
 		if stopFile != "" {
 			if _, err := os.Stat(stopFile); err == nil {
 				if err := requestStop(ctx, c, run, "STOP file "+stopFile); err != nil {
@@ -487,13 +488,17 @@ func follow(ctx context.Context, out io.Writer, c client.Client, s *store.Store,
 }
 
 // followUntil prints progress lines — line() every 2 s, when it changed and is
-// not empty — until wait returns, and returns its error.
-func followUntil(ctx context.Context, out io.Writer, wait func(context.Context) error, line func() string) error {
+// not empty — until wait returns, and returns its error. Each failed attempt
+// of an activity of workflow id (or of its running children) that Temporal
+// is still retrying is printed once, as soon as the server has it, with
+// its cause and when it is retried.
+func followUntil(ctx context.Context, out io.Writer, c client.Client, id string, wait func(context.Context) error, line func() string) error {
 	done := make(chan error, 1)
 	go func() { done <- wait(ctx) }()
 	tick := time.NewTicker(2 * time.Second)
 	defer tick.Stop()
 	last := ""
+	var fails failnote.Printer
 	for {
 		select {
 		case err := <-done:
@@ -502,6 +507,11 @@ func followUntil(ctx context.Context, out io.Writer, wait func(context.Context) 
 			if l := line(); l != "" && l != last {
 				fmt.Fprintln(out, l)
 				last = l
+			}
+			// Describe may miss between runs of a continue-as-new chain;
+			// the next tick asks again.
+			if fs, err := failnote.Pending(ctx, c, id); err == nil {
+				fails.Print(out, fs, time.Now())
 			}
 		case <-ctx.Done():
 			return ctx.Err()

@@ -17,10 +17,12 @@ import (
 
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/interceptor"
 	tlog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/worker"
 
 	"github.com/roundhouse-rl/roundhouse/activities"
+	"github.com/roundhouse-rl/roundhouse/internal/failnote"
 	"github.com/roundhouse-rl/roundhouse/internal/proxy"
 	"github.com/roundhouse-rl/roundhouse/internal/spool"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
@@ -55,6 +57,9 @@ func Run(ctx context.Context, c client.Client, s *store.Store, cfg Config) error
 	var cleanup []func()
 	var rollout *activities.Rollout
 	hl := newHealth()
+	// Every failed attempt is signalled to its workflow, which shows it in
+	// the Temporal UI while Temporal retries (internal/failnote).
+	notes := []interceptor.WorkerInterceptor{failnote.Interceptor(c)}
 	defer func() {
 		for _, f := range cleanup {
 			f()
@@ -83,7 +88,7 @@ func Run(ctx context.Context, c client.Client, s *store.Store, cfg Config) error
 			if err := workflows.RegisterSearchAttributes(ctx, c, ns); err != nil {
 				return err
 			}
-			w := worker.New(c, workflows.ControlQueue, worker.Options{OnFatalError: hl.onFatal})
+			w := worker.New(c, workflows.ControlQueue, worker.Options{OnFatalError: hl.onFatal, Interceptors: notes})
 			w.RegisterWorkflow(workflows.Train)
 			w.RegisterWorkflow(workflows.Episodes)
 			w.RegisterWorkflow(workflows.Eval)
@@ -115,13 +120,13 @@ func Run(ctx context.Context, c client.Client, s *store.Store, cfg Config) error
 			}
 			cleanup = append(cleanup, func() { srv.Close(); ro.Close() })
 			rollout = ro
-			w := worker.New(c, workflows.RolloutQueue, worker.Options{MaxConcurrentActivityExecutionSize: cfg.Slots, OnFatalError: hl.onFatal})
+			w := worker.New(c, workflows.RolloutQueue, worker.Options{MaxConcurrentActivityExecutionSize: cfg.Slots, OnFatalError: hl.onFatal, Interceptors: notes})
 			// Close is the host's own, not an activity.
 			w.RegisterActivityWithOptions(ro, activity.RegisterOptions{SkipInvalidStructFunctions: true})
 			ws = append(ws, w)
 			slog.Info("recording proxy listening", "addr", ln.Addr().String())
 		case "train":
-			w := worker.New(c, workflows.TrainQueue, worker.Options{MaxConcurrentActivityExecutionSize: 1, OnFatalError: hl.onFatal})
+			w := worker.New(c, workflows.TrainQueue, worker.Options{MaxConcurrentActivityExecutionSize: 1, OnFatalError: hl.onFatal, Interceptors: notes})
 			tr := &activities.Trainer{Store: s, WorkDir: cfg.WorkDir}
 			if rollout != nil {
 				tr.BeforeTrain = rollout.StopForTraining

@@ -74,6 +74,12 @@ func Episodes(ctx workflow.Context, in EpisodesInput) (Tally, error) {
 		// Infrastructure failures use InfraTries; three more cover lost workers.
 		RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: in.InfraTries + 3},
 	})
+	var fails *failures
+	details := func() {
+		workflow.SetCurrentDetails(ctx, fmt.Sprintf("**%s** round %d: %d/%d episodes, %d valid, %d successes, %d lost, %d skipped\n\n%s",
+			in.Phase, in.Round, t.Done, t.Total, t.Valid, t.Successes, t.Lost, t.Skipped, fails.markdown()))
+	}
+	fails = watchFailures(ctx, details)
 	var rollout *activities.Rollout
 	sel := workflow.NewSelector(ctx)
 	for _, cell := range in.Cells {
@@ -103,8 +109,7 @@ func Episodes(ctx workflow.Context, in EpisodesInput) (Tally, error) {
 			if r.Success {
 				t.Successes++
 			}
-			workflow.SetCurrentDetails(ctx, fmt.Sprintf("**%s** round %d: %d/%d episodes, %d valid, %d successes, %d lost, %d skipped",
-				in.Phase, in.Round, t.Done, t.Total, t.Valid, t.Successes, t.Lost, t.Skipped))
+			details()
 		})
 	}
 	for range in.Cells {

@@ -92,11 +92,13 @@ func Eval(ctx workflow.Context, in EvalInput) (schemas.Report, error) {
 	if shards > 1 {
 		what = fmt.Sprintf("%s, shard %d/%d", in.InitKey, in.Shard, shards)
 	}
+	var fails *failures
 	details := func() {
 		t := prog.Episodes
-		workflow.SetCurrentDetails(ctx, fmt.Sprintf("**eval %s** of weights %s on %s · %s\n\n| done | valid | successes | lost |\n|---|---|---|---|\n| %d/%d | %d | %d | %d |\n",
-			in.Tag, in.WeightsID, what, prog.Phase, t.Done, t.Total, t.Valid, t.Successes, t.Lost))
+		workflow.SetCurrentDetails(ctx, fmt.Sprintf("**eval %s** of weights %s on %s · %s\n\n%s| done | valid | successes | lost |\n|---|---|---|---|\n| %d/%d | %d | %d | %d |\n",
+			in.Tag, in.WeightsID, what, prog.Phase, fails.markdown(), t.Done, t.Total, t.Valid, t.Successes, t.Lost))
 	}
+	fails = watchFailures(ctx, details)
 	started := workflow.GetInfo(ctx).WorkflowStartTime.UnixMilli()
 	t := runEpisodes(ctx, phaseRun{Run: in.Run, Phase: phase, Weights: in.WeightsID, Harness: h, Heartbeat: in.Heartbeat,
 		OnProgress: func(t Tally) { prog.Episodes = t; details() }}, cells, running)

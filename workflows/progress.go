@@ -23,6 +23,7 @@ type tracker struct {
 	epPhase  string          // the phase Progress.Episodes counts
 	batch    *schemas.BatchSummary
 	stopping bool
+	fails    *failures // activities failing while Temporal retries them
 }
 
 func newTracker(ctx workflow.Context, in TrainInput) *tracker {
@@ -40,6 +41,7 @@ func newTracker(ctx workflow.Context, in TrainInput) *tracker {
 		_ = workflow.ExecuteActivity(controlContext(ctx), control.MarkStop, in.Run, why).Get(ctx, nil)
 		t.update()
 	})
+	t.fails = watchFailures(ctx, t.update)
 	t.upsert(KindAttr.ValueSet("train"), RunAttr.ValueSet(in.Run), RoundAttr.ValueSet(int64(in.Round)), WeightsAttr.ValueSet(in.Weights))
 	t.update()
 	return t
@@ -101,6 +103,7 @@ func (t *tracker) update() {
 		state += " (stopping)"
 	}
 	fmt.Fprintf(&b, "**Run %s** · round %d/%d · weights %s · %s\n\n", p.Run, p.Round, p.Rounds, p.Weights, state)
+	b.WriteString(t.fails.markdown())
 	if e := p.Episodes; e.Total > 0 {
 		fmt.Fprintf(&b, "| episodes | done | valid | successes | lost | skipped |\n|---|---|---|---|---|---|\n| %s | %d/%d | %d | %d | %d | %d |\n\n",
 			t.epPhase, e.Done, e.Total, e.Valid, e.Successes, e.Lost, e.Skipped)

@@ -52,6 +52,10 @@ func Sweep(ctx workflow.Context, in SweepInput) (SweepResult, error) {
 		in.InitKey = "val_init_ids"
 	}
 	ctrl := controlContext(ctx)
+	var head string // what the sweep is doing; failing activities follow it
+	var fails *failures
+	details := func() { workflow.SetCurrentDetails(ctx, head+"\n\n"+fails.markdown()) }
+	fails = watchFailures(ctx, details)
 	var control *activities.Control
 	var found []activities.SweepWeights
 	err := workflow.ExecuteActivity(ctrl, control.ListSweepWeights, activities.SweepSource{
@@ -80,7 +84,8 @@ func Sweep(ctx workflow.Context, in SweepInput) (SweepResult, error) {
 			todo = append(todo, w)
 		}
 	}
-	workflow.SetCurrentDetails(ctx, fmt.Sprintf("**sweep %s**: %d weights found, %d on the leaderboard, %d to evaluate", in.Name, len(found), res.Skipped, len(todo)))
+	head = fmt.Sprintf("**sweep %s**: %d weights found, %d on the leaderboard, %d to evaluate", in.Name, len(found), res.Skipped, len(todo))
+	details()
 	log.Info("sweep", "found", len(found), "skipped", res.Skipped, "todo", len(todo))
 
 	// Leaderboard writes take turns and each sends the entries as they are
@@ -128,7 +133,8 @@ func Sweep(ctx workflow.Context, in SweepInput) (SweepResult, error) {
 	if writeErr != nil {
 		log.Warn("a leaderboard update failed; the last one succeeded", "error", writeErr)
 	}
-	workflow.SetCurrentDetails(ctx, fmt.Sprintf("**sweep %s** done: %d evaluated, %d already on the leaderboard, %d failed", in.Name, len(res.Evaluated), res.Skipped, len(res.Failed)))
+	head = fmt.Sprintf("**sweep %s** done: %d evaluated, %d already on the leaderboard, %d failed", in.Name, len(res.Evaluated), res.Skipped, len(res.Failed))
+	details()
 	if len(res.Failed) > 0 {
 		return res, fmt.Errorf("sweep %s: evaluation of %s failed (details in their Eval workflows); the next sweep tries again", in.Name, strings.Join(res.Failed, ", "))
 	}

@@ -1,0 +1,116 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	sdkpb "go.temporal.io/api/sdk/v1"
+	tlog "go.temporal.io/sdk/log"
+
+	"github.com/roundhouse-rl/roundhouse/internal/connect"
+	"github.com/roundhouse-rl/roundhouse/internal/itest"
+	"github.com/roundhouse-rl/roundhouse/workflows"
+)
+
+// A trainer broken on purpose (its python has no torch) is still retried,
+// (3 groups of 4 attempts: a round whose groups all lack reward diversity
+// trains nothing, about 1 in 250 runs of the toy; the test then says so),
+// but `starter train` prints the first failed attempt with its cause and the
+// time of the retry, and the workflow's current details in the Temporal UI
+// show it too.
+func TestBrokenTrainerShowsWithinOneRetry(t *testing.T) {
+	stack := itest.Start(t)
+	bins := itest.Binaries(t)
+	root := itest.Root(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	stack.StartWorker(t, bins, "main")
+
+	python := filepath.Join(t.TempDir(), "python3")
+	fake := "#!/bin/sh\necho 'Traceback (most recent call last):' >&2\necho \"ModuleNotFoundError: No module named 'torch'\" >&2\nexit 1\n"
+	if err := os.WriteFile(python, []byte(fake), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const run = "itest-broken-trainer"
+	cmd := exec.CommandContext(ctx, filepath.Join(bins, "starter"), "train", "--config", filepath.Join(root, "harnesses/minimal/harness.yaml"),
+		"--run", run, "--weights", filepath.Join(root, "harnesses/minimal/weights/w0"), "--rounds", "1", "--groups", "3", "--attempts", "4",
+		"--var", "bin="+bins, "--var", "python="+python)
+	cmd.Dir = t.TempDir()
+	cmd.Env = append(os.Environ(), stack.Env()...)
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, pw
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); pw.Close(); close(exited) }()
+	defer func() { _ = cmd.Process.Kill(); <-exited }()
+
+	// Read the terminal until the first failed trainer attempt shows.
+	lines := make(chan string, 256)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	var seen []string
+	var failure string
+	for failure == "" {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatalf("starter train ended before showing the trainer's failure (did the round train? samples > 0 needed):\n%s", strings.Join(seen, "\n"))
+			}
+			seen = append(seen, l)
+			if strings.HasPrefix(l, "! Train ") {
+				failure = l
+			}
+		case <-ctx.Done():
+			t.Fatalf("no failing trainer shown in time:\n%s", strings.Join(seen, "\n"))
+		}
+	}
+	// The first line is the first attempt: the user hears before the retry.
+	for _, want := range []string{"! Train attempt 1 failed: ModuleNotFoundError: No module named 'torch'", "retried at", "[" + workflows.WorkflowID(run) + "]"} {
+		if !strings.Contains(failure, want) {
+			t.Errorf("failure line %q lacks %q", failure, want)
+		}
+	}
+
+	// The same in the current details the Temporal UI shows.
+	c, err := connect.Temporal(ctx, stack.Endpoints, tlog.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var details string
+	for range 60 {
+		v, err := c.QueryWorkflow(ctx, workflows.WorkflowID(run), "", "__temporal_workflow_metadata")
+		if err == nil {
+			var md sdkpb.WorkflowMetadata
+			if v.Get(&md) == nil {
+				details = md.GetCurrentDetails()
+				if strings.Contains(details, "| Train ") {
+					break
+				}
+			}
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	t.Logf("terminal: %s\ncurrent details:\n%s", failure, details)
+	if !strings.Contains(details, "ModuleNotFoundError: No module named 'torch'") || !strings.Contains(details, "| failing activity |") {
+		t.Errorf("current details do not show the failing trainer:\n%s", details)
+	}
+	if err := c.TerminateWorkflow(ctx, workflows.WorkflowID(run), "", "test done"); err != nil {
+		t.Logf("terminate: %v", err)
+	}
+}
