@@ -1,64 +1,15 @@
 package workflows
 
 import (
-	"context"
 	"fmt"
 	"time"
 
-	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/roundhouse-rl/roundhouse/activities"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 )
-
-// ChunkSize is how many episodes one Episodes child workflow runs. A round
-// of 2,000 groups × 6 attempts is 24 children: no history comes near
-// Temporal's limits (51,200 events, 50 MB; 2,000 pending activities).
-const ChunkSize = 500
-
-// Cell is one episode to run: a task, an init state and its place.
-type Cell struct {
-	Task    schemas.Task
-	InitID  int32
-	Group   int32
-	Attempt int32
-}
-
-// EpisodesInput is one chunk of a phase's episodes.
-type EpisodesInput struct {
-	Run          string
-	Round        int32
-	Phase        string
-	Weights      string
-	Cells        []Cell
-	InfraTries   int32
-	StartToClose time.Duration
-	Heartbeat    time.Duration
-}
-
-// Tally counts what a set of episodes did.
-type Tally struct {
-	Total     int
-	Done      int // finished: valid, invalid or lost
-	Valid     int
-	Successes int
-	Lost      int // the activity failed for good: no record exists
-	Skipped   int // not run because the run is stopping
-}
-
-func (t *Tally) add(o Tally) {
-	t.Total += o.Total
-	t.Done += o.Done
-	t.Valid += o.Valid
-	t.Successes += o.Successes
-	t.Lost += o.Lost
-	t.Skipped += o.Skipped
-}
-
-// EpisodesQuery answers an Episodes workflow's Tally so far.
-const EpisodesQuery = "episodes"
 
 // Episodes runs a chunk of episodes in parallel on the rollout queue. One
 // episode that fails for good is counted as lost; it never fails the chunk.
@@ -176,51 +127,4 @@ func runEpisodes(ctx workflow.Context, p phaseRun, cells []Cell, running map[str
 		sel.Select(ctx)
 	}
 	return total
-}
-
-// ChildID is the workflow id of chunk k of a phase's episodes.
-func ChildID(parent string, round int32, phase string, k int) string {
-	return fmt.Sprintf("%s-r%d-%s-%d", parent, round, phase, k)
-}
-
-// QueryProgress asks a run's train workflow for its progress and adds the
-// live counts of its running episode chunks.
-func QueryProgress(ctx context.Context, c client.Client, run string) (Progress, error) {
-	var p Progress
-	if err := queryWithChunks(ctx, c, WorkflowID(run), ProgressQuery, &p); err != nil {
-		return p, fmt.Errorf("run %s: %w", run, err)
-	}
-	addChunks(ctx, c, p.Children, &p.Episodes)
-	return p, nil
-}
-
-// queryWithChunks runs a query on a workflow that runs episode chunks.
-func queryWithChunks(ctx context.Context, c client.Client, id, query string, into any) error {
-	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	v, err := c.QueryWorkflow(qctx, id, "", query)
-	if err != nil {
-		return fmt.Errorf("query %s: %w", query, err)
-	}
-	if err := v.Get(into); err != nil {
-		return fmt.Errorf("decode %s: %w", query, err)
-	}
-	return nil
-}
-
-// addChunks adds the live counts of running episode chunks to t.
-func addChunks(ctx context.Context, c client.Client, children []string, t *Tally) {
-	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	for _, id := range children {
-		v, err := c.QueryWorkflow(qctx, id, "", EpisodesQuery)
-		if err != nil {
-			continue // finished between the two queries: the parent counts it next time
-		}
-		var ct Tally
-		if v.Get(&ct) == nil {
-			ct.Total = 0
-			t.add(ct)
-		}
-	}
 }

@@ -1,60 +1,14 @@
 package workflows
 
 import (
-	"context"
 	"fmt"
 	"sort"
-	"time"
 
-	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/roundhouse-rl/roundhouse/activities"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 )
-
-// EvalInput is one evaluation of a weights id on one split of init states,
-// or one shard of it (Shards > 1: cells i with i % Shards == Shard).
-type EvalInput struct {
-	Run       string // the run whose prefix holds harness.json, the weights and eval/<tag>/
-	Harness   schemas.Harness
-	WeightsID string
-	Tag       string
-	InitKey   string // val_init_ids or eval_init_ids
-	Shard     int
-	Shards    int // 0 or 1: the whole split
-	Heartbeat time.Duration
-}
-
-// EvalProgressQuery returns an evaluation's EvalProgress.
-const EvalProgressQuery = "eval-progress"
-
-// EvalProgress is what an evaluation has done so far.
-type EvalProgress struct {
-	Run       string
-	Tag       string
-	WeightsID string
-	InitKey   string
-	Shard     int
-	Shards    int
-	Phase     string // episodes, report, done
-	// Episodes as of the last finished chunk; QueryEvalProgress adds the
-	// live counts of the running chunks named in Children.
-	Episodes Tally
-	Children []string
-}
-
-// EvalPhase is the partition an evaluation's records go to: one per tag,
-// so evaluations never mix their episodes.
-func EvalPhase(tag string) string { return "eval-" + tag }
-
-// EvalWorkflowID names an evaluation (shard) workflow.
-func EvalWorkflowID(run, tag string, shard, shards int) string {
-	if shards > 1 {
-		return fmt.Sprintf("eval-%s-%s-%dof%d", run, tag, shard, shards)
-	}
-	return fmt.Sprintf("eval-%s-%s", run, tag)
-}
 
 // Eval runs every (task, init state) cell of the split once — or the
 // cells of one shard — and writes the report: eval/<tag>/report.json, or
@@ -122,15 +76,4 @@ func Eval(ctx workflow.Context, in EvalInput) (schemas.Report, error) {
 	prog.Phase = "done"
 	details()
 	return rep, nil
-}
-
-// QueryEvalProgress asks an evaluation workflow for its progress and adds
-// the live counts of its running episode chunks.
-func QueryEvalProgress(ctx context.Context, c client.Client, id string) (EvalProgress, error) {
-	var p EvalProgress
-	if err := queryWithChunks(ctx, c, id, EvalProgressQuery, &p); err != nil {
-		return p, fmt.Errorf("evaluation %s: %w", id, err)
-	}
-	addChunks(ctx, c, p.Children, &p.Episodes)
-	return p, nil
 }
