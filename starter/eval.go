@@ -17,7 +17,6 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/roundhouse-rl/roundhouse/activities"
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
 	"github.com/roundhouse-rl/roundhouse/internal/harness"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
@@ -153,7 +152,7 @@ func runEval(ctx context.Context, out io.Writer, e *connect.Endpoints, f evalFla
 		if local, err = weights.Describe(files); err != nil {
 			return fmt.Errorf("--weights %s: %w", f.weights, err)
 		}
-		digest = activities.WeightsDigest(local)
+		digest = schemas.WeightsDigest(local)
 		// Named by content: the same files always get the same id, so a
 		// rerun publishes nothing new and other files never overwrite them.
 		wid = "ext-" + digest[:12]
@@ -188,7 +187,7 @@ func runEval(ctx context.Context, out io.Writer, e *connect.Endpoints, f evalFla
 		if err != nil {
 			return err
 		}
-		digest = activities.WeightsDigest(man.Files)
+		digest = schemas.WeightsDigest(man.Files)
 	}
 
 	id := workflows.EvalWorkflowID(f.run, f.tag, sh.i, sh.n)
@@ -472,37 +471,4 @@ func printEvalReport(out io.Writer, rep schemas.Report, bucket string) {
 	default:
 		fmt.Fprintf(out, "validation score (%s): %.1f%% over %d valid episodes — for choosing weights, not a final score\n", rep.InitKey, 100*rep.Overall.SuccessRate, rep.Overall.Valid)
 	}
-}
-
-// checkPoolReport refuses a --pool-report that must not choose a training
-// pool: one of the final-test split, a shard, or one of another harness
-// config — always; one of other weights than --weights (stale) or without
-// digests (hand-written) unless anyWeights. The error completes
-// "--pool-report FILE …".
-func checkPoolReport(rep schemas.Report, local []schemas.WeightsFile, h schemas.Harness, anyWeights bool) error {
-	if rep.InitKey == finalKey {
-		return errors.New("is an evaluation on eval_init_ids, the final-test split: final-test data never chooses a training pool; pass a validation report (val_init_ids)")
-	}
-	if rep.IsShard() {
-		return fmt.Errorf("is shard %d/%d of tag %s, not a whole validation: merge the shards (starter report merge --run %s --tag %s) and pass eval/%s/report.json", rep.Shard, rep.Shards, rep.Tag, rep.Run, rep.Tag, rep.Tag)
-	}
-	if rep.Digest != "" && rep.Digest != h.Digest {
-		return fmt.Errorf("comes from harness %s with config digest %s, --config gives %s with %s: validate with this harness file and vars, then pass that report", rep.Harness, rep.Digest, h.Name, h.Digest)
-	}
-	if anyWeights {
-		return nil
-	}
-	if rep.Digest == "" {
-		return errors.New("records no harness config digest (hand-written?), so where it comes from cannot be checked: pass a report Roundhouse wrote, or --pool-report-any-weights to use it anyway")
-	}
-	if rep.WeightsDigest == "" {
-		return errors.New("records no weights digest (written before reports had one), so its weights cannot be checked: validate --weights again with starter eval --init-key val_init_ids, or pass --pool-report-any-weights")
-	}
-	if len(local) == 0 {
-		return errors.New("needs --weights, the weights it should have evaluated, to be checked against")
-	}
-	if d := activities.WeightsDigest(local); d != rep.WeightsDigest {
-		return fmt.Errorf("is stale: it evaluated weights %s (digest %.12s), not --weights (digest %.12s); validate --weights with starter eval --init-key val_init_ids, or pass --pool-report-any-weights to use it anyway", rep.WeightsID, rep.WeightsDigest, d)
-	}
-	return nil
 }

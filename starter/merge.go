@@ -9,8 +9,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/roundhouse-rl/roundhouse/activities"
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
+	"github.com/roundhouse-rl/roundhouse/internal/report"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 )
@@ -72,7 +72,7 @@ func mergeReports(ctx context.Context, out io.Writer, s *store.Store, run, tag s
 			return fmt.Errorf("%s says it is shard %d/%d of tag %s: the file was moved or edited; rerun that shard with --replace-tag", f.key, f.rep.Shard, f.rep.Shards, f.rep.Tag)
 		}
 	}
-	merged, err := activities.MergeShards(reps, keys)
+	merged, err := report.MergeShards(reps, keys)
 	if err != nil {
 		return fmt.Errorf("merge tag %s of run %s: %w", tag, run, err)
 	}

@@ -43,7 +43,7 @@ the last round), as a table and a chart (SVG or PNG, by the file's extension).`,
 			if err != nil {
 				return err
 			}
-			return report(cmd.Context(), cmd.OutOrStdout(), s, run, chartFile)
+			return showReport(cmd.Context(), cmd.OutOrStdout(), s, run, chartFile)
 		},
 	}
 	cmd.Flags().StringVar(&run, "run", "", "run name")
@@ -52,7 +52,7 @@ the last round), as a table and a chart (SVG or PNG, by the file's extension).`,
 	return cmd
 }
 
-func report(ctx context.Context, out io.Writer, s *store.Store, run, chartFile string) error {
+func showReport(ctx context.Context, out io.Writer, s *store.Store, run, chartFile string) error {
 	l := schemas.Layout{Run: run}
 	found := false
 	for _, key := range []string{l.RunSpec(), l.Harness(), l.State()} {

@@ -18,9 +18,10 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/roundhouse-rl/roundhouse/activities"
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
 	"github.com/roundhouse-rl/roundhouse/internal/harness"
+	"github.com/roundhouse-rl/roundhouse/internal/report"
+	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 	"github.com/roundhouse-rl/roundhouse/workflows"
 )
@@ -148,7 +149,7 @@ func sweepSource(f sweepFlags, bucket string) (source, run string, err error) {
 		}
 		return f.run, f.run, nil
 	}
-	b, _, err := activities.ParseS3URL(f.prefix)
+	b, _, err := store.ParseURL(f.prefix)
 	if err != nil {
 		return "", "", fmt.Errorf("--weights-prefix: %w", err)
 	}
@@ -455,7 +456,7 @@ func printLeaderboard(out io.Writer, bucket string, get func(key string, v any) 
 		}
 		return err
 	}
-	fmt.Fprint(out, activities.LeaderboardMarkdown(lb))
+	fmt.Fprint(out, report.LeaderboardMarkdown(lb))
 	fmt.Fprintf(out, "\ns3://%s/%s\n", bucket, key)
 	return nil
 }

@@ -21,9 +21,9 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/roundhouse-rl/roundhouse/activities"
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
 	"github.com/roundhouse-rl/roundhouse/internal/harness"
+	"github.com/roundhouse-rl/roundhouse/internal/report"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/internal/weights"
 	"github.com/roundhouse-rl/roundhouse/schemas"
@@ -332,7 +332,7 @@ type startWeights struct {
 // s3:// URL, whose bucket is checked once connected.
 func weightSource(path, file string) (startWeights, error) {
 	if strings.HasPrefix(path, "s3://") {
-		_, prefix, err := activities.ParseS3URL(path)
+		_, prefix, err := store.ParseURL(path)
 		if err != nil {
 			return startWeights{}, fmt.Errorf("--weights: %w", err)
 		}
@@ -396,7 +396,7 @@ func getS3(ctx context.Context, s *store.Store, url, flag string) ([]byte, error
 }
 
 // checkPool parses a pool report and checks it against the harness and
-// the starting weights (checkPoolReport); s is nil for local weights.
+// the starting weights (report.CheckPool); s is nil for local weights.
 func checkPool(ctx context.Context, s *store.Store, f trainFlags, h schemas.Harness, src startWeights, pool []byte) error {
 	var rep schemas.Report
 	if err := json.Unmarshal(pool, &rep); err != nil || len(rep.Tasks) == 0 {
@@ -409,7 +409,7 @@ func checkPool(ctx context.Context, s *store.Store, f trainFlags, h schemas.Harn
 			return err
 		}
 	}
-	if err := checkPoolReport(rep, desc, h, f.poolAnyWeights); err != nil {
+	if err := report.CheckPool(rep, desc, h, f.poolAnyWeights); err != nil {
 		return fmt.Errorf("--pool-report %s %w", f.poolReport, err)
 	}
 	return nil

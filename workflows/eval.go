@@ -7,6 +7,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/roundhouse-rl/roundhouse/activities"
+	"github.com/roundhouse-rl/roundhouse/internal/report"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 )
 
@@ -17,7 +18,7 @@ func Eval(ctx workflow.Context, in EvalInput) (schemas.Report, error) {
 	var rep schemas.Report
 	h := in.Harness
 	shards := max(in.Shards, 1)
-	split, _, err := activities.SplitCells(h, in.InitKey, in.Shard, shards)
+	split, _, err := report.SplitCells(h, in.InitKey, in.Shard, shards)
 	if err != nil {
 		return rep, fmt.Errorf("eval %s: %w", in.Tag, err)
 	}

@@ -113,7 +113,7 @@ func evaluateWeights(ctx workflow.Context, in SweepInput, w activities.SweepWeig
 	tag := schemas.SweepTag(in.Name, w.ID)
 	runID := w.ID
 	if strings.HasPrefix(in.Source, "s3://") {
-		runID = activities.ImportedID(w.ID, w.Digest)
+		runID = schemas.ImportedID(w.ID, w.Digest)
 		ictx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 			TaskQueue: ControlQueue, StartToCloseTimeout: 6 * time.Hour, HeartbeatTimeout: 2 * time.Minute,
 			RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 5},
