@@ -13,16 +13,14 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/temporal"
 
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
 	"github.com/roundhouse-rl/roundhouse/internal/harness"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/internal/weights"
 	"github.com/roundhouse-rl/roundhouse/schemas"
-	"github.com/roundhouse-rl/roundhouse/workflows"
+	"github.com/roundhouse-rl/roundhouse/workflows/api"
 )
 
 // Init keys an evaluation may use; train_init_ids is training data.
@@ -190,13 +188,13 @@ func runEval(ctx context.Context, out io.Writer, e *connect.Endpoints, f evalFla
 		digest = schemas.WeightsDigest(man.Files)
 	}
 
-	id := workflows.EvalWorkflowID(f.run, f.tag, sh.i, sh.n)
-	running, err := isRunning(ctx, c, id)
+	id := api.EvalWorkflowID(f.run, f.tag, sh.i, sh.n)
+	running, err := api.IsRunning(ctx, c, id)
 	if err != nil {
 		return err
 	}
 	if running {
-		p, err := workflows.QueryEvalProgress(ctx, c, id)
+		p, err := api.QueryEvalProgress(ctx, c, id)
 		if err == nil && (p.WeightsID != wid || p.InitKey != f.initKey) {
 			return fmt.Errorf("evaluation %s is running with weights %s on %s: wait for it, or use another --tag", id, p.WeightsID, p.InitKey)
 		}
@@ -214,12 +212,12 @@ func runEval(ctx context.Context, out io.Writer, e *connect.Endpoints, f evalFla
 	}
 
 	// Every check passed: from here on the command writes.
-	if err := workflows.RegisterSearchAttributes(ctx, c, e.Namespace); err != nil {
+	if err := api.RegisterSearchAttributes(ctx, c, e.Namespace); err != nil {
 		return err
 	}
 	if plan.wipe {
 		n := 0
-		phase := workflows.EvalPhase(f.tag)
+		phase := api.EvalPhase(f.tag)
 		for _, p := range []string{l.EvalDir(f.tag), l.EpisodesDir(0, phase), l.CallsDir(0, phase), l.OrphansDir(0, phase), l.ArtifactsDir(0, phase)} {
 			k, err := s.DeletePrefix(ctx, p)
 			n += k
@@ -250,16 +248,7 @@ func runEval(ctx context.Context, out io.Writer, e *connect.Endpoints, f evalFla
 		}
 		fmt.Fprintf(out, "created run %s for evaluation: harness %s (digest %s)\n", f.run, h.Name, h.Digest)
 	}
-	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	phase := workflows.EvalPhase(f.tag)
-	_, err = c.ExecuteWorkflow(sctx, client.StartWorkflowOptions{
-		ID: id, TaskQueue: workflows.ControlQueue,
-		StaticSummary: fmt.Sprintf("eval %s of run %s: weights %s on %s, shard %s", f.tag, f.run, wid, f.initKey, sh),
-		TypedSearchAttributes: temporal.NewSearchAttributes(workflows.RunAttr.ValueSet(f.run), workflows.KindAttr.ValueSet("eval"),
-			workflows.PhaseAttr.ValueSet(phase), workflows.WeightsAttr.ValueSet(wid)),
-		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
-	}, workflows.Eval, workflows.EvalInput{Run: f.run, Harness: h, WeightsID: wid, Tag: f.tag, InitKey: f.initKey,
+	_, err = api.StartEval(ctx, c, api.EvalInput{Run: f.run, Harness: h, WeightsID: wid, Tag: f.tag, InitKey: f.initKey,
 		Shard: sh.i, Shards: sh.n, Heartbeat: f.heartbeat})
 	if err != nil {
 		return fmt.Errorf("start workflow %s on %s: %w", id, e.Temporal, err)
@@ -415,7 +404,7 @@ func followEval(ctx context.Context, out io.Writer, c client.Client, s *store.St
 	}
 	var rep schemas.Report
 	err := followUntil(ctx, out, func(ctx context.Context) error { return c.GetWorkflow(ctx, id, "").Get(ctx, &rep) }, func() string {
-		p, err := workflows.QueryEvalProgress(ctx, c, id)
+		p, err := api.QueryEvalProgress(ctx, c, id)
 		if err != nil {
 			return ""
 		}

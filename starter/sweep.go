@@ -13,7 +13,6 @@ import (
 	"github.com/robfig/cron/v3"
 	"github.com/spf13/cobra"
 	commonpb "go.temporal.io/api/common/v1"
-	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
@@ -23,7 +22,7 @@ import (
 	"github.com/roundhouse-rl/roundhouse/internal/report"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/schemas"
-	"github.com/roundhouse-rl/roundhouse/workflows"
+	"github.com/roundhouse-rl/roundhouse/workflows/api"
 )
 
 // sweepTimeout bounds each call to Temporal or S3 made by a sweep command.
@@ -195,7 +194,7 @@ func sweepCreate(ctx context.Context, out io.Writer, e *connect.Endpoints, f swe
 		return err
 	}
 	defer c.Close()
-	id := workflows.SweepScheduleID(f.name)
+	id := api.SweepScheduleID(f.name)
 	sc := c.ScheduleClient()
 	if _, err := describeSchedule(ctx, sc, id); err == nil {
 		return fmt.Errorf("sweep %s exists (schedule %s): choose another --name, or delete it first with `starter sweep delete --name %s`", f.name, id, f.name)
@@ -229,25 +228,13 @@ func sweepCreate(ctx context.Context, out io.Writer, e *connect.Endpoints, f swe
 			return err
 		}
 	}
-	if err := workflows.RegisterSearchAttributes(ctx, c, e.Namespace); err != nil {
+	if err := api.RegisterSearchAttributes(ctx, c, e.Namespace); err != nil {
 		return err
 	}
-	in := workflows.SweepInput{Name: f.name, Source: source, Run: run, Harness: h, InitKey: f.initKey, Parallel: f.parallel}
+	in := api.SweepInput{Name: f.name, Source: source, Run: run, Harness: h, InitKey: f.initKey, Parallel: f.parallel}
 	cctx, cancel := context.WithTimeout(ctx, sweepTimeout)
 	defer cancel()
-	handle, err := sc.Create(cctx, client.ScheduleOptions{
-		ID:   id,
-		Spec: spec,
-		Action: &client.ScheduleWorkflowAction{
-			ID: id, Workflow: workflows.Sweep, Args: []any{in}, TaskQueue: workflows.ControlQueue,
-			StaticSummary:         fmt.Sprintf("sweep %s: new weights of %s, evaluated in run %s on %s", f.name, source, run, f.initKey),
-			TypedSearchAttributes: temporal.NewSearchAttributes(workflows.KindAttr.ValueSet("sweep"), workflows.RunAttr.ValueSet(run)),
-		},
-		// A sweep due while the last one runs would evaluate the same
-		// weights twice: skip it.
-		Overlap: enumspb.SCHEDULE_OVERLAP_POLICY_SKIP,
-		Memo:    map[string]any{"source": source, "run": run, "when": when, "init_key": f.initKey},
-	})
+	handle, err := api.CreateSweep(cctx, c, in, spec, when)
 	if errors.Is(err, temporal.ErrScheduleAlreadyRunning) {
 		return fmt.Errorf("sweep %s exists (schedule %s): choose another --name, or delete it first with `starter sweep delete --name %s`", f.name, id, f.name)
 	}
@@ -288,7 +275,7 @@ func sweepHandle(ctx context.Context, e *connect.Endpoints, name string) (client
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	id := workflows.SweepScheduleID(name)
+	id := api.SweepScheduleID(name)
 	d, err := describeSchedule(ctx, c.ScheduleClient(), id)
 	if isScheduleNotFound(err) {
 		c.Close()
@@ -407,7 +394,7 @@ func sweepTrigger(ctx context.Context, out io.Writer, e *connect.Endpoints, name
 	}
 	wctx, wcancel := context.WithTimeout(ctx, timeout)
 	defer wcancel()
-	var res workflows.SweepResult
+	var res api.SweepResult
 	if err := c.GetWorkflow(wctx, started.WorkflowID, started.FirstExecutionRunID).Get(wctx, &res); err != nil {
 		return fmt.Errorf("sweep %s (workflow %s, details in the Temporal UI): %w", name, started.WorkflowID, err)
 	}
@@ -484,7 +471,7 @@ func sweepListCmd(e *connect.Endpoints) *cobra.Command {
 				if err != nil {
 					return fmt.Errorf("list schedules: %w", err)
 				}
-				if name, ok := strings.CutPrefix(s.ID, "sweep-"); ok && name != "" && s.WorkflowType.Name == "Sweep" {
+				if name, ok := strings.CutPrefix(s.ID, "sweep-"); ok && name != "" && s.WorkflowType.Name == api.SweepWorkflow {
 					rows = append(rows, s)
 				}
 			}
@@ -513,8 +500,8 @@ func printSweeps(out io.Writer, rows []*client.ScheduleListEntry) {
 		if len(s.NextActionTimes) > 0 && !s.Paused {
 			next = s.NextActionTimes[0].UTC().Format("2006-01-02 15:04")
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", strings.TrimPrefix(s.ID, "sweep-"), memoString(s.Memo, "when"), state, last, next,
-			memoString(s.Memo, "source"), memoString(s.Memo, "run"))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", strings.TrimPrefix(s.ID, "sweep-"), memoString(s.Memo, api.SweepMemoWhen), state, last, next,
+			memoString(s.Memo, api.SweepMemoSource), memoString(s.Memo, api.SweepMemoRun))
 	}
 	tw.Flush()
 }

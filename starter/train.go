@@ -16,10 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/temporal"
 
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
 	"github.com/roundhouse-rl/roundhouse/internal/harness"
@@ -27,7 +24,7 @@ import (
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/internal/weights"
 	"github.com/roundhouse-rl/roundhouse/schemas"
-	"github.com/roundhouse-rl/roundhouse/workflows"
+	"github.com/roundhouse-rl/roundhouse/workflows/api"
 )
 
 var runName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$`)
@@ -163,10 +160,10 @@ func train(ctx context.Context, out io.Writer, e *connect.Endpoints, f trainFlag
 			return err
 		}
 	}
-	id := workflows.WorkflowID(f.run)
+	id := api.WorkflowID(f.run)
 	l := schemas.Layout{Run: f.run}
 
-	running, err := isRunning(ctx, c, id)
+	running, err := api.IsRunning(ctx, c, id)
 	if err != nil {
 		return err
 	}
@@ -186,10 +183,10 @@ func train(ctx context.Context, out io.Writer, e *connect.Endpoints, f trainFlag
 		fmt.Fprintf(out, "deleted %d objects of the earlier run %s\n", n, f.run)
 		exists = false
 	}
-	if err := workflows.RegisterSearchAttributes(ctx, c, e.Namespace); err != nil {
+	if err := api.RegisterSearchAttributes(ctx, c, e.Namespace); err != nil {
 		return err
 	}
-	var in workflows.TrainInput
+	var in api.TrainInput
 	if exists {
 		if in, err = resumeInput(ctx, out, s, h, f, src); err != nil {
 			return err
@@ -200,7 +197,7 @@ func train(ctx context.Context, out io.Writer, e *connect.Endpoints, f trainFlag
 				return err
 			}
 		}
-		in = workflows.TrainInput{Run: f.run, Harness: h, InitialWeights: "w0", Weights: "w0", Rounds: int32(f.rounds),
+		in = api.TrainInput{Run: f.run, Harness: h, InitialWeights: "w0", Weights: "w0", Rounds: int32(f.rounds),
 			Groups: f.groups, Attempts: f.attempts, Round: 1, HeartbeatTimeout: f.heartbeat}
 		if pool != nil {
 			in.PoolReport = l.Prefix() + "pool-report.json"
@@ -228,16 +225,7 @@ func train(ctx context.Context, out io.Writer, e *connect.Endpoints, f trainFlag
 	if err := s.Put(ctx, l.Harness(), hb); err != nil {
 		return err
 	}
-	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	_, err = c.ExecuteWorkflow(sctx, client.StartWorkflowOptions{
-		ID: id, TaskQueue: workflows.ControlQueue,
-		StaticSummary: fmt.Sprintf("run %s: %s, %d rounds × %d groups × %d attempts from %s", f.run, h.Name, in.Rounds, in.Groups, in.Attempts, in.InitialWeights),
-		TypedSearchAttributes: temporal.NewSearchAttributes(workflows.RunAttr.ValueSet(f.run), workflows.KindAttr.ValueSet("train"),
-			workflows.RoundAttr.ValueSet(int64(in.Round)), workflows.WeightsAttr.ValueSet(in.Weights)),
-		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
-	}, workflows.Train, in)
-	if err != nil {
+	if _, err := api.StartTrain(ctx, c, in); err != nil {
 		return fmt.Errorf("start workflow %s on %s: %w", id, e.Temporal, err)
 	}
 	if in.Round == 1 && len(in.Summaries) == 0 && !exists {
@@ -250,9 +238,9 @@ func train(ctx context.Context, out io.Writer, e *connect.Endpoints, f trainFlag
 // resumeInput continues an existing run that is not running: from the
 // round after its last completed one, with the weights that round left.
 // Episodes, reports and weights already stored are found and kept.
-func resumeInput(ctx context.Context, out io.Writer, s *store.Store, h schemas.Harness, f trainFlags, src startWeights) (workflows.TrainInput, error) {
+func resumeInput(ctx context.Context, out io.Writer, s *store.Store, h schemas.Harness, f trainFlags, src startWeights) (api.TrainInput, error) {
 	l := schemas.Layout{Run: f.run}
-	var in workflows.TrainInput
+	var in api.TrainInput
 	var spec schemas.RunSpec
 	if err := getJSON(ctx, s, l.RunSpec(), &spec); err != nil {
 		return in, fmt.Errorf("run %s has data but no readable run.json (%v): pass --replace to start it over", f.run, err)
@@ -273,7 +261,7 @@ func resumeInput(ctx context.Context, out io.Writer, s *store.Store, h schemas.H
 	if err := getJSON(ctx, s, l.State(), &st); err != nil && !isNotFound(err) {
 		return in, err
 	}
-	in = workflows.TrainInput{Run: f.run, Harness: h, InitialWeights: "w0", Weights: st.Weights, Rounds: spec.Rounds,
+	in = api.TrainInput{Run: f.run, Harness: h, InitialWeights: "w0", Weights: st.Weights, Rounds: spec.Rounds,
 		Groups: spec.Groups, Attempts: spec.Attempts, Round: st.RoundsDone + 1, Summaries: st.Summaries,
 		HeartbeatTimeout: spec.HeartbeatTimeout.D()}
 	if in.Round == 1 {
@@ -415,20 +403,6 @@ func checkPool(ctx context.Context, s *store.Store, f trainFlags, h schemas.Harn
 	return nil
 }
 
-func isRunning(ctx context.Context, c client.Client, id string) (bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	d, err := c.DescribeWorkflowExecution(ctx, id, "")
-	var nf *serviceerror.NotFound
-	if errors.As(err, &nf) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("describe workflow %s: %w", id, err)
-	}
-	return d.WorkflowExecutionInfo.Status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, nil
-}
-
 func uiURL(e *connect.Endpoints, id string) string {
 	ui := os.Getenv("ROUNDHOUSE_UI")
 	if ui == "" {
@@ -447,7 +421,7 @@ func follow(ctx context.Context, out io.Writer, c client.Client, s *store.Store,
 	if stopFile != "" {
 		fmt.Fprintf(out, "controlled stop: starter stop --run %s, or touch %s\n", run, stopFile)
 	}
-	var res workflows.TrainResult
+	var res api.TrainResult
 	err := followUntil(ctx, out, func(ctx context.Context) error { return c.GetWorkflow(ctx, id, "").Get(ctx, &res) }, func() string {
 		if stopFile != "" {
 			if _, err := os.Stat(stopFile); err == nil {
@@ -459,7 +433,7 @@ func follow(ctx context.Context, out io.Writer, c client.Client, s *store.Store,
 				}
 			}
 		}
-		p, err := workflows.QueryProgress(ctx, c, run)
+		p, err := api.QueryProgress(ctx, c, run)
 		if err != nil {
 			return "" // between runs of a continue-as-new chain the query may miss
 		}

@@ -9,17 +9,18 @@ import (
 
 	"github.com/roundhouse-rl/roundhouse/activities"
 	"github.com/roundhouse-rl/roundhouse/schemas"
+	"github.com/roundhouse-rl/roundhouse/workflows/api"
 )
 
 // Episodes runs a chunk of episodes in parallel on the rollout queue. One
 // episode that fails for good is counted as lost; it never fails the chunk.
-func Episodes(ctx workflow.Context, in EpisodesInput) (Tally, error) {
-	t := Tally{Total: len(in.Cells)}
-	if err := workflow.SetQueryHandler(ctx, EpisodesQuery, func() (Tally, error) { return t, nil }); err != nil {
+func Episodes(ctx workflow.Context, in api.EpisodesInput) (api.Tally, error) {
+	t := api.Tally{Total: len(in.Cells)}
+	if err := workflow.SetQueryHandler(ctx, api.EpisodesQuery, func() (api.Tally, error) { return t, nil }); err != nil {
 		return t, fmt.Errorf("episodes query: %w", err)
 	}
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		TaskQueue:           RolloutQueue,
+		TaskQueue:           api.RolloutQueue,
 		StartToCloseTimeout: in.StartToClose,
 		HeartbeatTimeout:    in.Heartbeat,
 		// Infrastructure failures use InfraTries; three more cover lost workers.
@@ -71,37 +72,37 @@ type phaseRun struct {
 	Phase      string
 	Weights    string
 	Harness    schemas.Harness
-	Heartbeat  time.Duration // 0: 30s
-	OnProgress func(Tally)   // after each chunk
+	Heartbeat  time.Duration   // 0: 30s
+	OnProgress func(api.Tally) // after each chunk
 }
 
 // runEpisodes runs cells as Episodes child workflows of ChunkSize and
 // returns their tally. A child that fails counts its episodes as lost.
-func runEpisodes(ctx workflow.Context, p phaseRun, cells []Cell, running map[string]bool) Tally {
+func runEpisodes(ctx workflow.Context, p phaseRun, cells []api.Cell, running map[string]bool) api.Tally {
 	h := p.Harness
 	hb := p.Heartbeat
 	if hb == 0 {
 		hb = 30 * time.Second
 	}
 	parent := workflow.GetInfo(ctx).WorkflowExecution.ID
-	var total Tally
+	var total api.Tally
 	total.Total = len(cells)
 	if p.OnProgress != nil {
 		p.OnProgress(total)
 	}
 	sel := workflow.NewSelector(ctx)
 	n := 0
-	for start := 0; start < len(cells); start += ChunkSize {
-		chunk := cells[start:min(start+ChunkSize, len(cells))]
-		id := ChildID(parent, p.Round, p.Phase, start/ChunkSize)
+	for start := 0; start < len(cells); start += api.ChunkSize {
+		chunk := cells[start:min(start+api.ChunkSize, len(cells))]
+		id := api.ChildID(parent, p.Round, p.Phase, start/api.ChunkSize)
 		cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
 			WorkflowID:    id,
-			TaskQueue:     ControlQueue,
+			TaskQueue:     api.ControlQueue,
 			StaticSummary: fmt.Sprintf("run %s round %d %s: episodes %d–%d of %d, weights %s", p.Run, p.Round, p.Phase, start, start+len(chunk)-1, len(cells), p.Weights),
-			TypedSearchAttributes: temporal.NewSearchAttributes(RunAttr.ValueSet(p.Run), KindAttr.ValueSet("episodes"),
-				RoundAttr.ValueSet(int64(p.Round)), PhaseAttr.ValueSet(p.Phase), WeightsAttr.ValueSet(p.Weights)),
+			TypedSearchAttributes: temporal.NewSearchAttributes(api.RunAttr.ValueSet(p.Run), api.KindAttr.ValueSet("episodes"),
+				api.RoundAttr.ValueSet(int64(p.Round)), api.PhaseAttr.ValueSet(p.Phase), api.WeightsAttr.ValueSet(p.Weights)),
 		})
-		f := workflow.ExecuteChildWorkflow(cctx, Episodes, EpisodesInput{
+		f := workflow.ExecuteChildWorkflow(cctx, Episodes, api.EpisodesInput{
 			Run: p.Run, Round: p.Round, Phase: p.Phase, Weights: p.Weights, Cells: chunk,
 			InfraTries:   int32(h.Collect.InfraRetries + 1),
 			StartToClose: h.Episode.Timeout.D() + startTimeouts(h) + 5*time.Minute,
@@ -111,13 +112,13 @@ func runEpisodes(ctx workflow.Context, p phaseRun, cells []Cell, running map[str
 		n++
 		sel.AddFuture(f, func(f workflow.Future) {
 			delete(running, id)
-			var t Tally
+			var t api.Tally
 			if err := f.Get(ctx, &t); err != nil {
 				workflow.GetLogger(ctx).Error("episode chunk failed", "child", id, "error", err)
-				t = Tally{Total: len(chunk), Done: len(chunk), Lost: len(chunk)}
+				t = api.Tally{Total: len(chunk), Done: len(chunk), Lost: len(chunk)}
 			}
 			t.Total = 0 // counted above
-			total.add(t)
+			total.Add(t)
 			if p.OnProgress != nil {
 				p.OnProgress(total)
 			}

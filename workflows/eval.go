@@ -9,12 +9,13 @@ import (
 	"github.com/roundhouse-rl/roundhouse/activities"
 	"github.com/roundhouse-rl/roundhouse/internal/report"
 	"github.com/roundhouse-rl/roundhouse/schemas"
+	"github.com/roundhouse-rl/roundhouse/workflows/api"
 )
 
 // Eval runs every (task, init state) cell of the split once — or the
 // cells of one shard — and writes the report: eval/<tag>/report.json, or
 // the shard's eval/<tag>/shards/<i>-of-<n>.json.
-func Eval(ctx workflow.Context, in EvalInput) (schemas.Report, error) {
+func Eval(ctx workflow.Context, in api.EvalInput) (schemas.Report, error) {
 	var rep schemas.Report
 	h := in.Harness
 	shards := max(in.Shards, 1)
@@ -22,17 +23,17 @@ func Eval(ctx workflow.Context, in EvalInput) (schemas.Report, error) {
 	if err != nil {
 		return rep, fmt.Errorf("eval %s: %w", in.Tag, err)
 	}
-	cells := make([]Cell, len(split))
+	cells := make([]api.Cell, len(split))
 	for i, c := range split {
 		// The cell's index in the whole split names its episode, so shards
 		// never write the same keys.
-		cells[i] = Cell{Task: c.Task, InitID: c.InitID, Group: int32(c.Index)}
+		cells[i] = api.Cell{Task: c.Task, InitID: c.InitID, Group: int32(c.Index)}
 	}
-	phase := EvalPhase(in.Tag)
-	prog := EvalProgress{Run: in.Run, Tag: in.Tag, WeightsID: in.WeightsID, InitKey: in.InitKey, Shard: in.Shard, Shards: shards,
-		Phase: "episodes", Episodes: Tally{Total: len(cells)}}
+	phase := api.EvalPhase(in.Tag)
+	prog := api.EvalProgress{Run: in.Run, Tag: in.Tag, WeightsID: in.WeightsID, InitKey: in.InitKey, Shard: in.Shard, Shards: shards,
+		Phase: "episodes", Episodes: api.Tally{Total: len(cells)}}
 	running := map[string]bool{}
-	if err := workflow.SetQueryHandler(ctx, EvalProgressQuery, func() (EvalProgress, error) {
+	if err := workflow.SetQueryHandler(ctx, api.EvalProgressQuery, func() (api.EvalProgress, error) {
 		p := prog
 		p.Children = nil
 		for id := range running {
@@ -54,7 +55,7 @@ func Eval(ctx workflow.Context, in EvalInput) (schemas.Report, error) {
 	}
 	started := workflow.GetInfo(ctx).WorkflowStartTime.UnixMilli()
 	t := runEpisodes(ctx, phaseRun{Run: in.Run, Phase: phase, Weights: in.WeightsID, Harness: h, Heartbeat: in.Heartbeat,
-		OnProgress: func(t Tally) { prog.Episodes = t; details() }}, cells, running)
+		OnProgress: func(t api.Tally) { prog.Episodes = t; details() }}, cells, running)
 	workflow.GetLogger(ctx).Info("evaluation episodes done", "tag", in.Tag, "shard", in.Shard, "shards", shards, "done", t.Done, "lost", t.Lost)
 	prog.Phase = "report"
 	details()
@@ -70,7 +71,7 @@ func Eval(ctx workflow.Context, in EvalInput) (schemas.Report, error) {
 		// Other shards may still write into a sharded tag's partition, so
 		// only a whole evaluation folds its files.
 		compact(ctx, in.Run, 0, phase)
-		if err := workflow.UpsertTypedSearchAttributes(ctx, SuccessRateAttr.ValueSet(rep.Overall.SuccessRate)); err != nil {
+		if err := workflow.UpsertTypedSearchAttributes(ctx, api.SuccessRateAttr.ValueSet(rep.Overall.SuccessRate)); err != nil {
 			workflow.GetLogger(ctx).Warn("search attributes not updated", "error", err)
 		}
 	}

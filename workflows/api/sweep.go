@@ -1,4 +1,4 @@
-package workflows
+package api
 
 import (
 	"time"
@@ -7,6 +7,9 @@ import (
 )
 
 // The sweep workflow (Sweep), started by a Temporal Schedule per sweep.
+
+// SweepWorkflow is the sweep workflow's registered type name.
+const SweepWorkflow = "Sweep"
 
 // SweepScheduleID is the Temporal Schedule of sweep name; the workflows it
 // starts are named after it.

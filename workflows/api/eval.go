@@ -1,4 +1,4 @@
-package workflows
+package api
 
 import (
 	"fmt"
@@ -9,6 +9,9 @@ import (
 
 // The evaluation workflow (Eval): one weights id on one split of init
 // states, or one shard of it.
+
+// EvalWorkflow is the evaluation workflow's registered type name.
+const EvalWorkflow = "Eval"
 
 // EvalWorkflowID names an evaluation (shard) workflow.
 func EvalWorkflowID(run, tag string, shard, shards int) string {

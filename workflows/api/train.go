@@ -1,4 +1,4 @@
-package workflows
+package api
 
 import (
 	"time"
@@ -8,6 +8,9 @@ import (
 
 // The train workflow (Train): one run, one workflow id, one round per
 // workflow run, continued as new between rounds.
+
+// TrainWorkflow is the train workflow's registered type name.
+const TrainWorkflow = "Train"
 
 // WorkflowID is the id of a run's train workflow: one run, one id.
 func WorkflowID(run string) string { return "train-" + run }

@@ -1,22 +1,20 @@
-// Package workflows holds Roundhouse's deterministic orchestration: the
-// train loop, one round per workflow run, continued as new between rounds so
-// each run's history stays small; evaluations, their episode chunks and
-// scheduled sweeps. Side effects live in package activities.
+// Package api is the contract of Roundhouse's workflows, what a client
+// needs to start, follow, signal and find them without their code: task
+// queues, search attributes, and per workflow family (train.go, eval.go,
+// sweep.go, episodes.go) the registered workflow type name, workflow ids,
+// signal and query names, and input, result and progress types. client.go
+// holds the client-side helpers (starting, querying progress, stopping,
+// registering search attributes).
 //
-// The package's rooms:
+// The workflow bodies live in package workflows, which imports this one.
+// They are apart so that a client (the starter) does not link the
+// activities the bodies reference; registration names are unaffected, as
+// Temporal names a workflow after its function, not its package
+// (workflows.TestRegisteredNames holds the two together).
 //
-//   - api.go and <family>_api.go are the contract a client needs: task
-//     queues, search attributes, and per workflow family (train, eval,
-//     sweep, episodes) its workflow ids, signal and query names, and its
-//     input, result and progress types. Changing a name or a JSON field
-//     here breaks running workflows and recorded histories.
-//   - client.go is the client side: starting workflows and schedules,
-//     signals, queries, registering search attributes. It takes a
-//     client.Client and a context.Context and is never called from a
-//     workflow.
-//   - train.go, eval.go, sweep.go, episodes.go and progress.go are the
-//     workflow bodies and stay deterministic.
-package workflows
+// Changing a name, or a JSON field of a type here, breaks running
+// workflows and recorded histories (workflows/testdata, the replay tests).
+package api
 
 import (
 	enumspb "go.temporal.io/api/enums/v1"

@@ -1,4 +1,4 @@
-package workflows
+package api
 
 import (
 	"fmt"
@@ -9,6 +9,9 @@ import (
 
 // The episode chunk workflow (Episodes): a child of Train and Eval running
 // up to ChunkSize episodes on the rollout queue.
+
+// EpisodesWorkflow is the episode chunk workflow's registered type name.
+const EpisodesWorkflow = "Episodes"
 
 // ChunkSize is how many episodes one Episodes child workflow runs. A round
 // of 2,000 groups × 6 attempts is 24 children: no history comes near
@@ -53,7 +56,8 @@ type Tally struct {
 	Skipped   int // not run because the run is stopping
 }
 
-func (t *Tally) add(o Tally) {
+// Add sums o into t.
+func (t *Tally) Add(o Tally) {
 	t.Total += o.Total
 	t.Done += o.Done
 	t.Valid += o.Valid
