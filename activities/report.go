@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/roundhouse-rl/roundhouse/internal/report"
+	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/internal/telemetry/instr"
 	"github.com/roundhouse-rl/roundhouse/internal/weights"
 	"github.com/roundhouse-rl/roundhouse/schemas"
@@ -119,7 +120,7 @@ func (c *Control) WriteReport(ctx context.Context, in ReportInput) (schemas.Repo
 		instr.RoundSuccess(ctx, in.Run, in.Round, in.Phase, rep.Overall.SuccessRate)
 	}
 	rep.FinishedAtMS = time.Now().UnixMilli()
-	if err := putJSON(ctx, c.Store, key, rep); err != nil {
+	if err := store.PutJSON(ctx, c.Store, key, rep); err != nil {
 		return rep, err
 	}
 	// The cell lists stay in S3: workflow history gets the counts only.

@@ -231,7 +231,7 @@ func (c *Control) FindReport(ctx context.Context, key string) (FoundReport, erro
 func (c *Control) WriteLeaderboard(ctx context.Context, lb schemas.Leaderboard) error {
 	lb.UpdatedAtMS = time.Now().UnixMilli()
 	report.SortLeaderboard(lb.Entries)
-	if err := putJSON(ctx, c.Store, schemas.SweepLeaderboard(lb.Sweep), lb); err != nil {
+	if err := store.PutJSON(ctx, c.Store, schemas.SweepLeaderboard(lb.Sweep), lb); err != nil {
 		return err
 	}
 	return c.Store.Put(ctx, schemas.SweepLeaderboardMarkdown(lb.Sweep), []byte(report.LeaderboardMarkdown(lb)))

@@ -17,13 +17,14 @@ import (
 	"github.com/roundhouse-rl/roundhouse/internal/devstack"
 	"github.com/roundhouse-rl/roundhouse/internal/harness"
 	"github.com/roundhouse-rl/roundhouse/internal/itest"
+	"github.com/roundhouse-rl/roundhouse/internal/runs"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/internal/weights"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 )
 
 func TestParseShard(t *testing.T) {
-	for in, want := range map[string]shardSpec{"": {0, 1}, "0/1": {0, 1}, "0/2": {0, 2}, "7/8": {7, 8}, " 1 / 3 ": {1, 3}} {
+	for in, want := range map[string]runs.Shard{"": {I: 0, N: 1}, "0/1": {I: 0, N: 1}, "0/2": {I: 0, N: 2}, "7/8": {I: 7, N: 8}, " 1 / 3 ": {I: 1, N: 3}} {
 		got, err := parseShard(in)
 		if err != nil || got != want {
 			t.Errorf("parseShard(%q) = %v, %v; want %v", in, got, err, want)
@@ -82,57 +83,6 @@ func TestEvalBadInput(t *testing.T) {
 	err := runEval(context.Background(), &bytes.Buffer{}, &e, ok)
 	if err == nil || !strings.Contains(err.Error(), "is not reachable") {
 		t.Fatalf("unreachable Temporal: %v", err)
-	}
-}
-
-func TestPlanTag(t *testing.T) {
-	shard := func(i, n int, weights, initKey string) shardFile {
-		return shardFile{key: fmt.Sprintf("runs/r/eval/t/shards/%d-of-%d.json", i, n), i: i, n: n,
-			rep: schemas.Report{Scope: schemas.ScopeShard, Shard: i, Shards: n, WeightsDigest: weights, InitKey: initKey, Digest: "cfg"}}
-	}
-	spec := func(i, n int, replace bool) tagSpec {
-		return tagSpec{shard: shardSpec{i, n}, initKey: valKey, weights: "wd", config: "cfg", replace: replace}
-	}
-	full := "runs/r/eval/t/report.json"
-	cases := []struct {
-		name   string
-		st     tagState
-		want   tagSpec
-		err    string // "" when allowed
-		wipe   bool
-		remove []string
-	}{
-		{"new tag", tagState{}, spec(0, 1, false), "", false, nil},
-		{"new tag, shard", tagState{}, spec(1, 4, false), "", false, nil},
-		{"full report exists", tagState{full: full}, spec(0, 1, false), "--replace-tag", false, nil},
-		{"full report replaced", tagState{full: full}, spec(0, 1, true), "", true, nil},
-		{"shards exist, whole split asked", tagState{shards: []shardFile{shard(0, 2, "wd", valKey)}}, spec(0, 1, false), "shard reports", false, nil},
-		{"final score exists", tagState{full: full}, tagSpec{shard: shardSpec{0, 1}, initKey: finalKey}, "never overwritten", false, nil},
-		{"other shard of the same evaluation", tagState{shards: []shardFile{shard(0, 2, "wd", valKey)}}, spec(1, 2, false), "", false, nil},
-		{"same shard again", tagState{shards: []shardFile{shard(1, 2, "wd", valKey)}}, spec(1, 2, false), "--replace-tag", false, nil},
-		{"same shard replaced", tagState{shards: []shardFile{shard(0, 2, "wd", valKey), shard(1, 2, "wd", valKey)}}, spec(1, 2, true), "", false,
-			[]string{"runs/r/eval/t/shards/1-of-2.json"}},
-		{"other shard count", tagState{shards: []shardFile{shard(0, 3, "wd", valKey)}}, spec(1, 2, false), "split in 3 shards", false, nil},
-		{"other weights", tagState{shards: []shardFile{shard(0, 2, "other", valKey)}}, spec(1, 2, false), "other weights", false, nil},
-		{"other init key", tagState{shards: []shardFile{shard(0, 2, "wd", finalKey)}}, spec(1, 2, false), "--init-key", false, nil},
-		{"merged report exists, shard asked", tagState{full: full, shards: []shardFile{shard(0, 2, "wd", valKey)}}, spec(1, 2, false), "full report", false, nil},
-		{"conflicting shards replaced", tagState{full: full, shards: []shardFile{shard(0, 2, "wd", valKey), shard(0, 3, "wd", valKey)}}, spec(1, 2, true), "", false,
-			[]string{full, "runs/r/eval/t/shards/0-of-3.json"}},
-	}
-	for _, c := range cases {
-		c.st.run, c.st.tag = "r", "t"
-		p, err := planTag(c.st, c.want)
-		if c.err == "" {
-			if err != nil {
-				t.Errorf("%s: refused: %v", c.name, err)
-			} else if p.wipe != c.wipe || fmt.Sprint(p.remove) != fmt.Sprint(c.remove) {
-				t.Errorf("%s: plan %+v, want wipe %v remove %v", c.name, p, c.wipe, c.remove)
-			}
-			continue
-		}
-		if err == nil || !strings.Contains(err.Error(), c.err) {
-			t.Errorf("%s: error %v, want one mentioning %q", c.name, err, c.err)
-		}
 	}
 }
 
@@ -214,7 +164,7 @@ func TestEvalShardsMerge(t *testing.T) {
 	cells := len(h.Tasks) * len(ids)
 	l := schemas.Layout{Run: run}
 	var rep schemas.Report
-	if err := getJSON(ctx, stack.Store, l.Report(tag), &rep); err != nil {
+	if err := store.GetJSON(ctx, stack.Store, l.Report(tag), &rep); err != nil {
 		t.Fatal(err)
 	}
 	if rep.IsShard() || len(rep.MergedFrom) != 2 || rep.SplitCells != cells || len(rep.Cells) != cells {
@@ -231,7 +181,7 @@ func TestEvalShardsMerge(t *testing.T) {
 	if len(rep.Suites) != 1 || rep.Suites[0].Suite != "toy" || rep.Suites[0].Episodes != cells {
 		t.Errorf("suites %+v", rep.Suites)
 	}
-	files, _ := findWeights(w0, h.Model.WeightsFile)
+	files, _ := runs.FindWeights(w0, h.Model.WeightsFile)
 	desc, _ := weights.Describe(files)
 	if d := schemas.WeightsDigest(desc); rep.WeightsDigest != d || rep.WeightsID != "ext-"+d[:12] {
 		t.Errorf("weights %s digest %s, want ext-%.12s and %s", rep.WeightsID, rep.WeightsDigest, d, d)
@@ -300,7 +250,7 @@ func TestEvalShardsMerge(t *testing.T) {
 		t.Fatalf("merge after the replace: %v", err)
 	}
 	var rep2 schemas.Report
-	if err := getJSON(ctx, stack.Store, l.Report(tag), &rep2); err != nil || rep2.Overall.Episodes != cells {
+	if err := store.GetJSON(ctx, stack.Store, l.Report(tag), &rep2); err != nil || rep2.Overall.Episodes != cells {
 		t.Errorf("merged again: %+v (%v), want %d episodes", rep2.Overall, err, cells)
 	}
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +19,7 @@ import (
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
 	"github.com/roundhouse-rl/roundhouse/internal/harness"
 	"github.com/roundhouse-rl/roundhouse/internal/report"
+	"github.com/roundhouse-rl/roundhouse/internal/runs"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 	"github.com/roundhouse-rl/roundhouse/workflows/api"
@@ -202,29 +202,24 @@ func sweepCreate(ctx context.Context, out io.Writer, e *connect.Endpoints, f swe
 		return err
 	}
 	var lb schemas.Leaderboard
-	if err := getJSON(ctx, s, schemas.SweepLeaderboard(f.name), &lb); err != nil && !isNotFound(err) {
+	if err := store.GetJSON(ctx, s, schemas.SweepLeaderboard(f.name), &lb); err != nil && !store.IsNotFound(err) {
 		return err
 	}
 	if lb.Source != "" && (lb.Source != source || lb.Run != run || lb.InitKey != f.initKey) {
 		return fmt.Errorf("sweep name %s has a leaderboard of %s on %s in run %s (s3://%s/%s): choose another --name, or remove that leaderboard", f.name, lb.Source, lb.InitKey, lb.Run, s.Bucket, schemas.SweepLeaderboard(f.name))
 	}
 	l := schemas.Layout{Run: run}
-	var old schemas.Harness
-	err = getJSON(ctx, s, l.Harness(), &old)
+	old, exists, err := runs.ReadHarness(ctx, s, run)
 	switch {
-	case err == nil && old.Digest != h.Digest:
-		return fmt.Errorf("run %s was started with another harness (digest %s; --config %s with these --var values gives %s): pass the run's harness file and vars", run, old.Digest, f.config, h.Digest)
-	case err != nil && !isNotFound(err):
-		return err
-	case err != nil && f.run != "":
-		return fmt.Errorf("run %s does not exist (no s3://%s/%s): start it with `starter train`, or sweep an s3 prefix with --weights-prefix", run, s.Bucket, l.Harness())
 	case err != nil:
+		return err
+	case exists && old.Digest != h.Digest:
+		return fmt.Errorf("run %s was started with another harness (digest %s; --config %s with these --var values gives %s): pass the run's harness file and vars", run, old.Digest, f.config, h.Digest)
+	case !exists && f.run != "":
+		return fmt.Errorf("run %s does not exist (no s3://%s/%s): start it with `starter train`, or sweep an s3 prefix with --weights-prefix", run, s.Bucket, l.Harness())
+	case !exists:
 		// The sweep's own evaluation run: episodes read the harness here.
-		b, err := json.Marshal(h)
-		if err != nil {
-			return fmt.Errorf("encode harness: %w", err)
-		}
-		if err := s.Put(ctx, l.Harness(), b); err != nil {
+		if err := runs.PutHarness(ctx, s, run, h); err != nil {
 			return err
 		}
 	}
@@ -407,7 +402,7 @@ func sweepTrigger(ctx context.Context, out io.Writer, e *connect.Endpoints, name
 	if err != nil {
 		return err
 	}
-	return printLeaderboard(out, s.Bucket, func(key string, v any) error { return getJSON(ctx, s, key, v) }, name)
+	return printLeaderboard(out, s.Bucket, func(key string, v any) error { return store.GetJSON(ctx, s, key, v) }, name)
 }
 
 func sweepShowCmd(e *connect.Endpoints) *cobra.Command {
@@ -426,7 +421,7 @@ func sweepShowCmd(e *connect.Endpoints) *cobra.Command {
 				return err
 			}
 			return printLeaderboard(cmd.OutOrStdout(), s.Bucket,
-				func(key string, v any) error { return getJSON(cmd.Context(), s, key, v) }, name)
+				func(key string, v any) error { return store.GetJSON(cmd.Context(), s, key, v) }, name)
 		},
 	}
 	cmd.Flags().StringVar(&name, "name", "", "sweep name")
@@ -438,7 +433,7 @@ func printLeaderboard(out io.Writer, bucket string, get func(key string, v any) 
 	key := schemas.SweepLeaderboard(name)
 	var lb schemas.Leaderboard
 	if err := get(key, &lb); err != nil {
-		if isNotFound(err) {
+		if store.IsNotFound(err) {
 			return fmt.Errorf("sweep %s has no leaderboard yet (s3://%s/%s): it is written when the first sweep ends; `starter sweep trigger --name %s` starts one", name, bucket, key, name)
 		}
 		return err
