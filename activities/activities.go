@@ -50,11 +50,3 @@ func (c *harnessCache) get(ctx context.Context, s *store.Store, run string) (sch
 	c.m[etag] = h
 	return h, nil
 }
-
-func putJSON(ctx context.Context, s *store.Store, key string, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return fmt.Errorf("encode %s: %w", key, err)
-	}
-	return s.Put(ctx, key, b)
-}

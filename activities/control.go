@@ -400,18 +400,18 @@ type RoundDoneInput struct {
 func (c *Control) FinishRound(ctx context.Context, in RoundDoneInput) error {
 	l := schemas.Layout{Run: in.State.Run}
 	if in.Summary.Round > 0 {
-		if err := putJSON(ctx, c.Store, l.Summary(in.Summary.Round), in.Summary); err != nil {
+		if err := store.PutJSON(ctx, c.Store, l.Summary(in.Summary.Round), in.Summary); err != nil {
 			return err
 		}
 	}
 	in.State.UpdatedAtMS = time.Now().UnixMilli()
-	return putJSON(ctx, c.Store, l.State(), in.State)
+	return store.PutJSON(ctx, c.Store, l.State(), in.State)
 }
 
 // SaveState writes the run's state.json alone (a stopped run's).
 func (c *Control) SaveState(ctx context.Context, st schemas.State) error {
 	st.UpdatedAtMS = time.Now().UnixMilli()
-	return putJSON(ctx, c.Store, schemas.Layout{Run: st.Run}.State(), st)
+	return store.PutJSON(ctx, c.Store, schemas.Layout{Run: st.Run}.State(), st)
 }
 
 // StopMarker is the body of a run's STOP object.
@@ -423,5 +423,5 @@ type StopMarker struct {
 // MarkStop writes the run's STOP marker, which episodes not yet started
 // check before they run. Idempotent: a second stop rewrites the marker.
 func (c *Control) MarkStop(ctx context.Context, run, reason string) error {
-	return putJSON(ctx, c.Store, schemas.Layout{Run: run}.Stop(), StopMarker{Reason: reason, AtMS: time.Now().UnixMilli()})
+	return store.PutJSON(ctx, c.Store, schemas.Layout{Run: run}.Stop(), StopMarker{Reason: reason, AtMS: time.Now().UnixMilli()})
 }

@@ -13,6 +13,7 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/roundhouse-rl/roundhouse/internal/report"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/internal/weights"
 	"github.com/roundhouse-rl/roundhouse/schemas"
@@ -21,27 +22,6 @@ import (
 // WeightsIDPattern is what a weights id found by a sweep may look like: it
 // becomes part of report tags, workflow ids and S3 keys.
 var WeightsIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$`)
-
-// ParseS3URL splits s3://bucket/prefix/ into the bucket and the prefix,
-// which always ends in "/" and is never empty.
-func ParseS3URL(u string) (bucket, prefix string, err error) {
-	rest, ok := strings.CutPrefix(u, "s3://")
-	if !ok {
-		return "", "", fmt.Errorf("%q is not an s3:// URL: write it as s3://bucket/prefix/", u)
-	}
-	bucket, prefix, _ = strings.Cut(rest, "/")
-	if bucket == "" || strings.ContainsAny(bucket, " \t") {
-		return "", "", fmt.Errorf("%q names no bucket: write it as s3://bucket/prefix/", u)
-	}
-	prefix = strings.TrimLeft(prefix, "/")
-	if prefix == "" {
-		return "", "", fmt.Errorf("%q names no prefix: give the folder holding the weights ids, s3://%s/prefix/", u, bucket)
-	}
-	if !strings.HasSuffix(prefix, "/") {
-		prefix += "/"
-	}
-	return bucket, prefix, nil
-}
 
 // SweepSource says where a sweep looks for weights and which run
 // evaluates them.
@@ -58,7 +38,7 @@ type SweepSource struct {
 type SweepWeights struct {
 	ID          string
 	Prefix      string // its key prefix in the bucket, ending in "/"
-	Digest      string // WeightsDigest of its manifest's files
+	Digest      string // schemas.WeightsDigest of its manifest's files
 	CreatedAtMS int64
 }
 
@@ -68,7 +48,7 @@ func (c *Control) weightsPrefix(src string) (string, error) {
 	if !strings.HasPrefix(src, "s3://") {
 		return schemas.Layout{Run: src}.Prefix() + "weights/", nil
 	}
-	bucket, prefix, err := ParseS3URL(src)
+	bucket, prefix, err := store.ParseURL(src)
 	if err != nil {
 		return "", temporal.NewNonRetryableApplicationError(err.Error(), "BadSource", err)
 	}
@@ -136,7 +116,7 @@ func (c *Control) ListSweepWeights(ctx context.Context, in SweepSource) ([]Sweep
 			}
 		}
 		if complete {
-			out = append(out, SweepWeights{ID: id, Prefix: prefix + id + "/", Digest: WeightsDigest(man.Files), CreatedAtMS: man.CreatedAt})
+			out = append(out, SweepWeights{ID: id, Prefix: prefix + id + "/", Digest: schemas.WeightsDigest(man.Files), CreatedAtMS: man.CreatedAt})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool {
@@ -148,17 +128,12 @@ func (c *Control) ListSweepWeights(ctx context.Context, in SweepSource) ([]Sweep
 	return out, nil
 }
 
-// ImportedID is the id weights from an s3 prefix get in the evaluation
-// run: the source id plus the start of their content digest, so weights of
-// other prefixes (or changed in place) never overwrite each other.
-func ImportedID(id, digest string) string { return id + "-" + digest[:min(12, len(digest))] }
-
 // ImportInput copies one weights id into the evaluation run.
 type ImportInput struct {
 	From   string // key prefix of the source weights, ending in "/"
 	Run    string
-	Target string // the weights id in the run (ImportedID)
-	Digest string // WeightsDigest of the source when it was listed
+	Target string // the weights id in the run (schemas.ImportedID)
+	Digest string // schemas.WeightsDigest of the source when it was listed
 }
 
 // ImportWeights copies the weights under From to the run's weights/<Target>/
@@ -172,7 +147,7 @@ func (c *Control) ImportWeights(ctx context.Context, in ImportInput) (schemas.We
 	if err != nil {
 		return src, err
 	}
-	if in.Digest != "" && WeightsDigest(src.Files) != in.Digest {
+	if in.Digest != "" && schemas.WeightsDigest(src.Files) != in.Digest {
 		err := fmt.Errorf("weights s3://%s/%s changed since the sweep listed them: the next sweep evaluates them as they are then", c.Store.Bucket, in.From)
 		return src, temporal.NewNonRetryableApplicationError(err.Error(), "WeightsChanged", err)
 	}
@@ -251,66 +226,13 @@ func (c *Control) FindReport(ctx context.Context, key string) (FoundReport, erro
 	return FoundReport{Found: true, Report: rep}, nil
 }
 
-// WriteLeaderboard sorts the entries (SortLeaderboard) and writes
+// WriteLeaderboard sorts the entries (report.SortLeaderboard) and writes
 // leaderboard.json, then leaderboard.md.
 func (c *Control) WriteLeaderboard(ctx context.Context, lb schemas.Leaderboard) error {
 	lb.UpdatedAtMS = time.Now().UnixMilli()
-	SortLeaderboard(lb.Entries)
-	if err := putJSON(ctx, c.Store, schemas.SweepLeaderboard(lb.Sweep), lb); err != nil {
+	report.SortLeaderboard(lb.Entries)
+	if err := store.PutJSON(ctx, c.Store, schemas.SweepLeaderboard(lb.Sweep), lb); err != nil {
 		return err
 	}
-	return c.Store.Put(ctx, schemas.SweepLeaderboardMarkdown(lb.Sweep), []byte(LeaderboardMarkdown(lb)))
-}
-
-// SortLeaderboard orders entries best first: success rate, then valid
-// episodes (more evidence first), then weights id. Entries without a valid
-// episode have no success rate and go last.
-func SortLeaderboard(es []schemas.LeaderboardEntry) {
-	sort.SliceStable(es, func(i, j int) bool {
-		a, b := es[i], es[j]
-		if (a.Valid > 0) != (b.Valid > 0) {
-			return a.Valid > 0
-		}
-		if a.SuccessRate != b.SuccessRate {
-			return a.SuccessRate > b.SuccessRate
-		}
-		if a.Valid != b.Valid {
-			return a.Valid > b.Valid
-		}
-		return a.WeightsID < b.WeightsID
-	})
-}
-
-// LeaderboardMarkdown renders a leaderboard as leaderboard.md: a heading,
-// where the numbers come from, and one table row per weights id in the
-// order given.
-func LeaderboardMarkdown(lb schemas.Leaderboard) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "# Sweep %s\n\n", lb.Sweep)
-	fmt.Fprintf(&b, "Weights of %s, evaluated in run %s on %s", lb.Source, lb.Run, lb.InitKey)
-	if lb.UpdatedAtMS > 0 {
-		fmt.Fprintf(&b, "; updated %s", utc(lb.UpdatedAtMS))
-	}
-	b.WriteString(".\n\n")
-	if len(lb.Entries) == 0 {
-		b.WriteString("No weights evaluated yet.\n")
-		return b.String()
-	}
-	b.WriteString("| # | weights | success rate | successes / valid | episodes | evaluated (UTC) | report |\n")
-	b.WriteString("|---:|---|---:|---:|---:|---|---|\n")
-	for i, e := range lb.Entries {
-		rate := "–"
-		if e.Valid > 0 {
-			rate = fmt.Sprintf("%.1f%%", 100*e.SuccessRate)
-		}
-		fmt.Fprintf(&b, "| %d | `%s` | %s | %d / %d | %d | %s | `%s` |\n", i+1, e.WeightsID, rate, e.Successes, e.Valid, e.Episodes, utc(e.EvaluatedAtMS), e.ReportKey)
-	}
-	return b.String()
-}
-
-func utc(ms int64) string {
-	if ms == 0 {
-		return "–"
-	}
-	return time.UnixMilli(ms).UTC().Format("2006-01-02 15:04")
+	return c.Store.Put(ctx, schemas.SweepLeaderboardMarkdown(lb.Sweep), []byte(report.LeaderboardMarkdown(lb)))
 }

@@ -16,75 +16,6 @@ import (
 	"github.com/roundhouse-rl/roundhouse/schemas"
 )
 
-// Best success rate first; more valid episodes break ties; entries without
-// a valid episode last; the markdown has one row per entry in that order.
-func TestLeaderboardSortAndMarkdown(t *testing.T) {
-	lb := schemas.Leaderboard{Sweep: "nightly", Source: "demo", Run: "demo", InitKey: "val_init_ids", UpdatedAtMS: 1700000000000,
-		Entries: []schemas.LeaderboardEntry{
-			{WeightsID: "w0", SuccessRate: 0.3, Successes: 9, Valid: 30, Episodes: 30, ReportKey: "runs/demo/eval/sweep-nightly-w0/report.json", EvaluatedAtMS: 1700000000000},
-			{WeightsID: "r9", Valid: 0, Episodes: 30},
-			{WeightsID: "r2", SuccessRate: 0.7, Successes: 7, Valid: 10, Episodes: 10},
-			{WeightsID: "r1", SuccessRate: 0.7, Successes: 21, Valid: 30, Episodes: 30},
-			{WeightsID: "r3", SuccessRate: 0, Valid: 30, Episodes: 30},
-		}}
-	activities.SortLeaderboard(lb.Entries)
-	var order []string
-	for _, e := range lb.Entries {
-		order = append(order, e.WeightsID)
-	}
-	if got := strings.Join(order, " "); got != "r1 r2 w0 r3 r9" {
-		t.Fatalf("order %s, want r1 r2 w0 r3 r9", got)
-	}
-	md := activities.LeaderboardMarkdown(lb)
-	for _, want := range []string{
-		"# Sweep nightly",
-		"Weights of demo, evaluated in run demo on val_init_ids; updated 2023-11-14 22:13.",
-		"| # | weights | success rate | successes / valid | episodes | evaluated (UTC) | report |",
-		"| 1 | `r1` | 70.0% | 21 / 30 | 30 | – |",
-		"| 3 | `w0` | 30.0% | 9 / 30 | 30 | 2023-11-14 22:13 | `runs/demo/eval/sweep-nightly-w0/report.json` |",
-		"| 5 | `r9` | – | 0 / 0 | 30 |",
-	} {
-		if !strings.Contains(md, want) {
-			t.Errorf("markdown lacks %q:\n%s", want, md)
-		}
-	}
-	var rows int
-	for _, l := range strings.Split(md, "\n") {
-		if strings.HasPrefix(l, "| ") && !strings.HasPrefix(l, "| #") {
-			rows++
-		}
-	}
-	if rows != 5 {
-		t.Errorf("%d table rows, want 5:\n%s", rows, md)
-	}
-	empty := activities.LeaderboardMarkdown(schemas.Leaderboard{Sweep: "x", Source: "s3://b/p/", Run: "sweep-x", InitKey: "val_init_ids"})
-	if !strings.Contains(empty, "No weights evaluated yet.") || strings.Contains(empty, "| #") {
-		t.Errorf("empty leaderboard:\n%s", empty)
-	}
-}
-
-func TestParseS3URL(t *testing.T) {
-	for _, c := range []struct{ in, bucket, prefix, err string }{
-		{in: "s3://b/ckpts/", bucket: "b", prefix: "ckpts/"},
-		{in: "s3://b/team/ckpts", bucket: "b", prefix: "team/ckpts/"},
-		{in: "https://b/ckpts/", err: "not an s3:// URL"},
-		{in: "s3:///ckpts/", err: "names no bucket"},
-		{in: "s3://b", err: "names no prefix"},
-		{in: "s3://b/", err: "names no prefix"},
-	} {
-		b, p, err := activities.ParseS3URL(c.in)
-		if c.err != "" {
-			if err == nil || !strings.Contains(err.Error(), c.err) {
-				t.Errorf("%s: error %v, want %q", c.in, err, c.err)
-			}
-			continue
-		}
-		if err != nil || b != c.bucket || p != c.prefix {
-			t.Errorf("%s: %q %q %v", c.in, b, p, err)
-		}
-	}
-}
-
 // TestSweepActivities runs the sweep's activities on the real S3 server:
 // only complete weights are listed, imports copy weights into the
 // evaluation run once and never overwrite other weights, the leaderboard
@@ -139,7 +70,7 @@ func TestSweepActivities(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 2 || got[0].ID != "b" || got[1].ID != "a" || got[1].Prefix != "ckpts/a/" || got[1].Digest != activities.WeightsDigest(a.Files) {
+	if len(got) != 2 || got[0].ID != "b" || got[1].ID != "a" || got[1].Prefix != "ckpts/a/" || got[1].Digest != schemas.WeightsDigest(a.Files) {
 		t.Fatalf("listed %+v, want b then a (oldest first), c and d incomplete", got)
 	}
 	if _, err := list(activities.SweepSource{Source: "s3://elsewhere/ckpts/", Run: "sweep-x"}); err == nil || !strings.Contains(err.Error(), "bucket elsewhere") {
@@ -160,8 +91,8 @@ func TestSweepActivities(t *testing.T) {
 	}
 
 	// Import: a verified copy under a content-named id, done once.
-	target := activities.ImportedID("a", activities.WeightsDigest(a.Files))
-	imp := activities.ImportInput{From: "ckpts/a/", Run: "sweep-x", Target: target, Digest: activities.WeightsDigest(a.Files)}
+	target := schemas.ImportedID("a", schemas.WeightsDigest(a.Files))
+	imp := activities.ImportInput{From: "ckpts/a/", Run: "sweep-x", Target: target, Digest: schemas.WeightsDigest(a.Files)}
 	if _, err := env.ExecuteActivity(ctrl.ImportWeights, imp); err != nil {
 		t.Fatal(err)
 	}

@@ -1,5 +1,13 @@
 package schemas
 
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"sort"
+)
+
 // Training batch: batch.npz, a NumPy archive (np.load) that a PyTorch trainer
 // reads without extra services. Token arrays of all selected calls are
 // concatenated; offsets (length n+1) delimit call i as [off[i], off[i+1]).
@@ -47,4 +55,17 @@ type WeightsFile struct {
 	Name   string `json:"name"`
 	Size   int64  `json:"size"`
 	SHA256 string `json:"sha256"`
+}
+
+// WeightsDigest hashes a manifest's files (name, size, SHA-256, in name
+// order): two weights ids with the same files have the same digest.
+// Reports carry it so they compare weights by content, not by id.
+func WeightsDigest(files []WeightsFile) string {
+	fs := slices.Clone(files)
+	sort.Slice(fs, func(i, j int) bool { return fs[i].Name < fs[j].Name })
+	h := sha256.New()
+	for _, f := range fs {
+		fmt.Fprintf(h, "%s\x00%d\x00%s\n", f.Name, f.Size, f.SHA256)
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }

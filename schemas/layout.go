@@ -114,6 +114,10 @@ func (l Layout) Stop() string { return l.Prefix() + "STOP" }
 // resumed run keeps its rounds, groups and attempts.
 func (l Layout) RunSpec() string { return l.Prefix() + "run.json" }
 
+// PoolReport is where `starter train --pool-report` stores the report that
+// chooses round 1's pool.
+func (l Layout) PoolReport() string { return l.Prefix() + "pool-report.json" }
+
 // SweepPrefix holds what a scheduled validation sweep keeps outside any
 // run: sweeps/<name>/ (its reports stay in the evaluation run's eval/).
 func SweepPrefix(name string) string { return "sweeps/" + name + "/" }

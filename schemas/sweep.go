@@ -38,3 +38,8 @@ func SweepRun(name string) string { return "sweep-" + name }
 
 // SweepTag is the report tag of a sweep's evaluation of a weights id.
 func SweepTag(name, weightsID string) string { return "sweep-" + name + "-" + weightsID }
+
+// ImportedID is the id weights from an s3 prefix get in the evaluation
+// run: the source id plus the start of their content digest, so weights of
+// other prefixes (or changed in place) never overwrite each other.
+func ImportedID(id, digest string) string { return id + "-" + digest[:min(12, len(digest))] }

@@ -2,11 +2,9 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"io"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -14,113 +12,8 @@ import (
 	chart "github.com/wcharczuk/go-chart/v2"
 	"github.com/wcharczuk/go-chart/v2/drawing"
 
-	"github.com/roundhouse-rl/roundhouse/internal/store"
-	"github.com/roundhouse-rl/roundhouse/schemas"
+	"github.com/roundhouse-rl/roundhouse/internal/runs"
 )
-
-// counts are the outcomes of one phase of a round.
-type counts struct{ Episodes, Valid, Successes int }
-
-// rate is successes over valid episodes, -1 when none is valid.
-func (c counts) rate() float64 {
-	if c.Valid == 0 {
-		return -1
-	}
-	return float64(c.Successes) / float64(c.Valid)
-}
-
-func (c counts) String() string {
-	if c.Episodes == 0 {
-		return "-"
-	}
-	if c.Valid == 0 {
-		return fmt.Sprintf("0/0 valid of %d", c.Episodes)
-	}
-	return fmt.Sprintf("%d/%d (%.1f%%)", c.Successes, c.Valid, 100*c.rate())
-}
-
-// roundSuccess is a round's success as the episode rows tell it: the
-// collection (train phase) and the validation that opened the round
-// (val-r<R>). The final validation of an N-round run is round N+1's.
-type roundSuccess struct {
-	Round      int32
-	Train, Val counts
-}
-
-// successRow is the part of schemas.Episode the chart needs: ScanTable
-// decodes only these columns.
-type successRow struct {
-	EpisodeID string `parquet:"episode_id"`
-	Success   bool   `parquet:"success"`
-	Valid     bool   `parquet:"valid"`
-}
-
-// readSuccess counts successes per round and phase from the run's episode
-// partitions (episodes/round=R/phase=train|val/).
-func readSuccess(ctx context.Context, s *store.Store, run string) ([]roundSuccess, error) {
-	l := schemas.Layout{Run: run}
-	root := l.Prefix() + "episodes/"
-	objs, err := s.List(ctx, root)
-	if err != nil {
-		return nil, err
-	}
-	byRound := map[int32]*roundSuccess{}
-	seen := map[string]bool{}
-	for _, o := range objs {
-		round, phase, ok := partition(strings.TrimPrefix(o.Key, root))
-		if !ok || (phase != schemas.PhaseTrain && phase != schemas.PhaseVal) {
-			continue
-		}
-		dir := l.EpisodesDir(round, phase)
-		if seen[dir] {
-			continue
-		}
-		seen[dir] = true
-		rs := byRound[round]
-		if rs == nil {
-			rs = &roundSuccess{Round: round}
-			byRound[round] = rs
-		}
-		c := &rs.Train
-		if phase == schemas.PhaseVal {
-			c = &rs.Val
-		}
-		err := store.ScanTable(ctx, s, dir, func(r successRow) string { return r.EpisodeID }, nil, func(rows []successRow) error {
-			for _, r := range rows {
-				c.Episodes++
-				if r.Valid {
-					c.Valid++
-					if r.Success {
-						c.Successes++
-					}
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			return nil, fmt.Errorf("read episodes of %s: %w", dir, err)
-		}
-	}
-	out := make([]roundSuccess, 0, len(byRound))
-	for _, rs := range byRound {
-		out = append(out, *rs)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Round < out[j].Round })
-	return out, nil
-}
-
-// partition parses "round=R/phase=P/<file>".
-func partition(rest string) (int32, string, bool) {
-	parts := strings.Split(rest, "/")
-	if len(parts) < 3 || !strings.HasPrefix(parts[0], "round=") || !strings.HasPrefix(parts[1], "phase=") {
-		return 0, "", false
-	}
-	r, err := strconv.ParseInt(strings.TrimPrefix(parts[0], "round="), 10, 32)
-	if err != nil {
-		return 0, "", false
-	}
-	return int32(r), strings.TrimPrefix(parts[1], "phase="), true
-}
 
 // roundLabel names a round on the chart and in the table; final is the
 // round of the run's final validation (N+1), 0 when there is none.
@@ -133,7 +26,7 @@ func roundLabel(round, final int32) string {
 
 // printSuccess is the chart's data as a table, so the numbers can be read
 // (and grepped) without opening the file.
-func printSuccess(out io.Writer, rs []roundSuccess, final int32) {
+func printSuccess(out io.Writer, rs []runs.RoundSuccess, final int32) {
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "round\tcollection success\tvalidation success\t")
 	for _, r := range rs {
@@ -167,7 +60,7 @@ func chartFormat(file string) (chart.RendererProvider, error) {
 
 // renderChart draws success per round, in percent: the collection's rate
 // and the validation's, each point labelled with its value.
-func renderChart(file, run string, rs []roundSuccess, final int32) ([]byte, error) {
+func renderChart(file, run string, rs []runs.RoundSuccess, final int32) ([]byte, error) {
 	format, err := chartFormat(file)
 	if err != nil {
 		return nil, err
@@ -183,12 +76,12 @@ func renderChart(file, run string, rs []roundSuccess, final int32) ([]byte, erro
 		ticks = append(ticks, chart.Tick{Value: x, Label: roundLabel(r.Round, final)})
 		for _, p := range []struct {
 			s *chart.ContinuousSeries
-			c counts
+			c runs.Counts
 		}{{&train, r.Train}, {&val, r.Val}} {
-			if p.c.rate() < 0 {
+			if p.c.Rate() < 0 {
 				continue
 			}
-			y := 100 * p.c.rate()
+			y := 100 * p.c.Rate()
 			p.s.XValues = append(p.s.XValues, x)
 			p.s.YValues = append(p.s.YValues, y)
 			notes = append(notes, chart.Value2{XValue: x, YValue: y, Label: fmt.Sprintf("%.1f%%", y),

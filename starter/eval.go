@@ -13,23 +13,22 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/temporal"
 
-	"github.com/roundhouse-rl/roundhouse/activities"
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
 	"github.com/roundhouse-rl/roundhouse/internal/harness"
+	"github.com/roundhouse-rl/roundhouse/internal/report"
+	"github.com/roundhouse-rl/roundhouse/internal/runs"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/internal/weights"
 	"github.com/roundhouse-rl/roundhouse/schemas"
-	"github.com/roundhouse-rl/roundhouse/workflows"
+	"github.com/roundhouse-rl/roundhouse/workflows/api"
 )
 
 // Init keys an evaluation may use; train_init_ids is training data.
 const (
-	valKey   = "val_init_ids"
-	finalKey = "eval_init_ids"
+	valKey   = report.ValKey
+	finalKey = report.FinalKey
 )
 
 // valTag is the tag shape of a training run's validations (val-r<R>): an
@@ -72,47 +71,42 @@ full report once all n shards are there. A tag is never overwritten unless
 	return cmd
 }
 
-// shardSpec is --shard i/n; n == 1 is the whole split.
-type shardSpec struct{ i, n int }
-
-func (s shardSpec) String() string { return fmt.Sprintf("%d/%d", s.i, s.n) }
-
 // parseShard reads --shard i/n; "" is the whole split.
-func parseShard(s string) (shardSpec, error) {
+func parseShard(s string) (runs.Shard, error) {
 	if s == "" {
-		return shardSpec{0, 1}, nil
+		return runs.Shard{I: 0, N: 1}, nil
 	}
 	a, b, ok := strings.Cut(s, "/")
 	i, err1 := strconv.Atoi(strings.TrimSpace(a))
 	n, err2 := strconv.Atoi(strings.TrimSpace(b))
 	if !ok || err1 != nil || err2 != nil || n < 1 || i < 0 || i >= n {
-		return shardSpec{}, fmt.Errorf("--shard %q: write i/n with 0 ≤ i < n, e.g. --shard 0/8 for the first of 8 shards (omit it for the whole split)", s)
+		return runs.Shard{}, fmt.Errorf("--shard %q: write i/n with 0 ≤ i < n, e.g. --shard 0/8 for the first of 8 shards (omit it for the whole split)", s)
 	}
-	return shardSpec{i, n}, nil
+	return runs.Shard{I: i, N: n}, nil
 }
 
 // checkEvalFlags checks what can be checked without servers.
-func checkEvalFlags(f evalFlags) (shardSpec, error) {
+func checkEvalFlags(f evalFlags) (runs.Shard, error) {
 	if f.config == "" {
-		return shardSpec{}, errors.New("--config is required: pass the harness file, e.g. --config harnesses/minimal/harness.yaml")
+		return runs.Shard{}, errors.New("--config is required: pass the harness file, e.g. --config harnesses/minimal/harness.yaml")
 	}
 	if !runName.MatchString(f.run) {
-		return shardSpec{}, fmt.Errorf("--run %q: give a run name of letters, digits, '.', '_' or '-'", f.run)
+		return runs.Shard{}, fmt.Errorf("--run %q: give a run name of letters, digits, '.', '_' or '-'", f.run)
 	}
 	if !runName.MatchString(f.tag) {
-		return shardSpec{}, fmt.Errorf("--tag %q: give a tag of letters, digits, '.', '_' or '-', e.g. --tag sft_val", f.tag)
+		return runs.Shard{}, fmt.Errorf("--tag %q: give a tag of letters, digits, '.', '_' or '-', e.g. --tag sft_val", f.tag)
 	}
 	if valTag.MatchString(f.tag) {
-		return shardSpec{}, fmt.Errorf("--tag %s is the shape of a training run's validation tags (val-r<R>): choose another tag", f.tag)
+		return runs.Shard{}, fmt.Errorf("--tag %s is the shape of a training run's validation tags (val-r<R>): choose another tag", f.tag)
 	}
 	if f.initKey != valKey && f.initKey != finalKey {
-		return shardSpec{}, fmt.Errorf("--init-key %q: use val_init_ids (validation) or eval_init_ids (final score)", f.initKey)
+		return runs.Shard{}, fmt.Errorf("--init-key %q: use val_init_ids (validation) or eval_init_ids (final score)", f.initKey)
 	}
 	if f.initKey == finalKey && f.replaceTag {
-		return shardSpec{}, errors.New("--replace-tag with --init-key eval_init_ids: a final score is never replaced; evaluate under a new --tag")
+		return runs.Shard{}, errors.New("--replace-tag with --init-key eval_init_ids: a final score is never replaced; evaluate under a new --tag")
 	}
 	if f.weights == "" {
-		return shardSpec{}, errors.New("--weights is required: a weights id of the run (w0, r1, …) or a local weights directory")
+		return runs.Shard{}, errors.New("--weights is required: a weights id of the run (w0, r1, …) or a local weights directory")
 	}
 	return parseShard(f.shard)
 }
@@ -147,16 +141,14 @@ func runEval(ctx context.Context, out io.Writer, e *connect.Endpoints, f evalFla
 		wid    = f.weights
 	)
 	if localWeights(f.weights) {
-		if files, err = findWeights(f.weights, h.Model.WeightsFile); err != nil {
+		if files, err = runs.FindWeights(f.weights, h.Model.WeightsFile); err != nil {
 			return err
 		}
 		if local, err = weights.Describe(files); err != nil {
 			return fmt.Errorf("--weights %s: %w", f.weights, err)
 		}
-		digest = activities.WeightsDigest(local)
-		// Named by content: the same files always get the same id, so a
-		// rerun publishes nothing new and other files never overwrite them.
-		wid = "ext-" + digest[:12]
+		digest = schemas.WeightsDigest(local)
+		wid = runs.ExternalID(digest)
 	} else if !runName.MatchString(f.weights) {
 		return fmt.Errorf("--weights %q is neither a local path nor a weights id: pass w0, r1, … or a weights directory", f.weights)
 	}
@@ -167,11 +159,8 @@ func runEval(ctx context.Context, out io.Writer, e *connect.Endpoints, f evalFla
 	}
 	defer c.Close()
 	l := schemas.Layout{Run: f.run}
-	var old schemas.Harness
-	exists := true
-	if err := getJSON(ctx, s, l.Harness(), &old); isNotFound(err) {
-		exists = false
-	} else if err != nil {
+	old, exists, err := runs.ReadHarness(ctx, s, f.run)
+	if err != nil {
 		return err
 	}
 	switch {
@@ -181,23 +170,18 @@ func runEval(ctx context.Context, out io.Writer, e *connect.Endpoints, f evalFla
 		return fmt.Errorf("unknown run %s (no s3://%s/%s): name an existing run, or pass --weights DIR to evaluate local weights in a new run", f.run, s.Bucket, l.Harness())
 	}
 	if files == nil {
-		man, err := weights.Read(ctx, s, l.Weights(wid))
-		if isNotFound(err) {
-			return fmt.Errorf("weights %s not found in run %s (it has %s): pass one of those or a local weights directory", wid, f.run, strings.Join(weightIDs(ctx, s, l), ", "))
-		}
-		if err != nil {
+		if digest, err = runs.PublishedDigest(ctx, s, f.run, wid); err != nil {
 			return err
 		}
-		digest = activities.WeightsDigest(man.Files)
 	}
 
-	id := workflows.EvalWorkflowID(f.run, f.tag, sh.i, sh.n)
-	running, err := isRunning(ctx, c, id)
+	id := api.EvalWorkflowID(f.run, f.tag, sh.I, sh.N)
+	running, err := api.IsRunning(ctx, c, id)
 	if err != nil {
 		return err
 	}
 	if running {
-		p, err := workflows.QueryEvalProgress(ctx, c, id)
+		p, err := api.QueryEvalProgress(ctx, c, id)
 		if err == nil && (p.WeightsID != wid || p.InitKey != f.initKey) {
 			return fmt.Errorf("evaluation %s is running with weights %s on %s: wait for it, or use another --tag", id, p.WeightsID, p.InitKey)
 		}
@@ -205,207 +189,54 @@ func runEval(ctx context.Context, out io.Writer, e *connect.Endpoints, f evalFla
 		return followEval(ctx, out, c, s, e, id, f.run, f.detach)
 	}
 
-	st, err := readTag(ctx, s, l, f.tag)
+	st, err := runs.ReadTag(ctx, s, f.run, f.tag)
 	if err != nil {
 		return err
 	}
-	plan, err := planTag(st, tagSpec{shard: sh, initKey: f.initKey, weights: digest, config: h.Digest, replace: f.replaceTag})
+	plan, err := runs.PlanTag(st, runs.TagSpec{Shard: sh, InitKey: f.initKey, Weights: digest, Config: h.Digest, Replace: f.replaceTag})
 	if err != nil {
 		return err
 	}
 
 	// Every check passed: from here on the command writes.
-	if err := workflows.RegisterSearchAttributes(ctx, c, e.Namespace); err != nil {
+	if err := api.RegisterSearchAttributes(ctx, c, e.Namespace); err != nil {
 		return err
 	}
-	if plan.wipe {
-		n := 0
-		phase := workflows.EvalPhase(f.tag)
-		for _, p := range []string{l.EvalDir(f.tag), l.EpisodesDir(0, phase), l.CallsDir(0, phase), l.OrphansDir(0, phase), l.ArtifactsDir(0, phase)} {
-			k, err := s.DeletePrefix(ctx, p)
-			n += k
-			if err != nil {
-				return err
-			}
+	if plan.Wipe {
+		n, err := runs.WipeTag(ctx, s, f.run, f.tag, api.EvalPhase(f.tag))
+		if err != nil {
+			return err
 		}
 		fmt.Fprintf(out, "--replace-tag: deleted tag %s of run %s (%d objects)\n", f.tag, f.run, n)
 	}
-	for _, k := range plan.remove {
-		if err := s.Delete(ctx, k); err != nil {
-			return err
-		}
+	if err := runs.RemoveReports(ctx, s, plan.Remove); err != nil {
+		return err
+	}
+	for _, k := range plan.Remove {
 		fmt.Fprintf(out, "--replace-tag: deleted s3://%s/%s\n", s.Bucket, k)
 	}
 	if files != nil {
-		prefix := l.Weights(wid)
-		if man, err := weights.Read(ctx, s, prefix); err != nil || !weights.Same(man.Files, local) {
-			if _, err := weights.Publish(ctx, s, prefix, files, schemas.WeightsManifest{WeightsID: wid}); err != nil {
-				return err
-			}
+		published, err := runs.PublishLocal(ctx, s, f.run, wid, files, local)
+		if err != nil {
+			return err
+		}
+		if published {
 			fmt.Fprintf(out, "published %s as weights %s of run %s\n", f.weights, wid, f.run)
 		}
 	}
 	if !exists {
-		if err := putJSON(ctx, s, l.Harness(), h); err != nil {
+		if err := runs.PutHarness(ctx, s, f.run, h); err != nil {
 			return err
 		}
 		fmt.Fprintf(out, "created run %s for evaluation: harness %s (digest %s)\n", f.run, h.Name, h.Digest)
 	}
-	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	phase := workflows.EvalPhase(f.tag)
-	_, err = c.ExecuteWorkflow(sctx, client.StartWorkflowOptions{
-		ID: id, TaskQueue: workflows.ControlQueue,
-		StaticSummary: fmt.Sprintf("eval %s of run %s: weights %s on %s, shard %s", f.tag, f.run, wid, f.initKey, sh),
-		TypedSearchAttributes: temporal.NewSearchAttributes(workflows.RunAttr.ValueSet(f.run), workflows.KindAttr.ValueSet("eval"),
-			workflows.PhaseAttr.ValueSet(phase), workflows.WeightsAttr.ValueSet(wid)),
-		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
-	}, workflows.Eval, workflows.EvalInput{Run: f.run, Harness: h, WeightsID: wid, Tag: f.tag, InitKey: f.initKey,
-		Shard: sh.i, Shards: sh.n, Heartbeat: f.heartbeat})
+	_, err = api.StartEval(ctx, c, api.EvalInput{Run: f.run, Harness: h, WeightsID: wid, Tag: f.tag, InitKey: f.initKey,
+		Shard: sh.I, Shards: sh.N, Heartbeat: f.heartbeat})
 	if err != nil {
 		return fmt.Errorf("start workflow %s on %s: %w", id, e.Temporal, err)
 	}
 	fmt.Fprintf(out, "started evaluation %s: weights %s (digest %.12s) on %s, shard %s, harness %s\n", f.tag, wid, digest, f.initKey, sh, h.Name)
 	return followEval(ctx, out, c, s, e, id, f.run, f.detach)
-}
-
-// weightIDs lists the run's weights ids, for messages.
-func weightIDs(ctx context.Context, s *store.Store, l schemas.Layout) []string {
-	objs, err := s.List(ctx, l.Prefix()+"weights/")
-	if err != nil {
-		return []string{"?"}
-	}
-	var ids []string
-	for _, o := range objs {
-		rest := strings.TrimPrefix(o.Key, l.Prefix()+"weights/")
-		if id, file, ok := strings.Cut(rest, "/"); ok && file == schemas.WeightsManifestFile {
-			ids = append(ids, id)
-		}
-	}
-	if len(ids) == 0 {
-		return []string{"none"}
-	}
-	return ids
-}
-
-// shardFile is a stored shard report of a tag.
-type shardFile struct {
-	key  string
-	i, n int
-	rep  schemas.Report
-}
-
-// tagState is what a tag holds: its full report's key ("" if none) and
-// its shard reports.
-type tagState struct {
-	run, tag string
-	full     string
-	shards   []shardFile
-}
-
-var shardName = regexp.MustCompile(`(^|/)([0-9]+)-of-([0-9]+)\.json$`)
-
-// readTag lists what is stored under a tag.
-func readTag(ctx context.Context, s *store.Store, l schemas.Layout, tag string) (tagState, error) {
-	st := tagState{run: l.Run, tag: tag}
-	ok, err := s.Exists(ctx, l.Report(tag))
-	if err != nil {
-		return st, err
-	}
-	if ok {
-		st.full = l.Report(tag)
-	}
-	objs, err := s.List(ctx, l.ShardsDir(tag))
-	if err != nil {
-		return st, err
-	}
-	for _, o := range objs {
-		m := shardName.FindStringSubmatch(o.Key)
-		if m == nil {
-			continue
-		}
-		f := shardFile{key: o.Key}
-		f.i, _ = strconv.Atoi(m[2])
-		f.n, _ = strconv.Atoi(m[3])
-		if err := getJSON(ctx, s, o.Key, &f.rep); err != nil {
-			return st, err
-		}
-		st.shards = append(st.shards, f)
-	}
-	return st, nil
-}
-
-// tagSpec is the evaluation a command wants to store under a tag.
-type tagSpec struct {
-	shard           shardSpec
-	initKey         string
-	weights, config string // weights and harness config digests
-	replace         bool
-}
-
-// tagPlan is what a replace deletes first: the whole tag (wipe) or the
-// listed reports.
-type tagPlan struct {
-	wipe   bool
-	remove []string
-}
-
-// planTag decides whether an evaluation may write under a tag: a tag is
-// never overwritten silently, and the shards of one tag must be of one
-// evaluation (shard count, weights, init key, harness) to be merged. With
-// replace, the reports in the way are removed instead: everything for a
-// whole-split evaluation; for a shard, the full report (stale once a shard
-// changes), its own earlier report and shards that can't merge with it.
-func planTag(st tagState, want tagSpec) (tagPlan, error) {
-	var p tagPlan
-	fix := "choose a new --tag, or pass --replace-tag to overwrite it"
-	if want.initKey == finalKey {
-		fix = "a final score is never overwritten: choose a new --tag"
-	}
-	if want.shard.n == 1 {
-		if st.full == "" && len(st.shards) == 0 {
-			return p, nil
-		}
-		if !want.replace {
-			what := st.full
-			if what == "" {
-				what = fmt.Sprintf("%d shard reports, e.g. %s", len(st.shards), st.shards[0].key)
-			}
-			return p, fmt.Errorf("tag %s of run %s exists (%s): %s", st.tag, st.run, what, fix)
-		}
-		p.wipe = true
-		return p, nil
-	}
-	if st.full != "" {
-		if !want.replace {
-			return p, fmt.Errorf("tag %s of run %s has its full report already (%s): %s", st.tag, st.run, st.full, fix)
-		}
-		p.remove = append(p.remove, st.full)
-	}
-	for _, f := range st.shards {
-		var problem string
-		switch {
-		case f.i == want.shard.i && f.n == want.shard.n:
-			if !want.replace {
-				return p, fmt.Errorf("shard %s of tag %s exists (%s): %s", want.shard, st.tag, f.key, fix)
-			}
-		case f.n != want.shard.n:
-			problem = fmt.Sprintf("tag %s is split in %d shards (%s), not %d: pass --shard i/%d", st.tag, f.n, f.key, want.shard.n, f.n)
-		case f.rep.WeightsDigest != want.weights:
-			problem = fmt.Sprintf("tag %s holds shard %d/%d of other weights (%s, digest %.12s; --weights has %.12s): evaluate the same weights in every shard", st.tag, f.i, f.n, f.rep.WeightsID, f.rep.WeightsDigest, want.weights)
-		case f.rep.InitKey != want.initKey:
-			problem = fmt.Sprintf("tag %s holds shard %d/%d on %s, not %s: use the same --init-key in every shard", st.tag, f.i, f.n, f.rep.InitKey, want.initKey)
-		case f.rep.Digest != want.config:
-			problem = fmt.Sprintf("tag %s holds shard %d/%d of harness config %s, --config gives %s: use the same harness and vars in every shard", st.tag, f.i, f.n, f.rep.Digest, want.config)
-		default:
-			continue // a shard of the same evaluation: kept
-		}
-		if problem != "" && !want.replace {
-			return p, fmt.Errorf("%s, or use a new --tag", problem)
-		}
-		p.remove = append(p.remove, f.key)
-	}
-	return p, nil
 }
 
 // followEval prints progress until the evaluation ends, then its report.
@@ -416,7 +247,7 @@ func followEval(ctx context.Context, out io.Writer, c client.Client, s *store.St
 	}
 	var rep schemas.Report
 	err := followUntil(ctx, out, c, id, func(ctx context.Context) error { return c.GetWorkflow(ctx, id, "").Get(ctx, &rep) }, func() string {
-		p, err := workflows.QueryEvalProgress(ctx, c, id)
+		p, err := api.QueryEvalProgress(ctx, c, id)
 		if err != nil {
 			return ""
 		}
@@ -472,37 +303,4 @@ func printEvalReport(out io.Writer, rep schemas.Report, bucket string) {
 	default:
 		fmt.Fprintf(out, "validation score (%s): %.1f%% over %d valid episodes — for choosing weights, not a final score\n", rep.InitKey, 100*rep.Overall.SuccessRate, rep.Overall.Valid)
 	}
-}
-
-// checkPoolReport refuses a --pool-report that must not choose a training
-// pool: one of the final-test split, a shard, or one of another harness
-// config — always; one of other weights than --weights (stale) or without
-// digests (hand-written) unless anyWeights. The error completes
-// "--pool-report FILE …".
-func checkPoolReport(rep schemas.Report, local []schemas.WeightsFile, h schemas.Harness, anyWeights bool) error {
-	if rep.InitKey == finalKey {
-		return errors.New("is an evaluation on eval_init_ids, the final-test split: final-test data never chooses a training pool; pass a validation report (val_init_ids)")
-	}
-	if rep.IsShard() {
-		return fmt.Errorf("is shard %d/%d of tag %s, not a whole validation: merge the shards (starter report merge --run %s --tag %s) and pass eval/%s/report.json", rep.Shard, rep.Shards, rep.Tag, rep.Run, rep.Tag, rep.Tag)
-	}
-	if rep.Digest != "" && rep.Digest != h.Digest {
-		return fmt.Errorf("comes from harness %s with config digest %s, --config gives %s with %s: validate with this harness file and vars, then pass that report", rep.Harness, rep.Digest, h.Name, h.Digest)
-	}
-	if anyWeights {
-		return nil
-	}
-	if rep.Digest == "" {
-		return errors.New("records no harness config digest (hand-written?), so where it comes from cannot be checked: pass a report Roundhouse wrote, or --pool-report-any-weights to use it anyway")
-	}
-	if rep.WeightsDigest == "" {
-		return errors.New("records no weights digest (written before reports had one), so its weights cannot be checked: validate --weights again with starter eval --init-key val_init_ids, or pass --pool-report-any-weights")
-	}
-	if len(local) == 0 {
-		return errors.New("needs --weights, the weights it should have evaluated, to be checked against")
-	}
-	if d := activities.WeightsDigest(local); d != rep.WeightsDigest {
-		return fmt.Errorf("is stale: it evaluated weights %s (digest %.12s), not --weights (digest %.12s); validate --weights with starter eval --init-key val_init_ids, or pass --pool-report-any-weights to use it anyway", rep.WeightsID, rep.WeightsDigest, d)
-	}
-	return nil
 }

@@ -13,18 +13,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/roundhouse-rl/roundhouse/activities"
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
 	"github.com/roundhouse-rl/roundhouse/internal/devstack"
 	"github.com/roundhouse-rl/roundhouse/internal/harness"
 	"github.com/roundhouse-rl/roundhouse/internal/itest"
+	"github.com/roundhouse-rl/roundhouse/internal/runs"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/internal/weights"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 )
 
 func TestParseShard(t *testing.T) {
-	for in, want := range map[string]shardSpec{"": {0, 1}, "0/1": {0, 1}, "0/2": {0, 2}, "7/8": {7, 8}, " 1 / 3 ": {1, 3}} {
+	for in, want := range map[string]runs.Shard{"": {I: 0, N: 1}, "0/1": {I: 0, N: 1}, "0/2": {I: 0, N: 2}, "7/8": {I: 7, N: 8}, " 1 / 3 ": {I: 1, N: 3}} {
 		got, err := parseShard(in)
 		if err != nil || got != want {
 			t.Errorf("parseShard(%q) = %v, %v; want %v", in, got, err, want)
@@ -86,210 +86,18 @@ func TestEvalBadInput(t *testing.T) {
 	}
 }
 
-func TestPlanTag(t *testing.T) {
-	shard := func(i, n int, weights, initKey string) shardFile {
-		return shardFile{key: fmt.Sprintf("runs/r/eval/t/shards/%d-of-%d.json", i, n), i: i, n: n,
-			rep: schemas.Report{Scope: schemas.ScopeShard, Shard: i, Shards: n, WeightsDigest: weights, InitKey: initKey, Digest: "cfg"}}
-	}
-	spec := func(i, n int, replace bool) tagSpec {
-		return tagSpec{shard: shardSpec{i, n}, initKey: valKey, weights: "wd", config: "cfg", replace: replace}
-	}
-	full := "runs/r/eval/t/report.json"
-	cases := []struct {
-		name   string
-		st     tagState
-		want   tagSpec
-		err    string // "" when allowed
-		wipe   bool
-		remove []string
-	}{
-		{"new tag", tagState{}, spec(0, 1, false), "", false, nil},
-		{"new tag, shard", tagState{}, spec(1, 4, false), "", false, nil},
-		{"full report exists", tagState{full: full}, spec(0, 1, false), "--replace-tag", false, nil},
-		{"full report replaced", tagState{full: full}, spec(0, 1, true), "", true, nil},
-		{"shards exist, whole split asked", tagState{shards: []shardFile{shard(0, 2, "wd", valKey)}}, spec(0, 1, false), "shard reports", false, nil},
-		{"final score exists", tagState{full: full}, tagSpec{shard: shardSpec{0, 1}, initKey: finalKey}, "never overwritten", false, nil},
-		{"other shard of the same evaluation", tagState{shards: []shardFile{shard(0, 2, "wd", valKey)}}, spec(1, 2, false), "", false, nil},
-		{"same shard again", tagState{shards: []shardFile{shard(1, 2, "wd", valKey)}}, spec(1, 2, false), "--replace-tag", false, nil},
-		{"same shard replaced", tagState{shards: []shardFile{shard(0, 2, "wd", valKey), shard(1, 2, "wd", valKey)}}, spec(1, 2, true), "", false,
-			[]string{"runs/r/eval/t/shards/1-of-2.json"}},
-		{"other shard count", tagState{shards: []shardFile{shard(0, 3, "wd", valKey)}}, spec(1, 2, false), "split in 3 shards", false, nil},
-		{"other weights", tagState{shards: []shardFile{shard(0, 2, "other", valKey)}}, spec(1, 2, false), "other weights", false, nil},
-		{"other init key", tagState{shards: []shardFile{shard(0, 2, "wd", finalKey)}}, spec(1, 2, false), "--init-key", false, nil},
-		{"merged report exists, shard asked", tagState{full: full, shards: []shardFile{shard(0, 2, "wd", valKey)}}, spec(1, 2, false), "full report", false, nil},
-		{"conflicting shards replaced", tagState{full: full, shards: []shardFile{shard(0, 2, "wd", valKey), shard(0, 3, "wd", valKey)}}, spec(1, 2, true), "", false,
-			[]string{full, "runs/r/eval/t/shards/0-of-3.json"}},
-	}
-	for _, c := range cases {
-		c.st.run, c.st.tag = "r", "t"
-		p, err := planTag(c.st, c.want)
-		if c.err == "" {
-			if err != nil {
-				t.Errorf("%s: refused: %v", c.name, err)
-			} else if p.wipe != c.wipe || fmt.Sprint(p.remove) != fmt.Sprint(c.remove) {
-				t.Errorf("%s: plan %+v, want wipe %v remove %v", c.name, p, c.wipe, c.remove)
-			}
-			continue
-		}
-		if err == nil || !strings.Contains(err.Error(), c.err) {
-			t.Errorf("%s: error %v, want one mentioning %q", c.name, err, c.err)
-		}
-	}
-}
-
-// shardReports are the n shard reports of an evaluation of 2 tasks × 4
-// init ids (cell k = task k/4, init 40+k%4), every episode valid, task 1's
-// successful.
-func shardReports(n int) ([]schemas.Report, []string) {
-	var reps []schemas.Report
-	var keys []string
-	for i := range n {
-		r := schemas.Report{Run: "r", Tag: "t", WeightsID: "w0", InitKey: valKey, Harness: "h", Digest: "cfg", WeightsDigest: "wd",
-			Scope: schemas.ScopeShard, Shard: i, Shards: n, SplitCells: 8, StartedAtMS: int64(100 + i), FinishedAtMS: int64(200 + i),
-			Tasks:  []schemas.TaskResult{{Task: 0, Name: "a", Suite: "s"}, {Task: 1, Name: "b", Suite: "s"}},
-			Suites: []schemas.TaskResult{{Task: -1, Suite: "s"}}}
-		for k := i; k < 8; k += n {
-			task := int32(k / 4)
-			r.Cells = append(r.Cells, schemas.CellID(task, int32(40+k%4)))
-			for _, res := range []*schemas.TaskResult{&r.Tasks[task], &r.Suites[0], &r.Overall} {
-				res.Episodes++
-				res.Valid++
-				if task == 1 {
-					res.Successes++
-				}
-			}
-		}
-		reps = append(reps, r)
-		keys = append(keys, fmt.Sprintf("runs/r/eval/t/shards/%d-of-%d.json", i, n))
-	}
-	return reps, keys
-}
-
-func TestMergeShards(t *testing.T) {
-	reps, keys := shardReports(3)
-	// Files come in any order.
-	reps[0], reps[2], keys[0], keys[2] = reps[2], reps[0], keys[2], keys[0]
-	m, err := activities.MergeShards(reps, keys)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if m.IsShard() || m.Scope != schemas.ScopeFull || len(m.MergedFrom) != 3 || m.MergedFrom[0] != "runs/r/eval/t/shards/0-of-3.json" {
-		t.Errorf("merged report scope %q shards %d from %v", m.Scope, m.Shards, m.MergedFrom)
-	}
-	if m.Overall.Episodes != 8 || m.Overall.Successes != 4 || m.Overall.SuccessRate != 0.5 || len(m.Cells) != 8 || m.Cells[0] != "0:40" || m.Cells[7] != "1:43" {
-		t.Errorf("merged counts %+v, cells %v", m.Overall, m.Cells)
-	}
-	if len(m.Tasks) != 2 || m.Tasks[0].Episodes != 4 || m.Tasks[1].SuccessRate != 1 || m.Suites[0].Episodes != 8 {
-		t.Errorf("merged tasks %+v suites %+v", m.Tasks, m.Suites)
-	}
-	if m.StartedAtMS != 100 || m.FinishedAtMS != 202 || m.WeightsDigest != "wd" {
-		t.Errorf("merged times %d–%d, weights %q", m.StartedAtMS, m.FinishedAtMS, m.WeightsDigest)
-	}
-
-	type change = func(r []schemas.Report, k []string) ([]schemas.Report, []string)
-	for _, c := range []struct {
-		name   string
-		want   []string
-		change change
-	}{
-		{"missing shard", []string{"shard 1/3", "missing", "--shard 1/3"}, func(r []schemas.Report, k []string) ([]schemas.Report, []string) {
-			return []schemas.Report{r[0], r[2]}, []string{k[0], k[2]}
-		}},
-		{"other weights", []string{"weights digest", "2-of-3"}, func(r []schemas.Report, k []string) ([]schemas.Report, []string) {
-			r[2].WeightsDigest = "other"
-			return r, k
-		}},
-		{"other init key", []string{"init key"}, func(r []schemas.Report, k []string) ([]schemas.Report, []string) {
-			r[1].InitKey = finalKey
-			return r, k
-		}},
-		{"other harness", []string{"harness config digest"}, func(r []schemas.Report, k []string) ([]schemas.Report, []string) {
-			r[1].Digest = "x"
-			return r, k
-		}},
-		{"overlap", []string{"cell 0:41", "overlap"}, func(r []schemas.Report, k []string) ([]schemas.Report, []string) {
-			// Shard 0 also claims shard 1's first cell, with its episode.
-			r[0].Cells = append(r[0].Cells, r[1].Cells[0])
-			r[0].Overall.Episodes++
-			return r, k
-		}},
-		{"a cell counted twice", []string{"counted twice"}, func(r []schemas.Report, k []string) ([]schemas.Report, []string) {
-			r[1].Overall.Episodes++
-			return r, k
-		}},
-		{"a full report among shards", []string{"not a shard report"}, func(r []schemas.Report, k []string) ([]schemas.Report, []string) {
-			r[1].Scope, r[1].Shards = schemas.ScopeFull, 1
-			return r, k
-		}},
-		{"cells short of the split", []string{"cover 7 cells", "has 8"}, func(r []schemas.Report, k []string) ([]schemas.Report, []string) {
-			r[1].Cells = r[1].Cells[1:]
-			r[1].Overall.Episodes--
-			return r, k
-		}},
-	} {
-		reps, keys := c.change(shardReports(3))
-		_, err := activities.MergeShards(reps, keys)
-		if err == nil {
-			t.Errorf("%s: merged", c.name)
-			continue
-		}
-		for _, w := range c.want {
-			if !strings.Contains(err.Error(), w) {
-				t.Errorf("%s: error %q does not mention %q", c.name, err, w)
-			}
-		}
-	}
-}
-
-func TestCheckPoolReport(t *testing.T) {
+// A stale pool report is refused by `starter train` before any server is
+// contacted (the checks themselves are tested in internal/report).
+func TestTrainRefusesStalePool(t *testing.T) {
 	h, err := harness.Load("../harnesses/minimal/harness.yaml", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	files, err := findWeights("../harnesses/minimal/weights/w0", h.Model.WeightsFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	desc, err := weights.Describe(files)
-	if err != nil {
-		t.Fatal(err)
-	}
-	good := schemas.Report{Run: "sft", Tag: "sft_val", WeightsID: "w0", InitKey: valKey, Harness: h.Name, Digest: h.Digest,
-		WeightsDigest: activities.WeightsDigest(desc), Scope: schemas.ScopeFull, Shards: 1, Tasks: []schemas.TaskResult{{Task: 0}}}
-	if err := checkPoolReport(good, desc, h, false); err != nil {
-		t.Fatalf("a validation of the same weights and harness refused: %v", err)
-	}
-	with := func(change func(*schemas.Report)) schemas.Report { r := good; change(&r); return r }
-	for _, c := range []struct {
-		name       string
-		rep        schemas.Report
-		anyWeights bool
-		want       string // "" when accepted
-	}{
-		{"other weights", with(func(r *schemas.Report) { r.WeightsDigest = "0123456789abcdef" }), false, "stale"},
-		{"other weights, overridden", with(func(r *schemas.Report) { r.WeightsDigest = "0123456789abcdef" }), true, ""},
-		{"no weights digest", with(func(r *schemas.Report) { r.WeightsDigest = "" }), false, "--pool-report-any-weights"},
-		{"final-test split", with(func(r *schemas.Report) { r.InitKey = finalKey }), false, "final-test"},
-		{"final-test split, overridden", with(func(r *schemas.Report) { r.InitKey = finalKey }), true, "final-test"},
-		{"a shard", with(func(r *schemas.Report) { r.Scope, r.Shard, r.Shards = schemas.ScopeShard, 1, 4 }), false, "report merge"},
-		{"other harness", with(func(r *schemas.Report) { r.Digest = "feedfeedfeedfeed" }), false, "config digest"},
-		{"other harness, overridden", with(func(r *schemas.Report) { r.Digest = "feedfeedfeedfeed" }), true, "config digest"},
-		{"hand-written", schemas.Report{Tasks: []schemas.TaskResult{{Task: 0}}}, false, "hand-written"},
-		{"hand-written, overridden", schemas.Report{Tasks: []schemas.TaskResult{{Task: 0}}}, true, ""},
-	} {
-		err := checkPoolReport(c.rep, desc, h, c.anyWeights)
-		switch {
-		case c.want == "" && err != nil:
-			t.Errorf("%s: refused: %v", c.name, err)
-		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
-			t.Errorf("%s: error %v, want one mentioning %q", c.name, err, c.want)
-		}
-	}
-
-	// Through `starter train`: refused before any server is contacted.
+	stale := schemas.Report{Run: "sft", Tag: "sft_val", WeightsID: "w0", InitKey: valKey, Harness: h.Name, Digest: h.Digest,
+		WeightsDigest: "0123456789abcdef", Scope: schemas.ScopeFull, Shards: 1, Tasks: []schemas.TaskResult{{Task: 0}}}
 	dir := t.TempDir()
 	pool := filepath.Join(dir, "report.json")
-	b, _ := json.Marshal(with(func(r *schemas.Report) { r.WeightsDigest = "0123456789abcdef" }))
+	b, _ := json.Marshal(stale)
 	os.WriteFile(pool, b, 0o644)
 	port, _ := devstack.FreePort()
 	e := connect.Endpoints{Temporal: "127.0.0.1:" + strconv.Itoa(port), Namespace: "default"}
@@ -356,7 +164,7 @@ func TestEvalShardsMerge(t *testing.T) {
 	cells := len(h.Tasks) * len(ids)
 	l := schemas.Layout{Run: run}
 	var rep schemas.Report
-	if err := getJSON(ctx, stack.Store, l.Report(tag), &rep); err != nil {
+	if err := store.GetJSON(ctx, stack.Store, l.Report(tag), &rep); err != nil {
 		t.Fatal(err)
 	}
 	if rep.IsShard() || len(rep.MergedFrom) != 2 || rep.SplitCells != cells || len(rep.Cells) != cells {
@@ -373,9 +181,9 @@ func TestEvalShardsMerge(t *testing.T) {
 	if len(rep.Suites) != 1 || rep.Suites[0].Suite != "toy" || rep.Suites[0].Episodes != cells {
 		t.Errorf("suites %+v", rep.Suites)
 	}
-	files, _ := findWeights(w0, h.Model.WeightsFile)
+	files, _ := runs.FindWeights(w0, h.Model.WeightsFile)
 	desc, _ := weights.Describe(files)
-	if d := activities.WeightsDigest(desc); rep.WeightsDigest != d || rep.WeightsID != "ext-"+d[:12] {
+	if d := schemas.WeightsDigest(desc); rep.WeightsDigest != d || rep.WeightsID != "ext-"+d[:12] {
 		t.Errorf("weights %s digest %s, want ext-%.12s and %s", rep.WeightsID, rep.WeightsDigest, d, d)
 	}
 	if rep.Digest != h.Digest || rep.StartedAtMS <= 0 || rep.FinishedAtMS < rep.StartedAtMS {
@@ -442,7 +250,7 @@ func TestEvalShardsMerge(t *testing.T) {
 		t.Fatalf("merge after the replace: %v", err)
 	}
 	var rep2 schemas.Report
-	if err := getJSON(ctx, stack.Store, l.Report(tag), &rep2); err != nil || rep2.Overall.Episodes != cells {
+	if err := store.GetJSON(ctx, stack.Store, l.Report(tag), &rep2); err != nil || rep2.Overall.Episodes != cells {
 		t.Errorf("merged again: %+v (%v), want %d episodes", rep2.Overall, err, cells)
 	}
 }

@@ -17,7 +17,7 @@ import (
 
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
 	"github.com/roundhouse-rl/roundhouse/internal/itest"
-	"github.com/roundhouse-rl/roundhouse/workflows"
+	"github.com/roundhouse-rl/roundhouse/workflows/api"
 )
 
 // A trainer broken on purpose (its python has no torch) is still retried,
@@ -80,7 +80,7 @@ func TestBrokenTrainerShowsWithinOneRetry(t *testing.T) {
 		}
 	}
 	// The first line is the first attempt: the user hears before the retry.
-	for _, want := range []string{"! Train attempt 1 failed: ModuleNotFoundError: No module named 'torch'", "retried at", "[" + workflows.WorkflowID(run) + "]"} {
+	for _, want := range []string{"! Train attempt 1 failed: ModuleNotFoundError: No module named 'torch'", "retried at", "[" + api.WorkflowID(run) + "]"} {
 		if !strings.Contains(failure, want) {
 			t.Errorf("failure line %q lacks %q", failure, want)
 		}
@@ -94,7 +94,7 @@ func TestBrokenTrainerShowsWithinOneRetry(t *testing.T) {
 	defer c.Close()
 	var details string
 	for range 60 {
-		v, err := c.QueryWorkflow(ctx, workflows.WorkflowID(run), "", "__temporal_workflow_metadata")
+		v, err := c.QueryWorkflow(ctx, api.WorkflowID(run), "", "__temporal_workflow_metadata")
 		if err == nil {
 			var md sdkpb.WorkflowMetadata
 			if v.Get(&md) == nil {
@@ -110,7 +110,7 @@ func TestBrokenTrainerShowsWithinOneRetry(t *testing.T) {
 	if !strings.Contains(details, "ModuleNotFoundError: No module named 'torch'") || !strings.Contains(details, "| failing activity |") {
 		t.Errorf("current details do not show the failing trainer:\n%s", details)
 	}
-	if err := c.TerminateWorkflow(ctx, workflows.WorkflowID(run), "", "test done"); err != nil {
+	if err := c.TerminateWorkflow(ctx, api.WorkflowID(run), "", "test done"); err != nil {
 		t.Logf("terminate: %v", err)
 	}
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -14,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
+	"github.com/roundhouse-rl/roundhouse/internal/runs"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 )
@@ -43,7 +43,7 @@ the last round), as a table and a chart (SVG or PNG, by the file's extension).`,
 			if err != nil {
 				return err
 			}
-			return report(cmd.Context(), cmd.OutOrStdout(), s, run, chartFile)
+			return showReport(cmd.Context(), cmd.OutOrStdout(), s, run, chartFile)
 		},
 	}
 	cmd.Flags().StringVar(&run, "run", "", "run name")
@@ -52,47 +52,14 @@ the last round), as a table and a chart (SVG or PNG, by the file's extension).`,
 	return cmd
 }
 
-func report(ctx context.Context, out io.Writer, s *store.Store, run, chartFile string) error {
+func showReport(ctx context.Context, out io.Writer, s *store.Store, run, chartFile string) error {
 	l := schemas.Layout{Run: run}
-	found := false
-	for _, key := range []string{l.RunSpec(), l.Harness(), l.State()} {
-		ok, err := s.Exists(ctx, key)
-		if err != nil {
-			return err
-		}
-		if ok {
-			found = true
-			break
-		}
-	}
-	if !found {
-		return fmt.Errorf("run %s not found in s3://%s/runs/: see `starter status` for the runs", run, s.Bucket)
-	}
-	objs, err := s.List(ctx, l.Prefix()+"rounds/")
+	hist, err := runs.ReadHistory(ctx, s, run)
 	if err != nil {
 		return err
 	}
-	var sums []schemas.RoundSummary
-	for _, o := range objs {
-		if !strings.HasSuffix(o.Key, "/summary.json") {
-			continue
-		}
-		b, err := s.Get(ctx, o.Key)
-		if err != nil {
-			return err
-		}
-		var r schemas.RoundSummary
-		if err := json.Unmarshal(b, &r); err != nil {
-			return fmt.Errorf("%s: %w", o.Key, err)
-		}
-		sums = append(sums, r)
-	}
-	sort.Slice(sums, func(i, j int) bool { return sums[i].Round < sums[j].Round })
-	st := schemas.State{FinalValSuccess: -1}
-	if b, err := s.Get(ctx, l.State()); err == nil {
-		_ = json.Unmarshal(b, &st)
-	}
-	rs, err := readSuccess(ctx, s, run)
+	sums, st := hist.Summaries, hist.State
+	rs, err := runs.Success(ctx, s, run)
 	if err != nil {
 		return err
 	}

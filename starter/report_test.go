@@ -10,6 +10,7 @@ import (
 
 	"github.com/wcharczuk/go-chart/v2/drawing"
 
+	"github.com/roundhouse-rl/roundhouse/internal/runs"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 )
 
@@ -46,10 +47,10 @@ func TestPrintDiagnostics(t *testing.T) {
 // svgColor is a colour as go-chart writes it into SVG styles.
 func svgColor(c drawing.Color) string { return c.String() }
 
-var testSuccess = []roundSuccess{
-	{Round: 1, Train: counts{Episodes: 4, Valid: 4, Successes: 2}, Val: counts{Episodes: 30, Valid: 30, Successes: 9}},
-	{Round: 2, Train: counts{Episodes: 36, Valid: 35, Successes: 20}, Val: counts{Episodes: 30, Valid: 29, Successes: 14}},
-	{Round: 3, Val: counts{Episodes: 30, Valid: 30, Successes: 21}},
+var testSuccess = []runs.RoundSuccess{
+	{Round: 1, Train: runs.Counts{Episodes: 4, Valid: 4, Successes: 2}, Val: runs.Counts{Episodes: 30, Valid: 30, Successes: 9}},
+	{Round: 2, Train: runs.Counts{Episodes: 36, Valid: 35, Successes: 20}, Val: runs.Counts{Episodes: 30, Valid: 29, Successes: 14}},
+	{Round: 3, Val: runs.Counts{Episodes: 30, Valid: 30, Successes: 21}},
 }
 
 func TestChartSVG(t *testing.T) {
@@ -74,7 +75,7 @@ func TestChartSVG(t *testing.T) {
 	}
 	// A round without validation has no validation point; one without valid
 	// episodes has none at all, and a run without any is an error.
-	b, err = renderChart(file, "x", []roundSuccess{{Round: 1, Train: counts{Episodes: 4, Valid: 4, Successes: 1}}, {Round: 2, Train: counts{Episodes: 4}}}, 0)
+	b, err = renderChart(file, "x", []runs.RoundSuccess{{Round: 1, Train: runs.Counts{Episodes: 4, Valid: 4, Successes: 1}}, {Round: 2, Train: runs.Counts{Episodes: 4}}}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +83,7 @@ func TestChartSVG(t *testing.T) {
 	if svg := readSVG(t, file); svg.dots[svgColor(colorTrain)] != 1 || svg.dots[svgColor(colorVal)] != 0 || !svg.texts["25.0%"] || svg.texts[seriesVal] {
 		t.Errorf("one valid collection point only: dots %v", svg.dots)
 	}
-	if _, err := renderChart(file, "x", []roundSuccess{{Round: 1, Train: counts{Episodes: 4}}}, 0); err == nil || !strings.Contains(err.Error(), "no valid episode") {
+	if _, err := renderChart(file, "x", []runs.RoundSuccess{{Round: 1, Train: runs.Counts{Episodes: 4}}}, 0); err == nil || !strings.Contains(err.Error(), "no valid episode") {
 		t.Errorf("chart of no valid episode: %v", err)
 	}
 }
@@ -129,25 +130,6 @@ func TestChartFormat(t *testing.T) {
 	}
 }
 
-func TestPartition(t *testing.T) {
-	for key, want := range map[string]struct {
-		round int32
-		phase string
-		ok    bool
-	}{
-		"round=3/phase=val/part-00000.parquet":            {3, "val", true},
-		"round=12/phase=train/r12-train-g001-a00.parquet": {12, "train", true},
-		"round=x/phase=val/a.parquet":                     {0, "", false},
-		"phase=val/round=1/a.parquet":                     {0, "", false},
-		"round=1/a.parquet":                               {0, "", false},
-	} {
-		r, p, ok := partition(key)
-		if r != want.round || p != want.phase || ok != want.ok {
-			t.Errorf("partition(%q) = %d %q %v, want %+v", key, r, p, ok, want)
-		}
-	}
-}
-
 func TestPrintSuccess(t *testing.T) {
 	var out bytes.Buffer
 	printSuccess(&out, testSuccess, 3)
@@ -166,7 +148,7 @@ func TestPrintSuccess(t *testing.T) {
 			t.Errorf("line %d = %q, want %q", i, got, want[i])
 		}
 	}
-	if s := (counts{Episodes: 3}).String(); s != "0/0 valid of 3" {
+	if s := (runs.Counts{Episodes: 3}).String(); s != "0/0 valid of 3" {
 		t.Errorf("no valid episode: %q", s)
 	}
 }

@@ -30,7 +30,7 @@ import (
 
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
 	"github.com/roundhouse-rl/roundhouse/schemas"
-	"github.com/roundhouse-rl/roundhouse/workflows"
+	"github.com/roundhouse-rl/roundhouse/workflows/api"
 )
 
 type statusFlags struct {
@@ -166,7 +166,7 @@ type runView struct {
 	Rounds int32 // 0 when unknown
 	Phase  string
 	// Episodes are the current phase's live counts; Live says they are known.
-	Episodes workflows.Tally
+	Episodes api.Tally
 	Live     bool
 	Val      float64 // latest validation success, -1 when none
 	FinalVal bool    // Val is the final validation's
@@ -182,7 +182,7 @@ func (v runView) running() bool { return v.Status == "running" || v.Status == "s
 
 // listQuery finds each run's current workflow execution: the rounds a
 // run has left behind through continue-as-new are not runs of their own.
-var listQuery = fmt.Sprintf(`%s = "train" AND ExecutionStatus != "ContinuedAsNew"`, workflows.KindAttr.GetName())
+var listQuery = fmt.Sprintf(`%s = "train" AND ExecutionStatus != "ContinuedAsNew"`, api.KindAttr.GetName())
 
 // listRuns lists the newest runs from the visibility store and adds what
 // each one's status needs, a few runs at a time.
@@ -191,7 +191,7 @@ func listRuns(ctx context.Context, c client.Client, ns string, limit int) ([]run
 	defer cancel()
 	resp, err := c.ListWorkflow(lctx, &workflowservice.ListWorkflowExecutionsRequest{Namespace: ns, PageSize: int32(limit), Query: listQuery})
 	var bad *serviceerror.InvalidArgument
-	if errors.As(err, &bad) && strings.Contains(err.Error(), workflows.KindAttr.GetName()) {
+	if errors.As(err, &bad) && strings.Contains(err.Error(), api.KindAttr.GetName()) {
 		// The search attributes are registered with the first run or control worker.
 		return nil, nil
 	}
@@ -230,13 +230,13 @@ func listRuns(ctx context.Context, c client.Client, ns string, limit int) ([]run
 func getRun(ctx context.Context, c client.Client, ns, run string) (runView, error) {
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	d, err := c.DescribeWorkflowExecution(dctx, workflows.WorkflowID(run), "")
+	d, err := c.DescribeWorkflowExecution(dctx, api.WorkflowID(run), "")
 	var nf *serviceerror.NotFound
 	if errors.As(err, &nf) {
 		return runView{}, fmt.Errorf("run %s not found: see `starter status` for the runs", run)
 	}
 	if err != nil {
-		return runView{}, fmt.Errorf("describe run %s (workflow %s): %w", run, workflows.WorkflowID(run), err)
+		return runView{}, fmt.Errorf("describe run %s (workflow %s): %w", run, api.WorkflowID(run), err)
 	}
 	return describeRun(ctx, c, ns, d.GetWorkflowExecutionInfo()), nil
 }
@@ -246,7 +246,7 @@ func getRun(ctx context.Context, c client.Client, ns, run string) (runView, erro
 func describeRun(ctx context.Context, c client.Client, ns string, info *workflowpb.WorkflowExecutionInfo) runView {
 	v := viewFromInfo(info)
 	if info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-		p, err := workflows.QueryProgress(ctx, c, v.Run)
+		p, err := api.QueryProgress(ctx, c, v.Run)
 		if err != nil {
 			v.Err = fmt.Sprintf("no progress (is a control worker running?): %v", err)
 		} else {
@@ -259,9 +259,9 @@ func describeRun(ctx context.Context, c client.Client, ns string, info *workflow
 		return v
 	}
 	exec := info.GetExecution()
-	var in *workflows.TrainInput
+	var in *api.TrainInput
 	if first, err := historyEvent(ctx, c, ns, exec, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT); err == nil {
-		var x workflows.TrainInput
+		var x api.TrainInput
 		if a := first.GetWorkflowExecutionStartedEventAttributes(); a != nil && decode(a.GetInput(), &x) == nil {
 			in = &x
 		}
@@ -284,17 +284,17 @@ func viewFromInfo(info *workflowpb.WorkflowExecutionInfo) runView {
 		return ok && converter.GetDefaultDataConverter().FromPayload(p, to) == nil
 	}
 	var run string
-	if attr(workflows.RunAttr.GetName(), &run) && run != "" {
+	if attr(api.RunAttr.GetName(), &run) && run != "" {
 		v.Run = run
 	}
 	var round int64
-	if attr(workflows.RoundAttr.GetName(), &round) {
+	if attr(api.RoundAttr.GetName(), &round) {
 		v.Round = int32(round)
 	}
-	attr(workflows.PhaseAttr.GetName(), &v.Phase)
-	attr(workflows.WeightsAttr.GetName(), &v.Weights)
+	attr(api.PhaseAttr.GetName(), &v.Phase)
+	attr(api.WeightsAttr.GetName(), &v.Weights)
 	var rate float64
-	if attr(workflows.SuccessRateAttr.GetName(), &rate) {
+	if attr(api.SuccessRateAttr.GetName(), &rate) {
 		v.Val = rate
 	}
 	return v
@@ -321,7 +321,7 @@ func statusName(s enumspb.WorkflowExecutionStatus) string {
 }
 
 // applyProgress takes a running run's live state from its progress query.
-func applyProgress(v *runView, p workflows.Progress) {
+func applyProgress(v *runView, p api.Progress) {
 	v.Round, v.Rounds, v.Phase, v.Weights = p.Round, p.Rounds, p.Phase, p.Weights
 	v.Episodes, v.Live, v.Children, v.Summaries = p.Episodes, true, p.Children, p.Summaries
 	if p.Stopping {
@@ -334,7 +334,7 @@ func applyProgress(v *runView, p workflows.Progress) {
 
 // applyClose completes a closed run's view from its input (the round it
 // ran, of how many, after which summaries) and its close event.
-func applyClose(v *runView, in *workflows.TrainInput, last *historypb.HistoryEvent) {
+func applyClose(v *runView, in *api.TrainInput, last *historypb.HistoryEvent) {
 	if in != nil {
 		v.Round, v.Rounds, v.Summaries = in.Round, in.Rounds, in.Summaries
 		if v.Weights == "" {
@@ -343,7 +343,7 @@ func applyClose(v *runView, in *workflows.TrainInput, last *historypb.HistoryEve
 	}
 	switch {
 	case last.GetWorkflowExecutionCompletedEventAttributes() != nil:
-		var res workflows.TrainResult
+		var res api.TrainResult
 		if err := decode(last.GetWorkflowExecutionCompletedEventAttributes().GetResult(), &res); err != nil {
 			v.Err = fmt.Sprintf("result unreadable: %v", err)
 			break

@@ -27,7 +27,7 @@ import (
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
 	"github.com/roundhouse-rl/roundhouse/internal/itest"
 	"github.com/roundhouse-rl/roundhouse/schemas"
-	"github.com/roundhouse-rl/roundhouse/workflows"
+	"github.com/roundhouse-rl/roundhouse/workflows/api"
 )
 
 func TestBar(t *testing.T) {
@@ -79,15 +79,15 @@ func payloads(t *testing.T, v any) *commonpb.Payloads {
 // info is a train execution as the visibility store lists it.
 func info(t *testing.T, run string, st enumspb.WorkflowExecutionStatus, round int64, phase string, val float64) *workflowpb.WorkflowExecutionInfo {
 	attrs := map[string]*commonpb.Payload{
-		workflows.KindAttr.GetName():  payload(t, "train"),
-		workflows.RunAttr.GetName():   payload(t, run),
-		workflows.RoundAttr.GetName(): payload(t, round),
-		workflows.PhaseAttr.GetName(): payload(t, phase),
+		api.KindAttr.GetName():  payload(t, "train"),
+		api.RunAttr.GetName():   payload(t, run),
+		api.RoundAttr.GetName(): payload(t, round),
+		api.PhaseAttr.GetName(): payload(t, phase),
 	}
 	if val >= 0 {
-		attrs[workflows.SuccessRateAttr.GetName()] = payload(t, val)
+		attrs[api.SuccessRateAttr.GetName()] = payload(t, val)
 	}
-	return &workflowpb.WorkflowExecutionInfo{Execution: &commonpb.WorkflowExecution{WorkflowId: workflows.WorkflowID(run), RunId: "x"},
+	return &workflowpb.WorkflowExecutionInfo{Execution: &commonpb.WorkflowExecution{WorkflowId: api.WorkflowID(run), RunId: "x"},
 		Status: st, StartTime: timestamppb.Now(), SearchAttributes: &commonpb.SearchAttributes{IndexedFields: attrs}}
 }
 
@@ -127,23 +127,23 @@ func TestStatusRows(t *testing.T) {
 	long := "round 2 training: activity error (type: Train, scheduledEventID: 31, activityID: 31, identity: host-1):\ntrainer exited with status 1: CUDA out of memory. Tried to allocate 20.00 GiB (GPU 0; 79.15 GiB total capacity)"
 
 	running := viewFromInfo(info(t, "r-running", enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, 2, "val", 0.3))
-	applyProgress(&running, workflows.Progress{Run: "r-running", Round: 2, Rounds: 3, Phase: "train", Weights: "r1",
-		Episodes: workflows.Tally{Total: 10, Done: 4, Valid: 3, Successes: 2}, Children: []string{"chunk-0"}, Summaries: sums[:1]})
+	applyProgress(&running, api.Progress{Run: "r-running", Round: 2, Rounds: 3, Phase: "train", Weights: "r1",
+		Episodes: api.Tally{Total: 10, Done: 4, Valid: 3, Successes: 2}, Children: []string{"chunk-0"}, Summaries: sums[:1]})
 	stopping := viewFromInfo(info(t, "r-stopping", enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, 1, "train", -1))
-	applyProgress(&stopping, workflows.Progress{Round: 1, Rounds: 2, Phase: "train", Stopping: true, Episodes: workflows.Tally{Total: 8, Done: 8, Valid: 8, Successes: 8}})
+	applyProgress(&stopping, api.Progress{Round: 1, Rounds: 2, Phase: "train", Stopping: true, Episodes: api.Tally{Total: 8, Done: 8, Valid: 8, Successes: 8}})
 
-	closed := func(run string, st enumspb.WorkflowExecutionStatus, in *workflows.TrainInput, ev *historypb.HistoryEvent) runView {
+	closed := func(run string, st enumspb.WorkflowExecutionStatus, in *api.TrainInput, ev *historypb.HistoryEvent) runView {
 		v := viewFromInfo(info(t, run, st, 2, "done", 0.5))
 		applyClose(&v, in, ev)
 		return v
 	}
-	in := &workflows.TrainInput{Round: 2, Rounds: 2, Weights: "r1", Summaries: sums[:1]}
+	in := &api.TrainInput{Round: 2, Rounds: 2, Weights: "r1", Summaries: sums[:1]}
 	completed := closed("r-completed", enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, in, &historypb.HistoryEvent{
 		Attributes: &historypb.HistoryEvent_WorkflowExecutionCompletedEventAttributes{WorkflowExecutionCompletedEventAttributes: &historypb.WorkflowExecutionCompletedEventAttributes{
-			Result: payloads(t, workflows.TrainResult{Summaries: sums, FinalWeights: "r2", FinalValSuccess: 0.7})}}})
-	stopped := closed("r-stopped", enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, &workflows.TrainInput{Round: 2, Rounds: 4, Summaries: sums[:1]}, &historypb.HistoryEvent{
+			Result: payloads(t, api.TrainResult{Summaries: sums, FinalWeights: "r2", FinalValSuccess: 0.7})}}})
+	stopped := closed("r-stopped", enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, &api.TrainInput{Round: 2, Rounds: 4, Summaries: sums[:1]}, &historypb.HistoryEvent{
 		Attributes: &historypb.HistoryEvent_WorkflowExecutionCompletedEventAttributes{WorkflowExecutionCompletedEventAttributes: &historypb.WorkflowExecutionCompletedEventAttributes{
-			Result: payloads(t, workflows.TrainResult{Summaries: sums[:1], FinalValSuccess: -1, Stopped: true, StoppedRound: 2})}}})
+			Result: payloads(t, api.TrainResult{Summaries: sums[:1], FinalValSuccess: -1, Stopped: true, StoppedRound: 2})}}})
 	failed := closed("r-failed", enumspb.WORKFLOW_EXECUTION_STATUS_FAILED, in, &historypb.HistoryEvent{
 		Attributes: &historypb.HistoryEvent_WorkflowExecutionFailedEventAttributes{WorkflowExecutionFailedEventAttributes: &historypb.WorkflowExecutionFailedEventAttributes{
 			Failure: &failurepb.Failure{Message: long, Cause: &failurepb.Failure{Message: "trainer exited with status 1"}}}}})
@@ -320,8 +320,8 @@ func TestStatusAndReportOnRealRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	var res workflows.TrainResult
-	if err := c.GetWorkflow(ctx, workflows.WorkflowID(run), "").Get(ctx, &res); err != nil {
+	var res api.TrainResult
+	if err := c.GetWorkflow(ctx, api.WorkflowID(run), "").Get(ctx, &res); err != nil {
 		t.Fatal(err)
 	}
 	if len(res.Summaries) != 1 || res.FinalValSuccess < 0 {

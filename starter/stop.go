@@ -4,14 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/spf13/cobra"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
-	"github.com/roundhouse-rl/roundhouse/workflows"
+	"github.com/roundhouse-rl/roundhouse/workflows/api"
 )
 
 func stopCmd(e *connect.Endpoints) *cobra.Command {
@@ -48,9 +47,7 @@ func cancelCmd(e *connect.Endpoints) *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			ctx, cancel := context.WithTimeout(cmd.Context(), 15*time.Second)
-			defer cancel()
-			if err := c.CancelWorkflow(ctx, workflows.WorkflowID(run), ""); err != nil {
+			if err := api.CancelTrain(cmd.Context(), c, run); err != nil {
 				return notRunning(run, err)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "run %s cancelled: episodes and trainer are being killed; `starter train --run %s …` resumes it\n", run, run)
@@ -71,9 +68,7 @@ func runClient(ctx context.Context, e *connect.Endpoints, run string) (client.Cl
 
 // requestStop sends the stop signal to a running run.
 func requestStop(ctx context.Context, c client.Client, run, reason string) error {
-	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
-	if err := c.SignalWorkflow(ctx, workflows.WorkflowID(run), "", workflows.StopSignal, reason); err != nil {
+	if err := api.RequestStop(ctx, c, run, reason); err != nil {
 		return notRunning(run, err)
 	}
 	return nil

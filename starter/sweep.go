@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,16 +12,17 @@ import (
 	"github.com/robfig/cron/v3"
 	"github.com/spf13/cobra"
 	commonpb "go.temporal.io/api/common/v1"
-	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/roundhouse-rl/roundhouse/activities"
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
 	"github.com/roundhouse-rl/roundhouse/internal/harness"
+	"github.com/roundhouse-rl/roundhouse/internal/report"
+	"github.com/roundhouse-rl/roundhouse/internal/runs"
+	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/schemas"
-	"github.com/roundhouse-rl/roundhouse/workflows"
+	"github.com/roundhouse-rl/roundhouse/workflows/api"
 )
 
 // sweepTimeout bounds each call to Temporal or S3 made by a sweep command.
@@ -148,7 +148,7 @@ func sweepSource(f sweepFlags, bucket string) (source, run string, err error) {
 		}
 		return f.run, f.run, nil
 	}
-	b, _, err := activities.ParseS3URL(f.prefix)
+	b, _, err := store.ParseURL(f.prefix)
 	if err != nil {
 		return "", "", fmt.Errorf("--weights-prefix: %w", err)
 	}
@@ -194,7 +194,7 @@ func sweepCreate(ctx context.Context, out io.Writer, e *connect.Endpoints, f swe
 		return err
 	}
 	defer c.Close()
-	id := workflows.SweepScheduleID(f.name)
+	id := api.SweepScheduleID(f.name)
 	sc := c.ScheduleClient()
 	if _, err := describeSchedule(ctx, sc, id); err == nil {
 		return fmt.Errorf("sweep %s exists (schedule %s): choose another --name, or delete it first with `starter sweep delete --name %s`", f.name, id, f.name)
@@ -202,51 +202,34 @@ func sweepCreate(ctx context.Context, out io.Writer, e *connect.Endpoints, f swe
 		return err
 	}
 	var lb schemas.Leaderboard
-	if err := getJSON(ctx, s, schemas.SweepLeaderboard(f.name), &lb); err != nil && !isNotFound(err) {
+	if err := store.GetJSON(ctx, s, schemas.SweepLeaderboard(f.name), &lb); err != nil && !store.IsNotFound(err) {
 		return err
 	}
 	if lb.Source != "" && (lb.Source != source || lb.Run != run || lb.InitKey != f.initKey) {
 		return fmt.Errorf("sweep name %s has a leaderboard of %s on %s in run %s (s3://%s/%s): choose another --name, or remove that leaderboard", f.name, lb.Source, lb.InitKey, lb.Run, s.Bucket, schemas.SweepLeaderboard(f.name))
 	}
 	l := schemas.Layout{Run: run}
-	var old schemas.Harness
-	err = getJSON(ctx, s, l.Harness(), &old)
+	old, exists, err := runs.ReadHarness(ctx, s, run)
 	switch {
-	case err == nil && old.Digest != h.Digest:
-		return fmt.Errorf("run %s was started with another harness (digest %s; --config %s with these --var values gives %s): pass the run's harness file and vars", run, old.Digest, f.config, h.Digest)
-	case err != nil && !isNotFound(err):
-		return err
-	case err != nil && f.run != "":
-		return fmt.Errorf("run %s does not exist (no s3://%s/%s): start it with `starter train`, or sweep an s3 prefix with --weights-prefix", run, s.Bucket, l.Harness())
 	case err != nil:
+		return err
+	case exists && old.Digest != h.Digest:
+		return fmt.Errorf("run %s was started with another harness (digest %s; --config %s with these --var values gives %s): pass the run's harness file and vars", run, old.Digest, f.config, h.Digest)
+	case !exists && f.run != "":
+		return fmt.Errorf("run %s does not exist (no s3://%s/%s): start it with `starter train`, or sweep an s3 prefix with --weights-prefix", run, s.Bucket, l.Harness())
+	case !exists:
 		// The sweep's own evaluation run: episodes read the harness here.
-		b, err := json.Marshal(h)
-		if err != nil {
-			return fmt.Errorf("encode harness: %w", err)
-		}
-		if err := s.Put(ctx, l.Harness(), b); err != nil {
+		if err := runs.PutHarness(ctx, s, run, h); err != nil {
 			return err
 		}
 	}
-	if err := workflows.RegisterSearchAttributes(ctx, c, e.Namespace); err != nil {
+	if err := api.RegisterSearchAttributes(ctx, c, e.Namespace); err != nil {
 		return err
 	}
-	in := workflows.SweepInput{Name: f.name, Source: source, Run: run, Harness: h, InitKey: f.initKey, Parallel: f.parallel}
+	in := api.SweepInput{Name: f.name, Source: source, Run: run, Harness: h, InitKey: f.initKey, Parallel: f.parallel}
 	cctx, cancel := context.WithTimeout(ctx, sweepTimeout)
 	defer cancel()
-	handle, err := sc.Create(cctx, client.ScheduleOptions{
-		ID:   id,
-		Spec: spec,
-		Action: &client.ScheduleWorkflowAction{
-			ID: id, Workflow: workflows.Sweep, Args: []any{in}, TaskQueue: workflows.ControlQueue,
-			StaticSummary:         fmt.Sprintf("sweep %s: new weights of %s, evaluated in run %s on %s", f.name, source, run, f.initKey),
-			TypedSearchAttributes: temporal.NewSearchAttributes(workflows.KindAttr.ValueSet("sweep"), workflows.RunAttr.ValueSet(run)),
-		},
-		// A sweep due while the last one runs would evaluate the same
-		// weights twice: skip it.
-		Overlap: enumspb.SCHEDULE_OVERLAP_POLICY_SKIP,
-		Memo:    map[string]any{"source": source, "run": run, "when": when, "init_key": f.initKey},
-	})
+	handle, err := api.CreateSweep(cctx, c, in, spec, when)
 	if errors.Is(err, temporal.ErrScheduleAlreadyRunning) {
 		return fmt.Errorf("sweep %s exists (schedule %s): choose another --name, or delete it first with `starter sweep delete --name %s`", f.name, id, f.name)
 	}
@@ -287,7 +270,7 @@ func sweepHandle(ctx context.Context, e *connect.Endpoints, name string) (client
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	id := workflows.SweepScheduleID(name)
+	id := api.SweepScheduleID(name)
 	d, err := describeSchedule(ctx, c.ScheduleClient(), id)
 	if isScheduleNotFound(err) {
 		c.Close()
@@ -406,7 +389,7 @@ func sweepTrigger(ctx context.Context, out io.Writer, e *connect.Endpoints, name
 	}
 	wctx, wcancel := context.WithTimeout(ctx, timeout)
 	defer wcancel()
-	var res workflows.SweepResult
+	var res api.SweepResult
 	err = followUntil(wctx, out, c, started.WorkflowID, func(ctx context.Context) error {
 		return c.GetWorkflow(ctx, started.WorkflowID, started.FirstExecutionRunID).Get(ctx, &res)
 	}, func() string { return "" })
@@ -422,7 +405,7 @@ func sweepTrigger(ctx context.Context, out io.Writer, e *connect.Endpoints, name
 	if err != nil {
 		return err
 	}
-	return printLeaderboard(out, s.Bucket, func(key string, v any) error { return getJSON(ctx, s, key, v) }, name)
+	return printLeaderboard(out, s.Bucket, func(key string, v any) error { return store.GetJSON(ctx, s, key, v) }, name)
 }
 
 func sweepShowCmd(e *connect.Endpoints) *cobra.Command {
@@ -441,7 +424,7 @@ func sweepShowCmd(e *connect.Endpoints) *cobra.Command {
 				return err
 			}
 			return printLeaderboard(cmd.OutOrStdout(), s.Bucket,
-				func(key string, v any) error { return getJSON(cmd.Context(), s, key, v) }, name)
+				func(key string, v any) error { return store.GetJSON(cmd.Context(), s, key, v) }, name)
 		},
 	}
 	cmd.Flags().StringVar(&name, "name", "", "sweep name")
@@ -453,12 +436,12 @@ func printLeaderboard(out io.Writer, bucket string, get func(key string, v any) 
 	key := schemas.SweepLeaderboard(name)
 	var lb schemas.Leaderboard
 	if err := get(key, &lb); err != nil {
-		if isNotFound(err) {
+		if store.IsNotFound(err) {
 			return fmt.Errorf("sweep %s has no leaderboard yet (s3://%s/%s): it is written when the first sweep ends; `starter sweep trigger --name %s` starts one", name, bucket, key, name)
 		}
 		return err
 	}
-	fmt.Fprint(out, activities.LeaderboardMarkdown(lb))
+	fmt.Fprint(out, report.LeaderboardMarkdown(lb))
 	fmt.Fprintf(out, "\ns3://%s/%s\n", bucket, key)
 	return nil
 }
@@ -486,7 +469,7 @@ func sweepListCmd(e *connect.Endpoints) *cobra.Command {
 				if err != nil {
 					return fmt.Errorf("list schedules: %w", err)
 				}
-				if name, ok := strings.CutPrefix(s.ID, "sweep-"); ok && name != "" && s.WorkflowType.Name == "Sweep" {
+				if name, ok := strings.CutPrefix(s.ID, "sweep-"); ok && name != "" && s.WorkflowType.Name == api.SweepWorkflow {
 					rows = append(rows, s)
 				}
 			}
@@ -515,8 +498,8 @@ func printSweeps(out io.Writer, rows []*client.ScheduleListEntry) {
 		if len(s.NextActionTimes) > 0 && !s.Paused {
 			next = s.NextActionTimes[0].UTC().Format("2006-01-02 15:04")
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", strings.TrimPrefix(s.ID, "sweep-"), memoString(s.Memo, "when"), state, last, next,
-			memoString(s.Memo, "source"), memoString(s.Memo, "run"))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", strings.TrimPrefix(s.ID, "sweep-"), memoString(s.Memo, api.SweepMemoWhen), state, last, next,
+			memoString(s.Memo, api.SweepMemoSource), memoString(s.Memo, api.SweepMemoRun))
 	}
 	tw.Flush()
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/roundhouse-rl/roundhouse/internal/devstack"
 	"github.com/roundhouse-rl/roundhouse/internal/harness"
 	"github.com/roundhouse-rl/roundhouse/internal/itest"
+	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/internal/weights"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 )
@@ -135,7 +136,7 @@ func TestSweepSchedule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := putJSON(ctx, s, l.Harness(), h); err != nil {
+	if err := store.PutJSON(ctx, s, l.Harness(), h); err != nil {
 		t.Fatal(err)
 	}
 	files, err := weights.Dir(filepath.Join(root, "harnesses/minimal/weights/w0"))
@@ -187,7 +188,7 @@ func TestSweepSchedule(t *testing.T) {
 		t.Errorf("first trigger printed %q", out)
 	}
 	var lb schemas.Leaderboard
-	if err := getJSON(ctx, s, schemas.SweepLeaderboard("it"), &lb); err != nil {
+	if err := store.GetJSON(ctx, s, schemas.SweepLeaderboard("it"), &lb); err != nil {
 		t.Fatal(err)
 	}
 	cells := len(h.Tasks) * 5 // val_init_ids 45-49
@@ -200,7 +201,7 @@ func TestSweepSchedule(t *testing.T) {
 		t.Errorf("entry %+v (want %d episodes)", w0, cells)
 	}
 	var rep schemas.Report
-	if err := getJSON(ctx, s, w0.ReportKey, &rep); err != nil || rep.WeightsID != "w0" || rep.Overall.SuccessRate != w0.SuccessRate {
+	if err := store.GetJSON(ctx, s, w0.ReportKey, &rep); err != nil || rep.WeightsID != "w0" || rep.Overall.SuccessRate != w0.SuccessRate {
 		t.Errorf("report %s: %+v %v", w0.ReportKey, rep.Overall, err)
 	}
 	if md, err := s.Get(ctx, schemas.SweepLeaderboardMarkdown("it")); err != nil || !strings.Contains(string(md), "`w0`") {
@@ -213,7 +214,7 @@ func TestSweepSchedule(t *testing.T) {
 		t.Errorf("second trigger printed %q", out)
 	}
 	var again schemas.Leaderboard
-	if err := getJSON(ctx, s, schemas.SweepLeaderboard("it"), &again); err != nil {
+	if err := store.GetJSON(ctx, s, schemas.SweepLeaderboard("it"), &again); err != nil {
 		t.Fatal(err)
 	}
 	if len(again.Entries) != 1 || again.Entries[0] != w0 {
@@ -250,7 +251,7 @@ func TestSweepSchedule(t *testing.T) {
 		t.Errorf("a refused create wrote the sweep run's harness.json (%v)", err)
 	}
 	var after schemas.Leaderboard
-	if err := getJSON(ctx, s, schemas.SweepLeaderboard("it"), &after); err != nil || after.UpdatedAtMS != again.UpdatedAtMS {
+	if err := store.GetJSON(ctx, s, schemas.SweepLeaderboard("it"), &after); err != nil || after.UpdatedAtMS != again.UpdatedAtMS {
 		t.Errorf("leaderboard changed by a refused command (%v)", err)
 	}
 
@@ -261,7 +262,7 @@ func TestSweepSchedule(t *testing.T) {
 	sweep("create", "--name", "ext", "--cron", "0 3 * * *", "--config", config, "--var", "bin="+bins, "--weights-prefix", "s3://"+s.Bucket+"/ckpts/")
 	out = sweep("trigger", "--name", "ext", "--wait", "--wait-timeout", "4m")
 	var ext schemas.Leaderboard
-	if err := getJSON(ctx, s, schemas.SweepLeaderboard("ext"), &ext); err != nil {
+	if err := store.GetJSON(ctx, s, schemas.SweepLeaderboard("ext"), &ext); err != nil {
 		t.Fatal(err)
 	}
 	if len(ext.Entries) != 1 || ext.Run != "sweep-ext" || ext.Entries[0].WeightsID != "w0" || ext.Entries[0].Episodes != cells {

@@ -16,19 +16,16 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/temporal"
 
-	"github.com/roundhouse-rl/roundhouse/activities"
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
 	"github.com/roundhouse-rl/roundhouse/internal/failnote"
 	"github.com/roundhouse-rl/roundhouse/internal/harness"
+	"github.com/roundhouse-rl/roundhouse/internal/report"
+	"github.com/roundhouse-rl/roundhouse/internal/runs"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
-	"github.com/roundhouse-rl/roundhouse/internal/weights"
 	"github.com/roundhouse-rl/roundhouse/schemas"
-	"github.com/roundhouse-rl/roundhouse/workflows"
+	"github.com/roundhouse-rl/roundhouse/workflows/api"
 )
 
 var runName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$`)
@@ -128,7 +125,7 @@ func train(ctx context.Context, out io.Writer, e *connect.Endpoints, f trainFlag
 	if f.groups < 1 || f.attempts < 2 {
 		return fmt.Errorf("--groups %d --attempts %d: need at least 1 group of at least 2 attempts", f.groups, f.attempts)
 	}
-	src, err := weightSource(f.weights, h.Model.WeightsFile)
+	src, err := runs.ParseWeights(f.weights, h.Model.WeightsFile)
 	if err != nil && (f.weights != "" || f.replace) {
 		return err
 	}
@@ -143,7 +140,7 @@ func train(ctx context.Context, out io.Writer, e *connect.Endpoints, f trainFlag
 		if pool, err = os.ReadFile(f.poolReport); err != nil {
 			return fmt.Errorf("--pool-report %s: %w", f.poolReport, err)
 		}
-		if !src.inS3() {
+		if !src.InS3() {
 			if err := checkPool(context.Background(), nil, f, h, src, pool); err != nil {
 				return err
 			}
@@ -155,19 +152,19 @@ func train(ctx context.Context, out io.Writer, e *connect.Endpoints, f trainFlag
 	}
 	defer c.Close()
 	if poolInS3 {
-		if pool, err = getS3(ctx, s, f.poolReport, "--pool-report"); err != nil {
+		if pool, err = runs.GetURL(ctx, s, f.poolReport, "--pool-report"); err != nil {
 			return err
 		}
 	}
-	if pool != nil && (poolInS3 || src.inS3()) {
+	if pool != nil && (poolInS3 || src.InS3()) {
 		if err := checkPool(ctx, s, f, h, src, pool); err != nil {
 			return err
 		}
 	}
-	id := workflows.WorkflowID(f.run)
+	id := api.WorkflowID(f.run)
 	l := schemas.Layout{Run: f.run}
 
-	running, err := isRunning(ctx, c, id)
+	running, err := api.IsRunning(ctx, c, id)
 	if err != nil {
 		return err
 	}
@@ -175,70 +172,47 @@ func train(ctx context.Context, out io.Writer, e *connect.Endpoints, f trainFlag
 		fmt.Fprintf(out, "run %s is already running; following it\n", f.run)
 		return follow(ctx, out, c, s, e, id, f.run, f.detach, f.stopFile)
 	}
-	exists, err := s.Exists(ctx, l.Harness())
+	exists, err := runs.Exists(ctx, s, f.run)
 	if err != nil {
 		return err
 	}
 	if exists && f.replace {
-		n, err := s.DeletePrefix(ctx, l.Prefix())
+		n, err := runs.Wipe(ctx, s, f.run)
 		if err != nil {
 			return err
 		}
 		fmt.Fprintf(out, "deleted %d objects of the earlier run %s\n", n, f.run)
 		exists = false
 	}
-	if err := workflows.RegisterSearchAttributes(ctx, c, e.Namespace); err != nil {
+	if err := api.RegisterSearchAttributes(ctx, c, e.Namespace); err != nil {
 		return err
 	}
-	var in workflows.TrainInput
+	var in api.TrainInput
 	if exists {
 		if in, err = resumeInput(ctx, out, s, h, f, src); err != nil {
 			return err
 		}
 	} else {
-		if src.empty() {
-			if _, err := weightSource(f.weights, h.Model.WeightsFile); err != nil {
+		if src.Empty() {
+			if _, err := runs.ParseWeights(f.weights, h.Model.WeightsFile); err != nil {
 				return err
 			}
 		}
-		in = workflows.TrainInput{Run: f.run, Harness: h, InitialWeights: "w0", Weights: "w0", Rounds: int32(f.rounds),
+		in = api.TrainInput{Run: f.run, Harness: h, InitialWeights: "w0", Weights: "w0", Rounds: int32(f.rounds),
 			Groups: f.groups, Attempts: f.attempts, Round: 1, HeartbeatTimeout: f.heartbeat}
 		if pool != nil {
-			in.PoolReport = l.Prefix() + "pool-report.json"
+			in.PoolReport = l.PoolReport()
 		}
-		// The run's spec first: if anything below fails, a retry of the
-		// same command resumes instead of refusing an existing run.
 		spec := schemas.RunSpec{Run: f.run, Rounds: in.Rounds, Groups: f.groups, Attempts: f.attempts,
 			PoolReport: in.PoolReport, WeightsSource: f.weights, HeartbeatTimeout: schemas.Duration(f.heartbeat), StartedAtMS: time.Now().UnixMilli()}
-		if err := putJSON(ctx, s, l.RunSpec(), spec); err != nil {
+		if err := runs.Create(ctx, s, spec, src, pool); err != nil {
 			return err
 		}
-		if err := src.publish(ctx, s, l.Weights("w0"), "w0"); err != nil {
-			return err
-		}
-		if pool != nil {
-			if err := s.Put(ctx, in.PoolReport, pool); err != nil {
-				return err
-			}
-		}
 	}
-	hb, err := json.Marshal(h)
-	if err != nil {
-		return fmt.Errorf("encode harness: %w", err)
-	}
-	if err := s.Put(ctx, l.Harness(), hb); err != nil {
+	if err := runs.PutHarness(ctx, s, f.run, h); err != nil {
 		return err
 	}
-	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	_, err = c.ExecuteWorkflow(sctx, client.StartWorkflowOptions{
-		ID: id, TaskQueue: workflows.ControlQueue,
-		StaticSummary: fmt.Sprintf("run %s: %s, %d rounds × %d groups × %d attempts from %s", f.run, h.Name, in.Rounds, in.Groups, in.Attempts, in.InitialWeights),
-		TypedSearchAttributes: temporal.NewSearchAttributes(workflows.RunAttr.ValueSet(f.run), workflows.KindAttr.ValueSet("train"),
-			workflows.RoundAttr.ValueSet(int64(in.Round)), workflows.WeightsAttr.ValueSet(in.Weights)),
-		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
-	}, workflows.Train, in)
-	if err != nil {
+	if _, err := api.StartTrain(ctx, c, in); err != nil {
 		return fmt.Errorf("start workflow %s on %s: %w", id, e.Temporal, err)
 	}
 	if in.Round == 1 && len(in.Summaries) == 0 && !exists {
@@ -251,15 +225,15 @@ func train(ctx context.Context, out io.Writer, e *connect.Endpoints, f trainFlag
 // resumeInput continues an existing run that is not running: from the
 // round after its last completed one, with the weights that round left.
 // Episodes, reports and weights already stored are found and kept.
-func resumeInput(ctx context.Context, out io.Writer, s *store.Store, h schemas.Harness, f trainFlags, src startWeights) (workflows.TrainInput, error) {
+func resumeInput(ctx context.Context, out io.Writer, s *store.Store, h schemas.Harness, f trainFlags, src runs.Weights) (api.TrainInput, error) {
 	l := schemas.Layout{Run: f.run}
-	var in workflows.TrainInput
-	var spec schemas.RunSpec
-	if err := getJSON(ctx, s, l.RunSpec(), &spec); err != nil {
-		return in, fmt.Errorf("run %s has data but no readable run.json (%v): pass --replace to start it over", f.run, err)
+	var in api.TrainInput
+	spec, st, err := runs.Load(ctx, s, f.run)
+	if err != nil {
+		return in, err
 	}
-	if !src.empty() {
-		same, err := sameWeights(ctx, s, l.Weights("w0"), src)
+	if !src.Empty() {
+		same, err := runs.SameWeights(ctx, s, l.Weights("w0"), src)
 		if err != nil {
 			return in, err
 		}
@@ -270,11 +244,7 @@ func resumeInput(ctx context.Context, out io.Writer, s *store.Store, h schemas.H
 	if f.set["pool-report"] {
 		return in, fmt.Errorf("--pool-report applies to a new run; run %s exists: resume without it, or pass --replace", f.run)
 	}
-	st := schemas.State{Weights: "w0", FinalValSuccess: -1}
-	if err := getJSON(ctx, s, l.State(), &st); err != nil && !isNotFound(err) {
-		return in, err
-	}
-	in = workflows.TrainInput{Run: f.run, Harness: h, InitialWeights: "w0", Weights: st.Weights, Rounds: spec.Rounds,
+	in = api.TrainInput{Run: f.run, Harness: h, InitialWeights: "w0", Weights: st.Weights, Rounds: spec.Rounds,
 		Groups: spec.Groups, Attempts: spec.Attempts, Round: st.RoundsDone + 1, Summaries: st.Summaries,
 		HeartbeatTimeout: spec.HeartbeatTimeout.D()}
 	if in.Round == 1 {
@@ -294,140 +264,34 @@ func resumeInput(ctx context.Context, out io.Writer, s *store.Store, h schemas.H
 	if st.RoundsDone >= in.Rounds && !st.Stopped {
 		return in, fmt.Errorf("run %s finished its %d rounds: pass --rounds N (N > %d) to continue it, or --replace to start over", f.run, st.RoundsDone, st.RoundsDone)
 	}
-	var old schemas.Harness
-	if err := getJSON(ctx, s, l.Harness(), &old); err == nil && old.Digest != h.Digest {
+	if old, ok, _ := runs.ReadHarness(ctx, s, f.run); ok && old.Digest != h.Digest {
 		fmt.Fprintf(out, "harness changed since the run started (digest %s → %s); resuming with %s\n", old.Digest, h.Digest, f.config)
 	}
-	// A stop marker from the last stop would skip every episode.
-	if err := s.Delete(ctx, l.Stop()); err != nil {
+	if err := runs.ClearStop(ctx, s, f.run); err != nil {
 		return in, err
 	}
 	fmt.Fprintf(out, "resuming run %s at round %d/%d from weights %s (%d rounds done)\n", f.run, in.Round, in.Rounds, in.Weights, st.RoundsDone)
 	return in, nil
 }
 
-// sameWeights compares the starting weights with a published weights id
-// by name, size and SHA-256.
-func sameWeights(ctx context.Context, s *store.Store, prefix string, src startWeights) (bool, error) {
-	man, err := weights.Read(ctx, s, prefix)
-	if err != nil {
-		return false, err
-	}
-	files, err := src.describe(ctx, s)
-	if err != nil {
-		return false, err
-	}
-	return weights.Same(man.Files, files), nil
-}
-
-// startWeights is --weights: local files, or published weights in the
-// bucket (s3://bucket/prefix/ holding a manifest.json, e.g. another run's
-// weights/r3/).
-type startWeights struct {
-	files  []weights.File
-	prefix string
-	url    string
-}
-
-// weightSource checks --weights: a local checkpoint (see findWeights) or an
-// s3:// URL, whose bucket is checked once connected.
-func weightSource(path, file string) (startWeights, error) {
-	if strings.HasPrefix(path, "s3://") {
-		_, prefix, err := activities.ParseS3URL(path)
-		if err != nil {
-			return startWeights{}, fmt.Errorf("--weights: %w", err)
-		}
-		return startWeights{prefix: prefix, url: path}, nil
-	}
-	files, err := findWeights(path, file)
-	return startWeights{files: files}, err
-}
-
-func (w startWeights) empty() bool { return w.files == nil && w.prefix == "" }
-func (w startWeights) inS3() bool  { return w.prefix != "" }
-
-// describe lists the files as a manifest does; s may be nil for local files.
-func (w startWeights) describe(ctx context.Context, s *store.Store) ([]schemas.WeightsFile, error) {
-	if !w.inS3() {
-		return weights.Describe(w.files)
-	}
-	if err := sameBucket(s, w.url, "--weights"); err != nil {
-		return nil, err
-	}
-	man, err := weights.Read(ctx, s, w.prefix)
-	if err != nil {
-		return nil, fmt.Errorf("--weights %s: %w", w.url, err)
-	}
-	return man.Files, nil
-}
-
-// publish stores the weights as weights id under to.
-func (w startWeights) publish(ctx context.Context, s *store.Store, to, id string) error {
-	if !w.inS3() {
-		_, err := weights.Publish(ctx, s, to, w.files, schemas.WeightsManifest{WeightsID: id})
-		return err
-	}
-	if err := sameBucket(s, w.url, "--weights"); err != nil {
-		return err
-	}
-	_, err := weights.Copy(ctx, s, w.prefix, to, id)
-	return err
-}
-
-// sameBucket refuses an s3:// URL outside the bucket the workers use.
-func sameBucket(s *store.Store, url, flag string) error {
-	bucket, _, _ := strings.Cut(strings.TrimPrefix(url, "s3://"), "/")
-	if bucket != s.Bucket {
-		return fmt.Errorf("%s %s is in bucket %s, the workers use %s: copy it into s3://%s/ first", flag, url, bucket, s.Bucket, s.Bucket)
-	}
-	return nil
-}
-
-// getS3 reads an object given as s3://bucket/key.
-func getS3(ctx context.Context, s *store.Store, url, flag string) ([]byte, error) {
-	if err := sameBucket(s, url, flag); err != nil {
-		return nil, err
-	}
-	_, key, _ := strings.Cut(strings.TrimPrefix(url, "s3://"), "/")
-	b, err := s.Get(ctx, key)
-	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", flag, url, err)
-	}
-	return b, nil
-}
-
 // checkPool parses a pool report and checks it against the harness and
-// the starting weights (checkPoolReport); s is nil for local weights.
-func checkPool(ctx context.Context, s *store.Store, f trainFlags, h schemas.Harness, src startWeights, pool []byte) error {
+// the starting weights (report.CheckPool); s is nil for local weights.
+func checkPool(ctx context.Context, s *store.Store, f trainFlags, h schemas.Harness, src runs.Weights, pool []byte) error {
 	var rep schemas.Report
 	if err := json.Unmarshal(pool, &rep); err != nil || len(rep.Tasks) == 0 {
 		return fmt.Errorf("--pool-report %s is not a report.json with tasks (%v): pass eval/<tag>/report.json of a validation", f.poolReport, err)
 	}
 	var desc []schemas.WeightsFile
-	if !src.empty() {
+	if !src.Empty() {
 		var err error
-		if desc, err = src.describe(ctx, s); err != nil {
+		if desc, err = src.Describe(ctx, s); err != nil {
 			return err
 		}
 	}
-	if err := checkPoolReport(rep, desc, h, f.poolAnyWeights); err != nil {
+	if err := report.CheckPool(rep, desc, h, f.poolAnyWeights); err != nil {
 		return fmt.Errorf("--pool-report %s %w", f.poolReport, err)
 	}
 	return nil
-}
-
-func isRunning(ctx context.Context, c client.Client, id string) (bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	d, err := c.DescribeWorkflowExecution(ctx, id, "")
-	var nf *serviceerror.NotFound
-	if errors.As(err, &nf) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("describe workflow %s: %w", id, err)
-	}
-	return d.WorkflowExecutionInfo.Status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, nil
 }
 
 func uiURL(e *connect.Endpoints, id string) string {
@@ -448,7 +312,7 @@ func follow(ctx context.Context, out io.Writer, c client.Client, s *store.Store,
 	if stopFile != "" {
 		fmt.Fprintf(out, "controlled stop: starter stop --run %s, or touch %s\n", run, stopFile)
 	}
-	var res workflows.TrainResult
+	var res api.TrainResult
 	err := followUntil(ctx, out, c, id, func(ctx context.Context) error { return c.GetWorkflow(ctx, id, "").Get(ctx, &res) }, func() string {
 		if stopFile != "" {
 			if _, err := os.Stat(stopFile); err == nil {
@@ -460,7 +324,7 @@ func follow(ctx context.Context, out io.Writer, c client.Client, s *store.Store,
 				}
 			}
 		}
-		p, err := workflows.QueryProgress(ctx, c, run)
+		p, err := api.QueryProgress(ctx, c, run)
 		if err != nil {
 			return "" // between runs of a continue-as-new chain the query may miss
 		}
@@ -531,32 +395,4 @@ func printSummaries(out io.Writer, ss []schemas.RoundSummary) {
 			100*r.SuccessRate, r.GroupsWithSignal, r.Groups, r.Samples, r.WeightsIn, r.WeightsOut)
 	}
 	tw.Flush()
-}
-
-// findWeights lists the starting weights: a directory (a checkpoint, every
-// file under it) or, for a harness naming a weights_file, that one file.
-func findWeights(path, file string) ([]weights.File, error) {
-	if path == "" {
-		return nil, errors.New("--weights is required: pass the initial weights, e.g. --weights harnesses/minimal/weights/w0")
-	}
-	st, err := os.Stat(path)
-	if err != nil {
-		return nil, fmt.Errorf("--weights %s does not exist: pass a weights directory", path)
-	}
-	if !st.IsDir() {
-		if file == "" {
-			return nil, fmt.Errorf("--weights %s is a file; this harness's weights are a directory (no model.weights_file): pass the checkpoint directory", path)
-		}
-		return []weights.File{{Name: file, Path: path}}, nil
-	}
-	if file != "" {
-		if _, err := os.Stat(filepath.Join(path, file)); err != nil {
-			return nil, fmt.Errorf("--weights %s has no %s (the harness's model.weights_file): pass the directory that holds it", path, file)
-		}
-	}
-	files, err := weights.Dir(path)
-	if err != nil {
-		return nil, fmt.Errorf("--weights: %w", err)
-	}
-	return files, nil
 }

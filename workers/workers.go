@@ -27,6 +27,7 @@ import (
 	"github.com/roundhouse-rl/roundhouse/internal/spool"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/workflows"
+	"github.com/roundhouse-rl/roundhouse/workflows/api"
 )
 
 // Config is what a worker process needs.
@@ -59,7 +60,7 @@ func Run(ctx context.Context, c client.Client, s *store.Store, cfg Config) error
 	hl := newHealth()
 	// Every failed attempt is signalled to its workflow, which shows it in
 	// the Temporal UI while Temporal retries (internal/failnote).
-	notes := []interceptor.WorkerInterceptor{failnote.Interceptor(c)}
+	notes := []interceptor.WorkerInterceptor{failnote.Interceptor(c, api.ActivityFailureSignal)}
 	defer func() {
 		for _, f := range cleanup {
 			f()
@@ -85,10 +86,10 @@ func Run(ctx context.Context, c client.Client, s *store.Store, cfg Config) error
 			if ns == "" {
 				ns = "default"
 			}
-			if err := workflows.RegisterSearchAttributes(ctx, c, ns); err != nil {
+			if err := api.RegisterSearchAttributes(ctx, c, ns); err != nil {
 				return err
 			}
-			w := worker.New(c, workflows.ControlQueue, worker.Options{OnFatalError: hl.onFatal, Interceptors: notes})
+			w := worker.New(c, api.ControlQueue, worker.Options{OnFatalError: hl.onFatal, Interceptors: notes})
 			w.RegisterWorkflow(workflows.Train)
 			w.RegisterWorkflow(workflows.Episodes)
 			w.RegisterWorkflow(workflows.Eval)
@@ -120,13 +121,13 @@ func Run(ctx context.Context, c client.Client, s *store.Store, cfg Config) error
 			}
 			cleanup = append(cleanup, func() { srv.Close(); ro.Close() })
 			rollout = ro
-			w := worker.New(c, workflows.RolloutQueue, worker.Options{MaxConcurrentActivityExecutionSize: cfg.Slots, OnFatalError: hl.onFatal, Interceptors: notes})
+			w := worker.New(c, api.RolloutQueue, worker.Options{MaxConcurrentActivityExecutionSize: cfg.Slots, OnFatalError: hl.onFatal, Interceptors: notes})
 			// Close is the host's own, not an activity.
 			w.RegisterActivityWithOptions(ro, activity.RegisterOptions{SkipInvalidStructFunctions: true})
 			ws = append(ws, w)
 			slog.Info("recording proxy listening", "addr", ln.Addr().String())
 		case "train":
-			w := worker.New(c, workflows.TrainQueue, worker.Options{MaxConcurrentActivityExecutionSize: 1, OnFatalError: hl.onFatal, Interceptors: notes})
+			w := worker.New(c, api.TrainQueue, worker.Options{MaxConcurrentActivityExecutionSize: 1, OnFatalError: hl.onFatal, Interceptors: notes})
 			tr := &activities.Trainer{Store: s, WorkDir: cfg.WorkDir}
 			if rollout != nil {
 				tr.BeforeTrain = rollout.StopForTraining

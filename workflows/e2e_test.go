@@ -16,7 +16,7 @@ import (
 	"github.com/roundhouse-rl/roundhouse/internal/itest"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/schemas"
-	"github.com/roundhouse-rl/roundhouse/workflows"
+	"github.com/roundhouse-rl/roundhouse/workflows/api"
 	tlog "go.temporal.io/sdk/log"
 )
 
@@ -46,10 +46,10 @@ func TestTrainSurvivesWorkerKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	id := workflows.WorkflowID(run)
+	id := api.WorkflowID(run)
 	// Wait until collection is under way, then kill the worker mid-phase.
 	for {
-		if p, err := workflows.QueryProgress(ctx, c, run); err == nil && p.Phase == schemas.PhaseTrain && p.Episodes.Done >= 2 {
+		if p, err := api.QueryProgress(ctx, c, run); err == nil && p.Phase == schemas.PhaseTrain && p.Episodes.Done >= 2 {
 			if p.Episodes.Done >= p.Episodes.Total {
 				t.Fatalf("collection finished before the kill: %+v", p)
 			}
@@ -67,7 +67,7 @@ func TestTrainSurvivesWorkerKill(t *testing.T) {
 	_ = first.Wait()
 	stack.StartWorker(t, bins, "second")
 
-	var res workflows.TrainResult
+	var res api.TrainResult
 	if err := c.GetWorkflow(ctx, id, "").Get(ctx, &res); err != nil {
 		t.Fatalf("workflow: %v", err)
 	}

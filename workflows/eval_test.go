@@ -13,6 +13,7 @@ import (
 	"github.com/roundhouse-rl/roundhouse/activities"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/schemas"
+	"github.com/roundhouse-rl/roundhouse/workflows/api"
 )
 
 // evalEnv is a test environment with the activities of an evaluation
@@ -56,7 +57,7 @@ func TestEvalShard(t *testing.T) {
 	var compacted bool
 	env := evalEnv(t, &eps, &rin, &compacted)
 	h := testHarness() // 3 tasks × val ids 45, 46: cells 0..5
-	env.ExecuteWorkflow(Eval, EvalInput{Run: "r", Harness: h, WeightsID: "w0", Tag: "t", InitKey: "val_init_ids", Shard: 1, Shards: 2})
+	env.ExecuteWorkflow(Eval, api.EvalInput{Run: "r", Harness: h, WeightsID: "w0", Tag: "t", InitKey: "val_init_ids", Shard: 1, Shards: 2})
 	if err := env.GetWorkflowError(); err != nil {
 		t.Fatal(err)
 	}
@@ -88,11 +89,11 @@ func TestEvalShard(t *testing.T) {
 	if err := env.GetWorkflowResult(&rep); err != nil || rep.Shards != 2 || rep.Shard != 1 {
 		t.Errorf("result %+v (%v)", rep, err)
 	}
-	v, err := env.QueryWorkflow(EvalProgressQuery)
+	v, err := env.QueryWorkflow(api.EvalProgressQuery)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var p EvalProgress
+	var p api.EvalProgress
 	if err := v.Get(&p); err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +109,7 @@ func TestEvalWhole(t *testing.T) {
 	var rin activities.ReportInput
 	var compacted bool
 	env := evalEnv(t, &eps, &rin, &compacted)
-	env.ExecuteWorkflow(Eval, EvalInput{Run: "r", Harness: testHarness(), WeightsID: "r2", Tag: "final", InitKey: "eval_init_ids"})
+	env.ExecuteWorkflow(Eval, api.EvalInput{Run: "r", Harness: testHarness(), WeightsID: "r2", Tag: "final", InitKey: "eval_init_ids"})
 	if err := env.GetWorkflowError(); err != nil {
 		t.Fatal(err)
 	}
@@ -137,11 +138,11 @@ func TestEvalWhole(t *testing.T) {
 // outside its count, fails before any episode.
 func TestEvalBadInput(t *testing.T) {
 	for _, c := range []struct {
-		in   EvalInput
+		in   api.EvalInput
 		want string
 	}{
-		{EvalInput{InitKey: "train_init_ids"}, "val_init_ids or eval_init_ids"},
-		{EvalInput{InitKey: "val_init_ids", Shard: 2, Shards: 2}, "0..1"},
+		{api.EvalInput{InitKey: "train_init_ids"}, "val_init_ids or eval_init_ids"},
+		{api.EvalInput{InitKey: "val_init_ids", Shard: 2, Shards: 2}, "0..1"},
 	} {
 		var eps []activities.EpisodeInput
 		var rin activities.ReportInput

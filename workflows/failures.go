@@ -7,8 +7,8 @@ import (
 
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/roundhouse-rl/roundhouse/internal/failnote"
 	"github.com/roundhouse-rl/roundhouse/schemas"
+	"github.com/roundhouse-rl/roundhouse/workflows/api"
 )
 
 // failures keeps the failed attempts the worker interceptor signals
@@ -22,7 +22,7 @@ type failures struct {
 // watchFailures starts receiving failure signals; onChange runs after each.
 func watchFailures(ctx workflow.Context, onChange func()) *failures {
 	f := &failures{byID: map[string]schemas.ActivityFailure{}}
-	ch := workflow.GetSignalChannel(ctx, failnote.Signal)
+	ch := workflow.GetSignalChannel(ctx, api.ActivityFailureSignal)
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		for {
 			var n schemas.ActivityFailure

@@ -8,8 +8,8 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/roundhouse-rl/roundhouse/internal/failnote"
 	"github.com/roundhouse-rl/roundhouse/schemas"
+	"github.com/roundhouse-rl/roundhouse/workflows/api"
 )
 
 // failuresProbe keeps the failure table of its signals for the test to query.
@@ -28,7 +28,7 @@ func TestFailuresTableFollowsSignals(t *testing.T) {
 	env.RegisterWorkflow(failuresProbe)
 	next := time.Date(2026, 12, 3, 10, 0, 40, 0, time.UTC)
 	signal := func(at time.Duration, n schemas.ActivityFailure) {
-		env.RegisterDelayedCallback(func() { env.SignalWorkflow(failnote.Signal, n) }, at)
+		env.RegisterDelayedCallback(func() { env.SignalWorkflow(api.ActivityFailureSignal, n) }, at)
 	}
 	tables := map[string]string{}
 	query := func(at time.Duration, name string) {

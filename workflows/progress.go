@@ -10,6 +10,7 @@ import (
 
 	"github.com/roundhouse-rl/roundhouse/activities"
 	"github.com/roundhouse-rl/roundhouse/schemas"
+	"github.com/roundhouse-rl/roundhouse/workflows/api"
 )
 
 // tracker keeps a train run's progress: the query's answer, the search
@@ -17,8 +18,8 @@ import (
 // current details, and whether a stop was asked for.
 type tracker struct {
 	ctx      workflow.Context
-	in       TrainInput
-	prog     *Progress
+	in       api.TrainInput
+	prog     *api.Progress
 	running  map[string]bool // episode chunks in flight
 	epPhase  string          // the phase Progress.Episodes counts
 	batch    *schemas.BatchSummary
@@ -26,10 +27,10 @@ type tracker struct {
 	fails    *failures // activities failing while Temporal retries them
 }
 
-func newTracker(ctx workflow.Context, in TrainInput) *tracker {
+func newTracker(ctx workflow.Context, in api.TrainInput) *tracker {
 	t := &tracker{ctx: ctx, in: in, running: map[string]bool{},
-		prog: &Progress{Run: in.Run, Round: in.Round, Rounds: in.Rounds, Weights: in.Weights, Summaries: in.Summaries}}
-	stop := workflow.GetSignalChannel(ctx, StopSignal)
+		prog: &api.Progress{Run: in.Run, Round: in.Round, Rounds: in.Rounds, Weights: in.Weights, Summaries: in.Summaries}}
+	stop := workflow.GetSignalChannel(ctx, api.StopSignal)
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		var why string
 		stop.Receive(ctx, &why)
@@ -42,7 +43,7 @@ func newTracker(ctx workflow.Context, in TrainInput) *tracker {
 		t.update()
 	})
 	t.fails = watchFailures(ctx, t.update)
-	t.upsert(KindAttr.ValueSet("train"), RunAttr.ValueSet(in.Run), RoundAttr.ValueSet(int64(in.Round)), WeightsAttr.ValueSet(in.Weights))
+	t.upsert(api.KindAttr.ValueSet("train"), api.RunAttr.ValueSet(in.Run), api.RoundAttr.ValueSet(int64(in.Round)), api.WeightsAttr.ValueSet(in.Weights))
 	t.update()
 	return t
 }
@@ -50,31 +51,31 @@ func newTracker(ctx workflow.Context, in TrainInput) *tracker {
 // phase records a new phase.
 func (t *tracker) phase(p string) {
 	t.prog.Phase = p
-	t.upsert(PhaseAttr.ValueSet(p))
+	t.upsert(api.PhaseAttr.ValueSet(p))
 	t.update()
 }
 
 // weights records the weights the run has reached.
 func (t *tracker) weights(id string) {
 	t.prog.Weights = id
-	t.upsert(WeightsAttr.ValueSet(id))
+	t.upsert(api.WeightsAttr.ValueSet(id))
 	t.update()
 }
 
 // successRate records the latest validation success rate.
 func (t *tracker) successRate(r float64) {
 	if r >= 0 {
-		t.upsert(SuccessRateAttr.ValueSet(r))
+		t.upsert(api.SuccessRateAttr.ValueSet(r))
 	}
 }
 
 // episodes runs a phase's cells and keeps the progress current.
-func (t *tracker) episodes(phase string, round int32, weights string, cells []Cell) Tally {
+func (t *tracker) episodes(phase string, round int32, weights string, cells []api.Cell) api.Tally {
 	t.phase(phase)
 	t.epPhase = phase
-	t.prog.Episodes = Tally{Total: len(cells)}
+	t.prog.Episodes = api.Tally{Total: len(cells)}
 	return runEpisodes(t.ctx, phaseRun{Run: t.in.Run, Round: round, Phase: phase, Weights: weights, Harness: t.in.Harness,
-		Heartbeat: t.in.HeartbeatTimeout, OnProgress: func(tl Tally) { t.prog.Episodes = tl; t.update() }}, cells, t.running)
+		Heartbeat: t.in.HeartbeatTimeout, OnProgress: func(tl api.Tally) { t.prog.Episodes = tl; t.update() }}, cells, t.running)
 }
 
 func (t *tracker) upsert(u ...temporal.SearchAttributeUpdate) {
@@ -83,7 +84,7 @@ func (t *tracker) upsert(u ...temporal.SearchAttributeUpdate) {
 	}
 }
 
-func (t *tracker) snapshot() Progress {
+func (t *tracker) snapshot() api.Progress {
 	p := *t.prog
 	p.Children = nil
 	for id := range t.running {

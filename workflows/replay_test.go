@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/roundhouse-rl/roundhouse/activities"
+	"github.com/roundhouse-rl/roundhouse/workflows/api"
 )
 
 // Histories recorded from real runs of an earlier version (testdata/replay:
@@ -68,10 +69,10 @@ func replay(r worker.WorkflowReplayer, file, id string) error {
 // something else first fails the replay of a recorded Train history.
 func TestReplayCatchesUnguardedChange(t *testing.T) {
 	r := worker.NewWorkflowReplayer()
-	r.RegisterWorkflowWithOptions(func(ctx workflow.Context, in TrainInput) (TrainResult, error) {
+	r.RegisterWorkflowWithOptions(func(ctx workflow.Context, in api.TrainInput) (api.TrainResult, error) {
 		var control *activities.Control
 		err := workflow.ExecuteActivity(controlContext(ctx), control.SaveState, nil).Get(ctx, nil)
-		return TrainResult{}, err
+		return api.TrainResult{}, err
 	}, workflow.RegisterOptions{Name: "Train"})
 	r.RegisterWorkflow(Episodes)
 	err := replay(r, "testdata/replay/train-round2-final.json", "train-hist")

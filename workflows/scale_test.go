@@ -24,7 +24,7 @@ import (
 	"github.com/roundhouse-rl/roundhouse/internal/itest"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/schemas"
-	"github.com/roundhouse-rl/roundhouse/workflows"
+	"github.com/roundhouse-rl/roundhouse/workflows/api"
 )
 
 // Scale: whole rounds of stand-in episodes that finish at once
@@ -151,8 +151,8 @@ func runScaleRound(tb testing.TB, run string, groups, attempts, slots int) scale
 	if out, err := starter.CombinedOutput(); err != nil {
 		tb.Fatalf("starter: %v\n%s", err, out)
 	}
-	id := workflows.WorkflowID(run)
-	var res workflows.TrainResult
+	id := api.WorkflowID(run)
+	var res api.TrainResult
 	if err := c.GetWorkflow(ctx, id, "").Get(ctx, &res); err != nil {
 		tb.Fatalf("workflow: %v", err)
 	}
@@ -166,7 +166,7 @@ func runScaleRound(tb testing.TB, run string, groups, attempts, slots int) scale
 	}
 	// Chunks are numbered from 0; the first id that does not exist ends them.
 	for k := 0; ; k++ {
-		cid := workflows.ChildID(id, 1, schemas.PhaseTrain, k)
+		cid := api.ChildID(id, 1, schemas.PhaseTrain, k)
 		if _, err := c.DescribeWorkflowExecution(ctx, cid, ""); err != nil {
 			var nf *serviceerror.NotFound
 			if errors.As(err, &nf) {
@@ -181,7 +181,7 @@ func runScaleRound(tb testing.TB, run string, groups, attempts, slots int) scale
 		r.Children = append(r.Children, h)
 	}
 	if len(r.Children) == 0 {
-		tb.Fatalf("no Episodes child workflow %s found", workflows.ChildID(id, 1, schemas.PhaseTrain, 0))
+		tb.Fatalf("no Episodes child workflow %s found", api.ChildID(id, 1, schemas.PhaseTrain, 0))
 	}
 	objs, err := stack.Store.List(ctx, schemas.Layout{Run: run}.EpisodesDir(1, schemas.PhaseTrain))
 	if err != nil {
@@ -351,17 +351,17 @@ func scaleTries(r scaleResult) int {
 // to its chunk, far below Temporal's limits.
 func TestScaleChunks(t *testing.T) {
 	// 2 attempts: the fewest episodes that still need two chunks.
-	groups, attempts := workflows.ChunkSize/2+1, 2
+	groups, attempts := api.ChunkSize/2+1, 2
 	n := groups * attempts
 	r := runScaleRound(t, "scale-chunks", groups, attempts, 16)
 
-	wantChunks := (n + workflows.ChunkSize - 1) / workflows.ChunkSize
+	wantChunks := (n + api.ChunkSize - 1) / api.ChunkSize
 	if len(r.Children) != wantChunks {
-		t.Fatalf("%d episodes ran in %d Episodes children, want %d of at most %d", n, len(r.Children), wantChunks, workflows.ChunkSize)
+		t.Fatalf("%d episodes ran in %d Episodes children, want %d of at most %d", n, len(r.Children), wantChunks, api.ChunkSize)
 	}
 	total := 0
 	for k, c := range r.Children {
-		want := min(workflows.ChunkSize, n-k*workflows.ChunkSize)
+		want := min(api.ChunkSize, n-k*api.ChunkSize)
 		if c.Activities != want || c.PeakPending != want {
 			t.Errorf("child %s completed %d episode activities (peak %d pending), want %d", c.ID, c.Activities, c.PeakPending, want)
 		}

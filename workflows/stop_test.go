@@ -18,7 +18,7 @@ import (
 	"github.com/roundhouse-rl/roundhouse/internal/itest"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/schemas"
-	"github.com/roundhouse-rl/roundhouse/workflows"
+	"github.com/roundhouse-rl/roundhouse/workflows/api"
 )
 
 // TestStopAndResume stops a real run in the middle of collection, checks it
@@ -51,7 +51,7 @@ func TestStopAndResume(t *testing.T) {
 	}
 	defer c.Close()
 	for {
-		if p, err := workflows.QueryProgress(ctx, c, run); err == nil && p.Phase == schemas.PhaseTrain && p.Episodes.Done >= 3 {
+		if p, err := api.QueryProgress(ctx, c, run); err == nil && p.Phase == schemas.PhaseTrain && p.Episodes.Done >= 3 {
 			break
 		}
 		select {
@@ -63,8 +63,8 @@ func TestStopAndResume(t *testing.T) {
 	if out, err := starter("stop", "--run", run); err != nil {
 		t.Fatalf("starter stop: %v\n%s", err, out)
 	}
-	var res workflows.TrainResult
-	if err := c.GetWorkflow(ctx, workflows.WorkflowID(run), "").Get(ctx, &res); err != nil {
+	var res api.TrainResult
+	if err := c.GetWorkflow(ctx, api.WorkflowID(run), "").Get(ctx, &res); err != nil {
 		t.Fatalf("stopped run: %v", err)
 	}
 	if !res.Stopped || res.StoppedRound != 1 {
@@ -97,8 +97,8 @@ func TestStopAndResume(t *testing.T) {
 	if out, err := starter("train", "--config", config, "--run", run, "--var", "bin="+bins, "--detach"); err != nil || !strings.Contains(out, "resuming run "+run+" at round 1/1") {
 		t.Fatalf("resume: %v\n%s", err, out)
 	}
-	res = workflows.TrainResult{}
-	if err := c.GetWorkflow(ctx, workflows.WorkflowID(run), "").Get(ctx, &res); err != nil {
+	res = api.TrainResult{}
+	if err := c.GetWorkflow(ctx, api.WorkflowID(run), "").Get(ctx, &res); err != nil {
 		t.Fatalf("resumed run: %v", err)
 	}
 	if res.Stopped || len(res.Summaries) != 1 || res.Summaries[0].Episodes != groups*attempts {

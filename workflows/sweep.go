@@ -10,44 +10,15 @@ import (
 
 	"github.com/roundhouse-rl/roundhouse/activities"
 	"github.com/roundhouse-rl/roundhouse/schemas"
+	"github.com/roundhouse-rl/roundhouse/workflows/api"
 )
-
-// SweepInput is what a sweep's schedule starts each time: find the weights
-// of Source not on the leaderboard yet, evaluate each in Run, update the
-// leaderboard.
-type SweepInput struct {
-	Name string
-	// Source is a run name (its weights/<id>/) or s3://bucket/prefix/
-	// (weights ids as sub-directories, imported into Run before evaluation:
-	// episodes read weights from the evaluation run's prefix only).
-	Source  string
-	Run     string // the evaluation run: harness.json, weights, eval/<tag>/
-	Harness schemas.Harness
-	InitKey string // val_init_ids (default) or eval_init_ids
-	// Parallel bounds evaluations at once (default 1). Each one already
-	// spreads its episodes over every rollout host.
-	Parallel  int
-	Heartbeat time.Duration // of the evaluations' episodes (0: 30s)
-}
-
-// SweepResult says what one sweep did.
-type SweepResult struct {
-	Evaluated   []string // weights ids evaluated (or whose report was found) this time
-	Skipped     int      // weights ids already on the leaderboard
-	Failed      []string // weights ids whose evaluation failed; the next sweep retries them
-	Leaderboard string   // key of leaderboard.json
-}
-
-// SweepScheduleID is the Temporal Schedule of sweep name; the workflows it
-// starts are named after it.
-func SweepScheduleID(name string) string { return "sweep-" + name }
 
 // Sweep evaluates the complete weights of in.Source that the leaderboard
 // does not hold yet, each in an Eval child workflow, and rewrites the
 // leaderboard after each one, so it fills in as evaluations finish.
-func Sweep(ctx workflow.Context, in SweepInput) (SweepResult, error) {
+func Sweep(ctx workflow.Context, in api.SweepInput) (api.SweepResult, error) {
 	log := workflow.GetLogger(ctx)
-	res := SweepResult{Leaderboard: schemas.SweepLeaderboard(in.Name)}
+	res := api.SweepResult{Leaderboard: schemas.SweepLeaderboard(in.Name)}
 	if in.InitKey == "" {
 		in.InitKey = "val_init_ids"
 	}
@@ -144,14 +115,14 @@ func Sweep(ctx workflow.Context, in SweepInput) (SweepResult, error) {
 // evaluateWeights imports weights from an s3 prefix into the evaluation
 // run if needed, then reuses the tag's report if an earlier sweep wrote it
 // for the same weights, or runs the Eval workflow.
-func evaluateWeights(ctx workflow.Context, in SweepInput, w activities.SweepWeights) (schemas.LeaderboardEntry, error) {
+func evaluateWeights(ctx workflow.Context, in api.SweepInput, w activities.SweepWeights) (schemas.LeaderboardEntry, error) {
 	var control *activities.Control
 	tag := schemas.SweepTag(in.Name, w.ID)
 	runID := w.ID
 	if strings.HasPrefix(in.Source, "s3://") {
-		runID = activities.ImportedID(w.ID, w.Digest)
+		runID = schemas.ImportedID(w.ID, w.Digest)
 		ictx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-			TaskQueue: ControlQueue, StartToCloseTimeout: 6 * time.Hour, HeartbeatTimeout: 2 * time.Minute,
+			TaskQueue: api.ControlQueue, StartToCloseTimeout: 6 * time.Hour, HeartbeatTimeout: 2 * time.Minute,
 			RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 5},
 			Summary:     fmt.Sprintf("import %s as %s", w.Prefix, runID),
 		})
@@ -168,14 +139,14 @@ func evaluateWeights(ctx workflow.Context, in SweepInput, w activities.SweepWeig
 	rep := found.Report
 	if !found.Found || rep.WeightsID != runID || rep.InitKey != in.InitKey {
 		cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
-			WorkflowID:    EvalWorkflowID(in.Run, tag, 0, 1),
-			TaskQueue:     ControlQueue,
+			WorkflowID:    api.EvalWorkflowID(in.Run, tag, 0, 1),
+			TaskQueue:     api.ControlQueue,
 			StaticSummary: fmt.Sprintf("sweep %s: weights %s of %s on %s", in.Name, w.ID, in.Source, in.InitKey),
-			TypedSearchAttributes: temporal.NewSearchAttributes(RunAttr.ValueSet(in.Run), KindAttr.ValueSet("eval"),
-				WeightsAttr.ValueSet(runID), PhaseAttr.ValueSet(EvalPhase(tag))),
+			TypedSearchAttributes: temporal.NewSearchAttributes(api.RunAttr.ValueSet(in.Run), api.KindAttr.ValueSet("eval"),
+				api.WeightsAttr.ValueSet(runID), api.PhaseAttr.ValueSet(api.EvalPhase(tag))),
 		})
 		rep = schemas.Report{}
-		err := workflow.ExecuteChildWorkflow(cctx, Eval, EvalInput{
+		err := workflow.ExecuteChildWorkflow(cctx, Eval, api.EvalInput{
 			Run: in.Run, Harness: in.Harness, WeightsID: runID, Tag: tag, InitKey: in.InitKey, Heartbeat: in.Heartbeat,
 		}).Get(ctx, &rep)
 		if err != nil {

@@ -11,19 +11,20 @@ import (
 
 	"github.com/roundhouse-rl/roundhouse/activities"
 	"github.com/roundhouse-rl/roundhouse/schemas"
+	"github.com/roundhouse-rl/roundhouse/workflows/api"
 )
 
 // sweepEnv is a test environment with the Control activities registered
 // and Eval mocked: each evaluation is recorded, its success rate taken
 // from rates.
-func sweepEnv(t *testing.T, rates map[string]float64) (*testsuite.TestWorkflowEnvironment, *[]EvalInput) {
+func sweepEnv(t *testing.T, rates map[string]float64) (*testsuite.TestWorkflowEnvironment, *[]api.EvalInput) {
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
 	env.RegisterActivity(&activities.Control{})
 	env.RegisterWorkflow(Eval)
-	var evals []EvalInput
+	var evals []api.EvalInput
 	env.OnWorkflow(Eval, mock.Anything, mock.Anything).Return(
-		func(_ workflow.Context, in EvalInput) (schemas.Report, error) {
+		func(_ workflow.Context, in api.EvalInput) (schemas.Report, error) {
 			evals = append(evals, in)
 			return schemas.Report{Run: in.Run, Tag: in.Tag, WeightsID: in.WeightsID, InitKey: in.InitKey,
 				Overall: schemas.TaskResult{Task: -1, Episodes: 10, Valid: 10, Successes: int(10 * rates[in.WeightsID]), SuccessRate: rates[in.WeightsID]}}, nil
@@ -63,11 +64,11 @@ func TestSweepEvaluatesOnlyNewWeights(t *testing.T) {
 
 	h := testHarness()
 	h.Digest = "d1"
-	env.ExecuteWorkflow(Sweep, SweepInput{Name: "nightly", Source: "demo", Run: "demo", Harness: h})
+	env.ExecuteWorkflow(Sweep, api.SweepInput{Name: "nightly", Source: "demo", Run: "demo", Harness: h})
 	if err := env.GetWorkflowError(); err != nil {
 		t.Fatal(err)
 	}
-	var res SweepResult
+	var res api.SweepResult
 	if err := env.GetWorkflowResult(&res); err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +146,7 @@ func TestSweepImportsPrefixWeights(t *testing.T) {
 		})
 	var evals []string
 	env.OnWorkflow(Eval, mock.Anything, mock.Anything).Return(
-		func(_ workflow.Context, in EvalInput) (schemas.Report, error) {
+		func(_ workflow.Context, in api.EvalInput) (schemas.Report, error) {
 			evals = append(evals, in.WeightsID)
 			if in.WeightsID == "c-cccccccccccc" {
 				return schemas.Report{}, context.DeadlineExceeded
@@ -156,7 +157,7 @@ func TestSweepImportsPrefixWeights(t *testing.T) {
 	env.OnActivity(ctrl.WriteLeaderboard, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, lb schemas.Leaderboard) error { last = lb; return nil })
 
-	env.ExecuteWorkflow(Sweep, SweepInput{Name: "ext", Source: src, Run: schemas.SweepRun("ext"), Harness: testHarness(), Parallel: 2})
+	env.ExecuteWorkflow(Sweep, api.SweepInput{Name: "ext", Source: src, Run: schemas.SweepRun("ext"), Harness: testHarness(), Parallel: 2})
 	if err := env.GetWorkflowError(); err == nil {
 		t.Fatal("a failed evaluation did not fail the sweep")
 	}

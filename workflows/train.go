@@ -1,6 +1,13 @@
 // Package workflows holds Roundhouse's deterministic orchestration: the
-// train loop, one round per workflow run, continued as new between rounds so
-// each run's history stays small. Side effects live in package activities.
+// train loop (train.go, progress.go), one round per workflow run, continued
+// as new between rounds so each run's history stays small; evaluations
+// (eval.go), their episode chunks (episodes.go) and scheduled sweeps
+// (sweep.go). Side effects live in package activities.
+//
+// The contract — task queues, workflow ids and type names, signals,
+// queries, search attributes, inputs, results and progress — is package
+// workflows/api, with the client-side helpers; workers register the
+// bodies here, clients need only api.
 package workflows
 
 import (
@@ -14,86 +21,24 @@ import (
 	"github.com/roundhouse-rl/roundhouse/internal/harness"
 	"github.com/roundhouse-rl/roundhouse/internal/rl"
 	"github.com/roundhouse-rl/roundhouse/schemas"
+	"github.com/roundhouse-rl/roundhouse/workflows/api"
 )
-
-// Task queues: rollout hosts, the training host, and everything else.
-const (
-	ControlQueue = "roundhouse-control"
-	RolloutQueue = "roundhouse-rollout"
-	TrainQueue   = "roundhouse-train"
-)
-
-// ProgressQuery returns a Progress of the running round.
-const ProgressQuery = "progress"
-
-// StopSignal asks a run for a controlled stop: episodes already running
-// finish, the others are skipped, state is recorded and the run ends. The
-// Temporal UI's "Send a signal" works as well as `starter stop`.
-const StopSignal = "stop"
-
-// TrainInput starts (and, through continue-as-new, carries) a train run.
-type TrainInput struct {
-	Run            string
-	Harness        schemas.Harness
-	InitialWeights string // weights id of round 1's input
-	Weights        string // weights id the next round starts from
-	Rounds         int32
-	Groups         int
-	Attempts       int
-	PoolReport     string // bucket key of a report choosing round 1's pool; "" validates first
-	Round          int32  // the round this run executes (1-based)
-	Summaries      []schemas.RoundSummary
-	// HeartbeatTimeout bounds how long a dead rollout worker holds an
-	// episode before Temporal retries it elsewhere (default 30s).
-	HeartbeatTimeout time.Duration
-}
-
-// TrainResult is returned by the run's last workflow execution.
-type TrainResult struct {
-	Run             string
-	Prefix          string
-	Summaries       []schemas.RoundSummary
-	FinalWeights    string
-	FinalValSuccess float64
-	// Stopped says the run ended on a stop request in round StoppedRound;
-	// `starter train` with the same run resumes it.
-	Stopped      bool
-	StoppedRound int32
-}
-
-// Progress is what the progress query answers.
-type Progress struct {
-	Run      string
-	Round    int32
-	Rounds   int32
-	Phase    string
-	Weights  string
-	Stopping bool
-	// Episodes of the current phase; QueryProgress adds the live counts of
-	// the running chunks named in Children.
-	Episodes  Tally
-	Children  []string
-	Summaries []schemas.RoundSummary
-}
-
-// WorkflowID is the id of a run's train workflow: one run, one id.
-func WorkflowID(run string) string { return "train-" + run }
 
 // Train runs round in.Round, then continues as new for the next one.
-func Train(ctx workflow.Context, in TrainInput) (TrainResult, error) {
+func Train(ctx workflow.Context, in api.TrainInput) (api.TrainResult, error) {
 	log := workflow.GetLogger(ctx)
 	t := newTracker(ctx, in)
 	prog := t.prog
-	if err := workflow.SetQueryHandler(ctx, ProgressQuery, func() (Progress, error) { return t.snapshot(), nil }); err != nil {
-		return TrainResult{}, fmt.Errorf("progress query: %w", err)
+	if err := workflow.SetQueryHandler(ctx, api.ProgressQuery, func() (api.Progress, error) { return t.snapshot(), nil }); err != nil {
+		return api.TrainResult{}, fmt.Errorf("progress query: %w", err)
 	}
 	h := in.Harness
 	c := h.Collect
 	l := schemas.Layout{Run: in.Run}
-	result := TrainResult{Run: in.Run, Prefix: l.Prefix(), Summaries: in.Summaries}
+	result := api.TrainResult{Run: in.Run, Prefix: l.Prefix(), Summaries: in.Summaries}
 	ctrl := controlContext(ctx)
 	var control *activities.Control
-	stopped := func(phase string) (TrainResult, error) {
+	stopped := func(phase string) (api.TrainResult, error) {
 		state := schemas.State{Run: in.Run, Harness: h.Name, InitialWeights: in.InitialWeights, Weights: in.Weights,
 			RoundsDone: in.Round - 1, Rounds: in.Rounds, Summaries: in.Summaries, FinalValSuccess: -1,
 			Stopped: true, StoppedPhase: phase}
@@ -141,10 +86,10 @@ func Train(ctx workflow.Context, in TrainInput) (TrainResult, error) {
 	if err != nil {
 		return result, fmt.Errorf("harness %s train_init_ids: %w", h.Name, err)
 	}
-	var eps []Cell
+	var eps []api.Cell
 	for gi, g := range rl.PlanGroups(pool, trainIDs, in.Groups, c.Seed, in.Round) {
 		for a := 0; a < in.Attempts; a++ {
-			eps = append(eps, Cell{Task: taskByID(h, g.Task), InitID: g.InitID, Group: int32(gi), Attempt: int32(a)})
+			eps = append(eps, api.Cell{Task: taskByID(h, g.Task), InitID: g.InitID, Group: int32(gi), Attempt: int32(a)})
 		}
 	}
 	collected := t.episodes(schemas.PhaseTrain, in.Round, in.Weights, eps)
@@ -188,7 +133,7 @@ func Train(ctx workflow.Context, in TrainInput) (TrainResult, error) {
 		// visible in the UI, and resumes by itself once the trainer or its
 		// host is fixed. Harness errors are not retried.
 		tctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-			TaskQueue: TrainQueue, StartToCloseTimeout: h.Trainer.Timeout.D() + 5*time.Minute, HeartbeatTimeout: 2 * time.Minute,
+			TaskQueue: api.TrainQueue, StartToCloseTimeout: h.Trainer.Timeout.D() + 5*time.Minute, HeartbeatTimeout: 2 * time.Minute,
 			RetryPolicy: &temporal.RetryPolicy{InitialInterval: 10 * time.Second, BackoffCoefficient: 2,
 				MaximumInterval: 5 * time.Minute, NonRetryableErrorTypes: []string{"BadHarness"}},
 		})
@@ -253,16 +198,16 @@ func Train(ctx workflow.Context, in TrainInput) (TrainResult, error) {
 
 // validate runs every (task, validation init state) once with the given
 // weights and writes the report tagged val-r<round>.
-func validate(ctx workflow.Context, in TrainInput, t *tracker, round int32, weights string) (schemas.Report, error) {
+func validate(ctx workflow.Context, in api.TrainInput, t *tracker, round int32, weights string) (schemas.Report, error) {
 	var rep schemas.Report
 	ids, err := harness.ParseIDs(in.Harness.Splits.Val)
 	if err != nil {
 		return rep, fmt.Errorf("harness %s val_init_ids: %w", in.Harness.Name, err)
 	}
-	var cells []Cell
+	var cells []api.Cell
 	for _, task := range in.Harness.Tasks {
 		for _, id := range ids {
-			cells = append(cells, Cell{Task: task, InitID: id, Group: int32(len(cells))})
+			cells = append(cells, api.Cell{Task: task, InitID: id, Group: int32(len(cells))})
 		}
 	}
 	t.episodes(schemas.PhaseVal, round, weights, cells)
@@ -285,7 +230,7 @@ func validate(ctx workflow.Context, in TrainInput, t *tracker, round int32, weig
 // control queue; they read and write S3 only, so a few retries suffice.
 func controlContext(ctx workflow.Context) workflow.Context {
 	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		TaskQueue: ControlQueue, StartToCloseTimeout: 15 * time.Minute, HeartbeatTimeout: 2 * time.Minute,
+		TaskQueue: api.ControlQueue, StartToCloseTimeout: 15 * time.Minute, HeartbeatTimeout: 2 * time.Minute,
 		RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 5},
 	})
 }
@@ -294,7 +239,7 @@ func controlContext(ctx workflow.Context) workflow.Context {
 // already durable without it, so a failure is logged, not fatal.
 func compact(ctx workflow.Context, run string, round int32, phase string) {
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		TaskQueue: ControlQueue, StartToCloseTimeout: 30 * time.Minute, HeartbeatTimeout: 5 * time.Minute,
+		TaskQueue: api.ControlQueue, StartToCloseTimeout: 30 * time.Minute, HeartbeatTimeout: 5 * time.Minute,
 		RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 3},
 	})
 	var control *activities.Control

@@ -13,6 +13,7 @@ import (
 	"github.com/roundhouse-rl/roundhouse/activities"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/schemas"
+	"github.com/roundhouse-rl/roundhouse/workflows/api"
 )
 
 func testHarness() schemas.Harness {
@@ -64,7 +65,7 @@ func TestRoundFlow(t *testing.T) {
 	env.OnActivity(ctrl.FinishRound, mock.Anything, mock.Anything).Return(nil)
 	env.OnActivity(ctrl.Compact, mock.Anything, mock.Anything).Return(store.CompactStats{}, nil)
 
-	env.ExecuteWorkflow(Train, TrainInput{Run: "r", Harness: testHarness(), Weights: "w0", InitialWeights: "w0",
+	env.ExecuteWorkflow(Train, api.TrainInput{Run: "r", Harness: testHarness(), Weights: "w0", InitialWeights: "w0",
 		Rounds: 2, Groups: 4, Attempts: 2, Round: 1})
 	if !env.IsWorkflowCompleted() {
 		t.Fatal("workflow did not complete")
@@ -117,11 +118,11 @@ func TestEpisodeLossDoesNotAbortRound(t *testing.T) {
 	env.OnActivity(ctrl.BuildBatch, mock.Anything, mock.Anything).Return(schemas.BatchSummary{Episodes: 7, Samples: 0}, nil)
 	env.OnActivity(ctrl.FinishRound, mock.Anything, mock.Anything).Return(nil)
 	env.OnActivity(ctrl.Compact, mock.Anything, mock.Anything).Return(store.CompactStats{}, nil)
-	env.ExecuteWorkflow(Train, TrainInput{Run: "r", Harness: testHarness(), Weights: "w0", Rounds: 1, Groups: 4, Attempts: 2, Round: 1})
+	env.ExecuteWorkflow(Train, api.TrainInput{Run: "r", Harness: testHarness(), Weights: "w0", Rounds: 1, Groups: 4, Attempts: 2, Round: 1})
 	if err := env.GetWorkflowError(); err != nil {
 		t.Fatalf("round aborted: %v", err)
 	}
-	var res TrainResult
+	var res api.TrainResult
 	if err := env.GetWorkflowResult(&res); err != nil {
 		t.Fatal(err)
 	}

@@ -24,7 +24,7 @@ import (
 	"github.com/roundhouse-rl/roundhouse/internal/itest"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/schemas"
-	"github.com/roundhouse-rl/roundhouse/workflows"
+	"github.com/roundhouse-rl/roundhouse/workflows/api"
 )
 
 // TestUITellsTheStory runs two tiny real train runs against a Temporal dev
@@ -71,9 +71,9 @@ func TestUITellsTheStory(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	var res workflows.TrainResult
+	var res api.TrainResult
 	for _, r := range []string{other, run} {
-		if err := c.GetWorkflow(ctx, workflows.WorkflowID(r), "").Get(ctx, &res); err != nil {
+		if err := c.GetWorkflow(ctx, api.WorkflowID(r), "").Get(ctx, &res); err != nil {
 			t.Fatalf("workflow of run %s: %v", r, err)
 		}
 	}
@@ -81,7 +81,7 @@ func TestUITellsTheStory(t *testing.T) {
 		t.Fatalf("run %s: want 1 round summary, got %+v", run, res.Summaries)
 	}
 	sum := res.Summaries[0]
-	id := workflows.WorkflowID(run)
+	id := api.WorkflowID(run)
 	// What starter/train.go puts in StaticSummary.
 	summary := fmt.Sprintf("run %s: minimal, 1 rounds × 2 groups × 2 attempts from w0", run)
 	trainChild := fmt.Sprintf("run %s round 1 train: episodes 0–3 of 4, weights w0", run)
@@ -177,7 +177,7 @@ func TestUITellsTheStory(t *testing.T) {
 	for _, e := range eps {
 		labels = append(labels, fmt.Sprintf("%s task %d %s init %d", e.EpisodeID, e.Task, e.TaskName, e.InitID))
 	}
-	child := ui + "/namespaces/default/workflows/" + workflows.ChildID(id, 1, schemas.PhaseTrain, 0)
+	child := ui + "/namespaces/default/workflows/" + api.ChildID(id, 1, schemas.PhaseTrain, 0)
 	br.until(child, "Episodes child workflow page", func(dom string) error {
 		return uiWantAll(html.UnescapeString(dom), append(labels, "RunEpisode", "Parent Workflow")...)
 	})
@@ -189,7 +189,7 @@ func TestUITellsTheStory(t *testing.T) {
 	all := ui + "/namespaces/default/workflows"
 	br.until(all, "unfiltered workflow list", func(dom string) error {
 		got := uiListed(dom)
-		if !got[id] || !got[workflows.WorkflowID(other)] {
+		if !got[id] || !got[api.WorkflowID(other)] {
 			return fmt.Errorf("the list does not show both runs yet: %v", got)
 		}
 		return nil
@@ -200,7 +200,7 @@ func TestUITellsTheStory(t *testing.T) {
 		round int32
 		phase string
 	}{{1, schemas.PhaseVal}, {1, schemas.PhaseTrain}, {2, schemas.PhaseVal}} {
-		want[workflows.ChildID(id, k.round, k.phase, 0)] = true
+		want[api.ChildID(id, k.round, k.phase, 0)] = true
 	}
 	br.until(filtered, "workflow list filtered by RoundhouseRun", func(dom string) error {
 		text := strings.Join(strings.Fields(html.UnescapeString(uiStripTags(dom))), " ")

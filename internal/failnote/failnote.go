@@ -26,10 +26,6 @@ import (
 	"github.com/roundhouse-rl/roundhouse/schemas"
 )
 
-// Signal is the signal name the interceptor sends; the payload is a
-// schemas.ActivityFailure.
-const Signal = "activity-failure"
-
 // maxCause bounds the cause carried in a signal and shown in a table.
 const maxCause = 300
 
@@ -37,23 +33,29 @@ const maxCause = 300
 // slow must not hold the attempt's failure report back for long.
 const signalTimeout = 5 * time.Second
 
-// Interceptor returns the worker interceptor that signals failures through c.
-func Interceptor(c client.Client) interceptor.WorkerInterceptor { return &workerInterceptor{c: c} }
+// Interceptor returns the worker interceptor that signals each failed
+// attempt (a schemas.ActivityFailure) through c to the activity's workflow
+// under the signal name given (api.ActivityFailureSignal).
+func Interceptor(c client.Client, signal string) interceptor.WorkerInterceptor {
+	return &workerInterceptor{c: c, signal: signal}
+}
 
 type workerInterceptor struct {
 	interceptor.WorkerInterceptorBase
-	c client.Client
+	c      client.Client
+	signal string
 }
 
 func (w *workerInterceptor) InterceptActivity(ctx context.Context, next interceptor.ActivityInboundInterceptor) interceptor.ActivityInboundInterceptor {
-	a := &activityInbound{c: w.c}
+	a := &activityInbound{c: w.c, signal: w.signal}
 	a.Next = next
 	return a
 }
 
 type activityInbound struct {
 	interceptor.ActivityInboundInterceptorBase
-	c client.Client
+	c      client.Client
+	signal string
 }
 
 func (a *activityInbound) ExecuteActivity(ctx context.Context, in *interceptor.ExecuteActivityInput) (any, error) {
@@ -76,7 +78,7 @@ func (a *activityInbound) ExecuteActivity(ctx context.Context, in *interceptor.E
 	// it failed): the signal gets a fresh, bounded one.
 	sctx, cancel := context.WithTimeout(context.Background(), signalTimeout)
 	defer cancel()
-	if serr := a.c.SignalWorkflow(sctx, info.WorkflowExecution.ID, info.WorkflowExecution.RunID, Signal, note); serr != nil {
+	if serr := a.c.SignalWorkflow(sctx, info.WorkflowExecution.ID, info.WorkflowExecution.RunID, a.signal, note); serr != nil {
 		activity.GetLogger(ctx).Warn("failure not signalled to the workflow", "activity", info.ActivityType.Name, "error", serr)
 	}
 	return res, err

@@ -30,6 +30,7 @@ import (
 	"github.com/roundhouse-rl/roundhouse/schemas"
 	"github.com/roundhouse-rl/roundhouse/workers"
 	"github.com/roundhouse-rl/roundhouse/workflows"
+	"github.com/roundhouse-rl/roundhouse/workflows/api"
 )
 
 // The SDK's in-memory exporters, installed as the global providers once
@@ -111,19 +112,19 @@ func TestRoundTelemetry(t *testing.T) {
 	if err := stack.Store.Put(ctx, l.Harness(), hb); err != nil {
 		t.Fatal(err)
 	}
-	if err := workflows.RegisterSearchAttributes(ctx, c, "default"); err != nil {
+	if err := api.RegisterSearchAttributes(ctx, c, "default"); err != nil {
 		t.Fatal(err)
 	}
-	in := workflows.TrainInput{Run: run, Harness: h, InitialWeights: "w0", Weights: "w0", Rounds: 1,
+	in := api.TrainInput{Run: run, Harness: h, InitialWeights: "w0", Weights: "w0", Rounds: 1,
 		Groups: groups, Attempts: attempts, Round: 1, HeartbeatTimeout: 30 * time.Second}
 	started := time.Now()
-	wr, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: workflows.WorkflowID(run), TaskQueue: workflows.ControlQueue,
-		TypedSearchAttributes: temporal.NewSearchAttributes(workflows.RunAttr.ValueSet(run), workflows.KindAttr.ValueSet("train"),
-			workflows.RoundAttr.ValueSet(1), workflows.WeightsAttr.ValueSet("w0"))}, workflows.Train, in)
+	wr, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: api.WorkflowID(run), TaskQueue: api.ControlQueue,
+		TypedSearchAttributes: temporal.NewSearchAttributes(api.RunAttr.ValueSet(run), api.KindAttr.ValueSet("train"),
+			api.RoundAttr.ValueSet(1), api.WeightsAttr.ValueSet("w0"))}, workflows.Train, in)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var res workflows.TrainResult
+	var res api.TrainResult
 	if err := wr.Get(ctx, &res); err != nil {
 		t.Fatalf("workflow: %v", err)
 	}

@@ -1,0 +1,163 @@
+package report
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/roundhouse-rl/roundhouse/schemas"
+)
+
+// MergeShards builds the full report of a sharded evaluation from its
+// shard reports (keys name them, for MergedFrom and messages). It refuses,
+// naming what is wrong, unless all n shards of one evaluation are there:
+// the same tag, run, init key, harness digest and weights digest, each
+// index once, and cells that are disjoint and cover the whole split, each
+// counted by exactly one episode or as lost.
+func MergeShards(shards []schemas.Report, keys []string) (schemas.Report, error) {
+	if len(shards) == 0 {
+		return schemas.Report{}, fmt.Errorf("no shard reports to merge")
+	}
+	if len(keys) != len(shards) {
+		return schemas.Report{}, fmt.Errorf("%d shard reports but %d keys", len(shards), len(keys))
+	}
+	first := shards[0]
+	n := first.Shards
+	if !first.IsShard() || n < 2 {
+		return schemas.Report{}, fmt.Errorf("%s is not a shard report (scope %q, %d shards)", keys[0], first.Scope, n)
+	}
+	byIndex := map[int]string{}
+	for i, r := range shards {
+		k := keys[i]
+		if !r.IsShard() {
+			return schemas.Report{}, fmt.Errorf("%s is not a shard report (scope %q)", k, r.Scope)
+		}
+		for _, c := range []struct{ what, a, b string }{
+			{"shard count", strconv.Itoa(r.Shards), strconv.Itoa(n)},
+			{"run", r.Run, first.Run},
+			{"tag", r.Tag, first.Tag},
+			{"init key", r.InitKey, first.InitKey},
+			{"harness config digest", r.Digest, first.Digest},
+			{"weights digest", r.WeightsDigest, first.WeightsDigest},
+		} {
+			if c.a != c.b {
+				return schemas.Report{}, fmt.Errorf("shards disagree on the %s: %s has %q, %s has %q; rerun the odd shard with --replace-tag, or evaluate under a new tag", c.what, k, c.a, keys[0], c.b)
+			}
+		}
+		if r.WeightsDigest == "" {
+			return schemas.Report{}, fmt.Errorf("%s has no weights digest, so its weights cannot be checked: rerun it", k)
+		}
+		if r.Shard < 0 || r.Shard >= n {
+			return schemas.Report{}, fmt.Errorf("%s is shard %d, outside 0..%d", k, r.Shard, n-1)
+		}
+		if other, dup := byIndex[r.Shard]; dup {
+			return schemas.Report{}, fmt.Errorf("shard %d/%d twice: %s and %s", r.Shard, n, other, k)
+		}
+		byIndex[r.Shard] = k
+		if r.SplitCells != first.SplitCells {
+			return schemas.Report{}, fmt.Errorf("shards disagree on the split's size: %s says %d cells, %s says %d", k, r.SplitCells, keys[0], first.SplitCells)
+		}
+		if got := r.Overall.Episodes + r.Overall.Lost; got != len(r.Cells) {
+			return schemas.Report{}, fmt.Errorf("%s counts %d episodes and %d lost for %d cells: a cell was counted twice or not at all; rerun the shard with --replace-tag", k, r.Overall.Episodes, r.Overall.Lost, len(r.Cells))
+		}
+	}
+	var missing []string
+	for i := range n {
+		if _, ok := byIndex[i]; !ok {
+			missing = append(missing, fmt.Sprintf("%d/%d", i, n))
+		}
+	}
+	if len(missing) > 0 {
+		return schemas.Report{}, fmt.Errorf("shard %s of tag %s missing (have %d of %d): run `starter eval … --tag %s --shard %s` for each, then merge again",
+			strings.Join(missing, ", "), first.Tag, len(byIndex), n, first.Tag, missing[0])
+	}
+
+	out := schemas.Report{Run: first.Run, Tag: first.Tag, WeightsID: first.WeightsID, InitKey: first.InitKey,
+		Harness: first.Harness, Digest: first.Digest, Round: first.Round, WeightsDigest: first.WeightsDigest,
+		Scope: schemas.ScopeFull, Shards: 1, SplitCells: first.SplitCells}
+	order := make([]int, len(shards)) // merge in shard order, whatever order the files came in
+	for i := range order {
+		order[i] = i
+	}
+	sort.Slice(order, func(a, b int) bool { return shards[order[a]].Shard < shards[order[b]].Shard })
+	owner := map[string]string{}
+	tasks := map[int32]*schemas.TaskResult{}
+	suites := map[string]*schemas.TaskResult{}
+	for _, i := range order {
+		r, k := shards[i], keys[i]
+		out.MergedFrom = append(out.MergedFrom, k)
+		for _, c := range r.Cells {
+			if other, dup := owner[c]; dup {
+				return schemas.Report{}, fmt.Errorf("cell %s (task:init) is in %s and in %s: shards overlap; rerun one with --replace-tag", c, other, k)
+			}
+			owner[c] = k
+			out.Cells = append(out.Cells, c)
+		}
+		out.Missing = append(out.Missing, r.Missing...)
+		for _, t := range r.Tasks {
+			if _, ok := tasks[t.Task]; !ok {
+				out.Tasks = append(out.Tasks, schemas.TaskResult{Task: t.Task, Name: t.Name, Suite: t.Suite})
+				tasks[t.Task] = nil // pointers are taken below, once out.Tasks stops growing
+			}
+		}
+		for _, s := range r.Suites {
+			if _, ok := suites[s.Suite]; !ok {
+				out.Suites = append(out.Suites, schemas.TaskResult{Task: -1, Suite: s.Suite})
+				suites[s.Suite] = nil
+			}
+		}
+		if out.StartedAtMS == 0 || (r.StartedAtMS > 0 && r.StartedAtMS < out.StartedAtMS) {
+			out.StartedAtMS = r.StartedAtMS
+		}
+		out.FinishedAtMS = max(out.FinishedAtMS, r.FinishedAtMS)
+	}
+	if len(owner) != out.SplitCells {
+		return schemas.Report{}, fmt.Errorf("the shards cover %d cells, the split has %d: a shard ran on another split or harness; rerun the shards under a new tag", len(owner), out.SplitCells)
+	}
+	for i := range out.Tasks {
+		tasks[out.Tasks[i].Task] = &out.Tasks[i]
+	}
+	for i := range out.Suites {
+		suites[out.Suites[i].Suite] = &out.Suites[i]
+	}
+	for _, i := range order {
+		r := shards[i]
+		for _, t := range r.Tasks {
+			add(tasks[t.Task], t)
+		}
+		for _, s := range r.Suites {
+			add(suites[s.Suite], s)
+		}
+		add(&out.Overall, r.Overall)
+	}
+	// Cells in split order: task-major in the harness's task order, then init id.
+	pos := map[int32]int{}
+	for i, t := range out.Tasks {
+		pos[t.Task] = i
+	}
+	cellKey := func(c string) (int, int) {
+		a, b, _ := strings.Cut(c, ":")
+		task, _ := strconv.Atoi(a)
+		init, _ := strconv.Atoi(b)
+		return pos[int32(task)], init
+	}
+	for _, l := range [][]string{out.Cells, out.Missing} {
+		sort.SliceStable(l, func(i, j int) bool {
+			t1, i1 := cellKey(l[i])
+			t2, i2 := cellKey(l[j])
+			return t1 < t2 || (t1 == t2 && i1 < i2)
+		})
+	}
+	FinishRates(&out)
+	return out, nil
+}
+
+// add sums b's counts into a.
+func add(a *schemas.TaskResult, b schemas.TaskResult) {
+	a.Episodes += b.Episodes
+	a.Valid += b.Valid
+	a.Invalid += b.Invalid
+	a.Successes += b.Successes
+	a.Lost += b.Lost
+}

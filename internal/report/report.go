@@ -1,0 +1,91 @@
+// Package report holds what Roundhouse's reports and leaderboards say,
+// computed without I/O: the cells of a split (and of a shard), per-task
+// and per-suite results, merging shard reports, checking a report chosen
+// as a training pool, and ordering and rendering a sweep's leaderboard.
+// Workflows, activities and the starter share it, so the cells an
+// evaluation runs are the cells its report counts.
+package report
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/roundhouse-rl/roundhouse/internal/harness"
+	"github.com/roundhouse-rl/roundhouse/schemas"
+)
+
+// Init keys of the two evaluation splits; train_init_ids is training data.
+const (
+	ValKey   = "val_init_ids"
+	FinalKey = "eval_init_ids"
+)
+
+// Cell is one (task, init state) cell of a split. Index is its place in
+// the split, task-major; it names the cell's episode and its shard.
+type Cell struct {
+	Index  int
+	Task   schemas.Task
+	InitID int32
+}
+
+// SplitCells lists the cells of shard `shard` of `shards` (0 or 1: the
+// whole split) of every task × every init id of initKey, and how many
+// cells the whole split has. The Eval workflow and its report share it, so
+// the cells run are the cells counted.
+func SplitCells(h schemas.Harness, initKey string, shard, shards int) ([]Cell, int, error) {
+	if initKey != ValKey && initKey != FinalKey {
+		return nil, 0, fmt.Errorf("init key %q: use val_init_ids or eval_init_ids", initKey)
+	}
+	ids, err := harness.IDs(h, initKey)
+	if err != nil {
+		return nil, 0, fmt.Errorf("harness %s %s: %w", h.Name, initKey, err)
+	}
+	shards = max(shards, 1)
+	if shard < 0 || shard >= shards {
+		return nil, 0, fmt.Errorf("shard %d/%d: the index must lie in 0..%d", shard, shards, shards-1)
+	}
+	var cells []Cell
+	i := 0
+	for _, t := range h.Tasks {
+		for _, id := range ids {
+			if i%shards == shard {
+				cells = append(cells, Cell{Index: i, Task: t, InitID: id})
+			}
+			i++
+		}
+	}
+	return cells, i, nil
+}
+
+// EmptyResults lists a result per task and per suite (in the order the
+// tasks first name them; tasks without a suite belong to none).
+func EmptyResults(tasks []schemas.Task) ([]schemas.TaskResult, []schemas.TaskResult) {
+	var ts, ss []schemas.TaskResult
+	for _, t := range tasks {
+		ts = append(ts, schemas.TaskResult{Task: t.ID, Name: t.Name, Suite: t.Suite})
+		if t.Suite != "" && !slices.ContainsFunc(ss, func(r schemas.TaskResult) bool { return r.Suite == t.Suite }) {
+			ss = append(ss, schemas.TaskResult{Task: -1, Suite: t.Suite})
+		}
+	}
+	return ts, ss
+}
+
+// FinishRates sets every success rate of rep from its counts.
+func FinishRates(rep *schemas.Report) {
+	rep.Overall.Task = -1
+	all := append([]*schemas.TaskResult{&rep.Overall}, pointers(rep.Tasks)...)
+	for _, r := range append(all, pointers(rep.Suites)...) {
+		r.SuccessRate = 0
+		if r.Valid > 0 {
+			r.SuccessRate = float64(r.Successes) / float64(r.Valid)
+		}
+	}
+}
+
+func pointers(ts []schemas.TaskResult) []*schemas.TaskResult {
+	out := make([]*schemas.TaskResult, len(ts))
+	for i := range ts {
+		out[i] = &ts[i]
+	}
+	return out
+}

@@ -1,0 +1,178 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/operatorservice/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+)
+
+// This file is the client side of the contract: what a starter or a worker
+// does with a client.Client. Nothing here runs inside a workflow.
+
+// RegisterSearchAttributes adds Roundhouse's search attributes to the
+// namespace unless they exist; workers and the starter call it at start so
+// no one has to run `temporal operator search-attribute create` by hand.
+func RegisterSearchAttributes(ctx context.Context, c client.Client, namespace string) error {
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	have, err := c.OperatorService().ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: namespace})
+	if err != nil {
+		return fmt.Errorf("list search attributes of namespace %s: %w", namespace, err)
+	}
+	missing := map[string]enumspb.IndexedValueType{}
+	for name, typ := range searchAttributes {
+		got, ok := have.CustomAttributes[name]
+		if !ok {
+			missing[name] = typ
+			continue
+		}
+		if got != typ {
+			return fmt.Errorf("search attribute %s exists in namespace %s as %s, Roundhouse needs %s: remove it (temporal operator search-attribute remove --name %s)", name, namespace, got, typ, name)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	_, err = c.OperatorService().AddSearchAttributes(ctx, &operatorservice.AddSearchAttributesRequest{Namespace: namespace, SearchAttributes: missing})
+	var exists *serviceerror.AlreadyExists
+	if err != nil && !errors.As(err, &exists) {
+		return fmt.Errorf("add search attributes to namespace %s (on Temporal Cloud, create them in the namespace's settings): %w", namespace, err)
+	}
+	return nil
+}
+
+// StartTrain starts a run's train workflow, or finds it running: one run,
+// one workflow id.
+func StartTrain(ctx context.Context, c client.Client, in TrainInput) (client.WorkflowRun, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	return c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID: WorkflowID(in.Run), TaskQueue: ControlQueue,
+		StaticSummary: fmt.Sprintf("run %s: %s, %d rounds × %d groups × %d attempts from %s", in.Run, in.Harness.Name, in.Rounds, in.Groups, in.Attempts, in.InitialWeights),
+		TypedSearchAttributes: temporal.NewSearchAttributes(RunAttr.ValueSet(in.Run), KindAttr.ValueSet("train"),
+			RoundAttr.ValueSet(int64(in.Round)), WeightsAttr.ValueSet(in.Weights)),
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+	}, TrainWorkflow, in)
+}
+
+// StartEval starts an evaluation (shard) workflow, or finds it running.
+func StartEval(ctx context.Context, c client.Client, in EvalInput) (client.WorkflowRun, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	shards := max(in.Shards, 1)
+	return c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID: EvalWorkflowID(in.Run, in.Tag, in.Shard, shards), TaskQueue: ControlQueue,
+		StaticSummary: fmt.Sprintf("eval %s of run %s: weights %s on %s, shard %d/%d", in.Tag, in.Run, in.WeightsID, in.InitKey, in.Shard, shards),
+		TypedSearchAttributes: temporal.NewSearchAttributes(RunAttr.ValueSet(in.Run), KindAttr.ValueSet("eval"),
+			PhaseAttr.ValueSet(EvalPhase(in.Tag)), WeightsAttr.ValueSet(in.WeightsID)),
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+	}, EvalWorkflow, in)
+}
+
+// CreateSweep creates the schedule of sweep in.Name, which starts a Sweep
+// workflow at the times of spec (said as when, e.g. "every 6h").
+func CreateSweep(ctx context.Context, c client.Client, in SweepInput, spec client.ScheduleSpec, when string) (client.ScheduleHandle, error) {
+	id := SweepScheduleID(in.Name)
+	return c.ScheduleClient().Create(ctx, client.ScheduleOptions{
+		ID:   id,
+		Spec: spec,
+		Action: &client.ScheduleWorkflowAction{
+			ID: id, Workflow: SweepWorkflow, Args: []any{in}, TaskQueue: ControlQueue,
+			StaticSummary:         fmt.Sprintf("sweep %s: new weights of %s, evaluated in run %s on %s", in.Name, in.Source, in.Run, in.InitKey),
+			TypedSearchAttributes: temporal.NewSearchAttributes(KindAttr.ValueSet("sweep"), RunAttr.ValueSet(in.Run)),
+		},
+		// A sweep due while the last one runs would evaluate the same
+		// weights twice: skip it.
+		Overlap: enumspb.SCHEDULE_OVERLAP_POLICY_SKIP,
+		Memo:    map[string]any{SweepMemoSource: in.Source, SweepMemoRun: in.Run, SweepMemoWhen: when, SweepMemoInitKey: in.InitKey},
+	})
+}
+
+// RequestStop sends a run's train workflow the stop signal.
+func RequestStop(ctx context.Context, c client.Client, run, reason string) error {
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	return c.SignalWorkflow(ctx, WorkflowID(run), "", StopSignal, reason)
+}
+
+// CancelTrain cancels a run's train workflow: a hard stop.
+func CancelTrain(ctx context.Context, c client.Client, run string) error {
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	return c.CancelWorkflow(ctx, WorkflowID(run), "")
+}
+
+// IsRunning says whether workflow id has a running execution.
+func IsRunning(ctx context.Context, c client.Client, id string) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	d, err := c.DescribeWorkflowExecution(ctx, id, "")
+	var nf *serviceerror.NotFound
+	if errors.As(err, &nf) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("describe workflow %s: %w", id, err)
+	}
+	return d.WorkflowExecutionInfo.Status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, nil
+}
+
+// QueryProgress asks a run's train workflow for its progress and adds the
+// live counts of its running episode chunks.
+func QueryProgress(ctx context.Context, c client.Client, run string) (Progress, error) {
+	var p Progress
+	if err := queryWithChunks(ctx, c, WorkflowID(run), ProgressQuery, &p); err != nil {
+		return p, fmt.Errorf("run %s: %w", run, err)
+	}
+	addChunks(ctx, c, p.Children, &p.Episodes)
+	return p, nil
+}
+
+// QueryEvalProgress asks an evaluation workflow for its progress and adds
+// the live counts of its running episode chunks.
+func QueryEvalProgress(ctx context.Context, c client.Client, id string) (EvalProgress, error) {
+	var p EvalProgress
+	if err := queryWithChunks(ctx, c, id, EvalProgressQuery, &p); err != nil {
+		return p, fmt.Errorf("evaluation %s: %w", id, err)
+	}
+	addChunks(ctx, c, p.Children, &p.Episodes)
+	return p, nil
+}
+
+// queryWithChunks runs a query on a workflow that runs episode chunks.
+func queryWithChunks(ctx context.Context, c client.Client, id, query string, into any) error {
+	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	v, err := c.QueryWorkflow(qctx, id, "", query)
+	if err != nil {
+		return fmt.Errorf("query %s: %w", query, err)
+	}
+	if err := v.Get(into); err != nil {
+		return fmt.Errorf("decode %s: %w", query, err)
+	}
+	return nil
+}
+
+// addChunks adds the live counts of running episode chunks to t.
+func addChunks(ctx context.Context, c client.Client, children []string, t *Tally) {
+	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for _, id := range children {
+		v, err := c.QueryWorkflow(qctx, id, "", EpisodesQuery)
+		if err != nil {
+			continue // finished between the two queries: the parent counts it next time
+		}
+		var ct Tally
+		if v.Get(&ct) == nil {
+			ct.Total = 0
+			t.Add(ct)
+		}
+	}
+}

@@ -1,0 +1,67 @@
+package api
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/roundhouse-rl/roundhouse/schemas"
+)
+
+// The episode chunk workflow (Episodes): a child of Train and Eval running
+// up to ChunkSize episodes on the rollout queue.
+
+// EpisodesWorkflow is the episode chunk workflow's registered type name.
+const EpisodesWorkflow = "Episodes"
+
+// ChunkSize is how many episodes one Episodes child workflow runs. A round
+// of 2,000 groups × 6 attempts is 24 children: no history comes near
+// Temporal's limits (51,200 events, 50 MB; 2,000 pending activities).
+const ChunkSize = 500
+
+// ChildID is the workflow id of chunk k of a phase's episodes.
+func ChildID(parent string, round int32, phase string, k int) string {
+	return fmt.Sprintf("%s-r%d-%s-%d", parent, round, phase, k)
+}
+
+// EpisodesQuery answers an Episodes workflow's Tally so far.
+const EpisodesQuery = "episodes"
+
+// Cell is one episode to run: a task, an init state and its place.
+type Cell struct {
+	Task    schemas.Task
+	InitID  int32
+	Group   int32
+	Attempt int32
+}
+
+// EpisodesInput is one chunk of a phase's episodes.
+type EpisodesInput struct {
+	Run          string
+	Round        int32
+	Phase        string
+	Weights      string
+	Cells        []Cell
+	InfraTries   int32
+	StartToClose time.Duration
+	Heartbeat    time.Duration
+}
+
+// Tally counts what a set of episodes did; it is the result of Episodes.
+type Tally struct {
+	Total     int
+	Done      int // finished: valid, invalid or lost
+	Valid     int
+	Successes int
+	Lost      int // the activity failed for good: no record exists
+	Skipped   int // not run because the run is stopping
+}
+
+// Add sums o into t.
+func (t *Tally) Add(o Tally) {
+	t.Total += o.Total
+	t.Done += o.Done
+	t.Valid += o.Valid
+	t.Successes += o.Successes
+	t.Lost += o.Lost
+	t.Skipped += o.Skipped
+}
