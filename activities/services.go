@@ -18,9 +18,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/activity"
 
-	"github.com/roundhouse-rl/roundhouse/internal/devstack"
 	"github.com/roundhouse-rl/roundhouse/internal/harness"
 	"github.com/roundhouse-rl/roundhouse/internal/ports"
+	"github.com/roundhouse-rl/roundhouse/internal/proc"
 	"github.com/roundhouse-rl/roundhouse/internal/telemetry/instr"
 	"github.com/roundhouse-rl/roundhouse/internal/weights"
 	"github.com/roundhouse-rl/roundhouse/schemas"
@@ -33,7 +33,7 @@ const modelName = "model"
 type service struct {
 	spec  schemas.Service
 	key   string // what it was started for: harness digest (+ weights ETag)
-	proc  *devstack.Proc
+	proc  *proc.Server
 	lease *ports.Lease
 	url   string
 	users int
@@ -201,7 +201,7 @@ func (r *Rollout) ensure(ctx context.Context, h schemas.Harness, spec schemas.Se
 	}
 	logPath := filepath.Join(r.WorkDir, "logs", spec.Name+"-"+strings.NewReplacer("/", "-", ":", "-").Replace(key)+".log")
 	os.Remove(logPath) // the log line readiness check must not see an earlier start
-	p, err := devstack.Start(spec.Name, args, env, logPath, false)
+	p, err := proc.Start(spec.Name, args, env, logPath, false)
 	if err != nil {
 		lease.Release()
 		return fail(err)
@@ -211,7 +211,7 @@ func (r *Rollout) ensure(ctx context.Context, h schemas.Harness, spec schemas.Se
 	if timeout == 0 {
 		timeout = time.Minute
 	}
-	if err := devstack.WaitReady(ctx, p, timeout, readyCheck(spec.Ready, base, logPath), logPath); err != nil {
+	if err := proc.WaitReady(ctx, p, timeout, readyCheck(spec.Ready, base, logPath), logPath); err != nil {
 		p.Stop(5 * time.Second)
 		lease.Release()
 		if ctx.Err() != nil {
@@ -264,7 +264,7 @@ func readyCheck(rd schemas.Ready, url, logPath string) func(context.Context) err
 			return nil
 		}
 	}
-	return devstack.TCPCheck(strings.TrimPrefix(url, "http://"))
+	return proc.TCPCheck(strings.TrimPrefix(url, "http://"))
 }
 
 func httpProbe(method, url, body, expect string) func(context.Context) error {

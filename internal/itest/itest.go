@@ -22,6 +22,7 @@ import (
 
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
 	"github.com/roundhouse-rl/roundhouse/internal/devstack"
+	"github.com/roundhouse-rl/roundhouse/internal/proc"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 )
 
@@ -72,12 +73,12 @@ func start(t testing.TB, withUI bool) Stack {
 	if err := os.MkdirAll(filepath.Join(dir, "s3"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	sp, err := devstack.Start("versitygw", devstack.VersitygwArgs(vbin, filepath.Join(dir, "s3"), sport), devstack.VersitygwEnv(cfg.AccessKey, cfg.SecretKey), slog, false)
+	sp, err := proc.Start("versitygw", devstack.VersitygwArgs(vbin, filepath.Join(dir, "s3"), sport), devstack.VersitygwEnv(cfg.AccessKey, cfg.SecretKey), slog, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sp.Stop(5 * time.Second) })
-	if err := devstack.WaitReady(ctx, sp, time.Minute, devstack.HTTPCheck(cfg.Endpoint), slog); err != nil {
+	if err := proc.WaitReady(ctx, sp, time.Minute, proc.HTTPCheck(cfg.Endpoint), slog); err != nil {
 		t.Fatal(err)
 	}
 	st, err := store.New(ctx, cfg)
@@ -106,7 +107,7 @@ func startTemporal(t testing.TB, bin, dir string, withUI bool) (addr, ui string)
 			uport, _ = devstack.FreePort()
 		}
 		log := filepath.Join(dir, fmt.Sprintf("temporal-%d.log", try))
-		p, err := devstack.Start("temporal", devstack.TemporalArgs(bin, filepath.Join(dir, fmt.Sprintf("temporal-%d.db", try)), tport, uport), nil, log, false)
+		p, err := proc.Start("temporal", devstack.TemporalArgs(bin, filepath.Join(dir, fmt.Sprintf("temporal-%d.db", try)), tport, uport), nil, log, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -114,7 +115,7 @@ func startTemporal(t testing.TB, bin, dir string, withUI bool) (addr, ui string)
 		// A Temporal health check, not a bare TCP connect: another process
 		// that grabbed the port would pass the latter.
 		up := func(ctx context.Context) error {
-			if err := devstack.TCPCheck(addr)(ctx); err != nil {
+			if err := proc.TCPCheck(addr)(ctx); err != nil {
 				return err // not listening yet: no need to dial
 			}
 			c, err := client.DialContext(ctx, client.Options{HostPort: addr, Logger: quiet})
@@ -124,10 +125,10 @@ func startTemporal(t testing.TB, bin, dir string, withUI bool) (addr, ui string)
 			c.Close()
 			return nil
 		}
-		last = devstack.WaitReady(ctx, p, 2*time.Minute, up, log)
+		last = proc.WaitReady(ctx, p, 2*time.Minute, up, log)
 		if last == nil && withUI {
 			ui = "http://127.0.0.1:" + strconv.Itoa(uport)
-			last = devstack.WaitReady(ctx, p, time.Minute, devstack.HTTPCheck(ui+"/"), log)
+			last = proc.WaitReady(ctx, p, time.Minute, proc.HTTPCheck(ui+"/"), log)
 		}
 		if last == nil {
 			t.Cleanup(func() { p.Stop(5 * time.Second) })
