@@ -22,6 +22,7 @@ import (
 
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
 	"github.com/roundhouse-rl/roundhouse/internal/devstack"
+	"github.com/roundhouse-rl/roundhouse/internal/ports"
 	"github.com/roundhouse-rl/roundhouse/internal/proc"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 )
@@ -66,7 +67,7 @@ func start(t testing.TB, withUI bool) Stack {
 		t.Fatal(err)
 	}
 	taddr, ui := startTemporal(t, tbin, dir, withUI)
-	sport, _ := devstack.FreePort()
+	sport := Port(t)
 	cfg := store.Config{Endpoint: "http://127.0.0.1:" + strconv.Itoa(sport), Region: "us-east-1", Bucket: "roundhouse-test",
 		AccessKey: "itest", SecretKey: "itest-secret"}
 	slog := filepath.Join(dir, "s3.log")
@@ -91,20 +92,20 @@ func start(t testing.TB, withUI bool) Stack {
 	return Stack{Endpoints: connect.Endpoints{Temporal: taddr, Namespace: "default", S3: cfg}, Store: st, Dir: dir, UI: ui}
 }
 
-// startTemporal starts the dev server on free ports and waits until it
-// answers (and its UI, when asked for). A port picked as free can be taken
-// by another test package's server before ours binds it; such a start is
-// retried on other ports, twice at most.
+// startTemporal starts the dev server on leased ports and waits until it
+// answers (and its UI, when asked for). The dev server also opens ports of
+// its own choosing, which can meet another test package's server; such a
+// start is retried on other ports, twice at most.
 func startTemporal(t testing.TB, bin, dir string, withUI bool) (addr, ui string) {
 	t.Helper()
 	ctx := context.Background()
 	quiet := quietLogger()
 	var last error
 	for try := 1; try <= 3; try++ {
-		tport, _ := devstack.FreePort()
+		tport := Port(t)
 		uport := 0 // headless
 		if withUI {
-			uport, _ = devstack.FreePort()
+			uport = Port(t)
 		}
 		log := filepath.Join(dir, fmt.Sprintf("temporal-%d.log", try))
 		p, err := proc.Start("temporal", devstack.TemporalArgs(bin, filepath.Join(dir, fmt.Sprintf("temporal-%d.db", try)), tport, uport), nil, log, false)
@@ -139,6 +140,20 @@ func startTemporal(t testing.TB, bin, dir string, withUI bool) (addr, ui string)
 	}
 	t.Fatal(last)
 	return "", ""
+}
+
+// Port leases a loopback port from the machine's port locks for the rest of
+// the test, as workers lease their services' ports: no other Roundhouse
+// process (another test package's servers, a worker's services) is given
+// it meanwhile.
+func Port(t testing.TB) int {
+	t.Helper()
+	l, err := ports.Allocate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Release)
+	return l.Port
 }
 
 func quietLogger() tlog.Logger {
