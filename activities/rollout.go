@@ -85,7 +85,8 @@ func (r *Rollout) RunEpisode(ctx context.Context, in EpisodeInput) (res EpisodeR
 	info := activity.GetInfo(ctx)
 	retry := info.Attempt - 1
 	log := activity.GetLogger(ctx)
-	id := schemas.EpisodeID(in.Round, in.Phase, in.Group, in.Attempt)
+	key := schemas.EpisodeKey{Run: in.Run, Round: in.Round, Phase: in.Phase, Group: in.Group, Attempt: in.Attempt, Retry: retry}
+	id := key.ID()
 	res = EpisodeResult{EpisodeID: id, Retry: retry}
 	ctx, span := tracer.Start(ctx, "episode", trace.WithAttributes(
 		attribute.String("episode.id", id), attribute.Int("episode.retry", int(retry)),
@@ -131,8 +132,7 @@ func (r *Rollout) RunEpisode(ctx context.Context, in EpisodeInput) (res EpisodeR
 		return res, err
 	}
 	// The proxy makes each call's span a child of this episode's.
-	pep := proxy.Episode{ID: id, Run: in.Run, Round: in.Round, Phase: in.Phase,
-		Group: in.Group, Attempt: in.Attempt, Retry: retry, WeightsID: in.WeightsID, Span: span.SpanContext()}
+	pep := proxy.Episode{Key: key, WeightsID: in.WeightsID, Span: span.SpanContext()}
 	outDir := filepath.Join(r.WorkDir, "episodes", in.Run, fmt.Sprintf("%s-try%d", id, retry))
 	started := time.Now()
 	instr.EpisodeStarted(ctx, in.Phase)
@@ -144,12 +144,12 @@ func (r *Rollout) RunEpisode(ctx context.Context, in EpisodeInput) (res EpisodeR
 	if !out.Valid && info.Attempt < in.InfraTries {
 		// Infrastructure failures are not attempts with reward 0: keep this
 		// try's records as an orphan, then try again.
-		if err := r.storeOrphan(ctx, spool.Orphan{Episode: pep, Path: r.Spool.Path(pep)}, calls); err != nil {
+		if err := r.storeOrphan(ctx, spool.Orphan{Key: key, Path: r.Spool.Path(key)}, calls); err != nil {
 			log.Warn("orphaned try not stored", "episode", id, "error", err)
 		}
 		return res, fmt.Errorf("episode %s try %d: %s failure: %s", id, info.Attempt, out.FailureClass, out.Termination)
 	}
-	if err := r.storeBlobs(ctx, in.Run, r.Spool.Blobs(pep)); err != nil {
+	if err := r.storeBlobs(ctx, in.Run, r.Spool.Blobs(key)); err != nil {
 		return res, fmt.Errorf("episode %s blobs: %w", id, err)
 	}
 	artifacts := l.Artifacts(in.Round, in.Phase, id)
@@ -181,7 +181,7 @@ func (r *Rollout) RunEpisode(ctx context.Context, in EpisodeInput) (res EpisodeR
 	}
 	res.Bytes = n + m
 	instr.EpisodeFinished(ctx, in.Phase, out.Valid, out.Success, out.FailureClass)
-	if err := r.Spool.Done(pep); err != nil {
+	if err := r.Spool.Done(key); err != nil {
 		log.Warn("spool not removed", "episode", id, "error", err)
 	}
 	log.Debug("episode stored", "episode", id, "success", out.Success, "valid", out.Valid, "calls", len(calls))
@@ -220,7 +220,7 @@ func (r *Rollout) play(ctx context.Context, h schemas.Harness, in EpisodeInput, 
 	}
 	args, err := harness.FillArgs(h.Episode.Command, vars)
 	if err != nil {
-		r.Proxy.End(pep.ID)
+		r.Proxy.End(pep.Key.ID())
 		return outcome.Result{}, nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("harness %s episode.command: %v", h.Name, err), "BadHarness", err)
 	}
 	env := map[string]string{}
@@ -229,7 +229,7 @@ func (r *Rollout) play(ctx context.Context, h schemas.Harness, in EpisodeInput, 
 	}
 	pr, runErr := proc.Run(ctx, proc.Spec{Name: "episode", Args: args, Env: env, Log: filepath.Join(outDir, "episode.log"),
 		Timeout: h.Episode.Timeout.D()})
-	calls := r.Proxy.End(pep.ID)
+	calls := r.Proxy.End(pep.Key.ID())
 	if runErr != nil && ctx.Err() != nil {
 		return outcome.Result{}, calls, runErr // cancelled or timed out by Temporal
 	}
@@ -288,7 +288,7 @@ func (r *Rollout) storeBlobs(ctx context.Context, run string, names []string) er
 // storeOrphan stores a try's records under orphans/ (never trained on),
 // with the blobs they reference, and drops its spool file.
 func (r *Rollout) storeOrphan(ctx context.Context, o spool.Orphan, calls []schemas.Call) error {
-	ep := o.Episode
+	ep := o.Key
 	var names []string
 	for _, c := range calls {
 		for _, m := range blobRef.FindAllStringSubmatch(c.Request, -1) {
@@ -301,7 +301,7 @@ func (r *Rollout) storeOrphan(ctx context.Context, o spool.Orphan, calls []schem
 		return err
 	}
 	if len(calls) > 0 {
-		key := schemas.Layout{Run: ep.Run}.Orphan(ep.Round, ep.Phase, ep.ID, ep.Retry)
+		key := schemas.Layout{Run: ep.Run}.Orphan(ep.Round, ep.Phase, ep.ID(), ep.Retry)
 		if _, err := store.WriteParquet(ctx, r.Store, key, calls); err != nil {
 			return err
 		}
@@ -325,8 +325,8 @@ func (r *Rollout) RecoverOrphans(ctx context.Context) (int, error) {
 		// A try whose episode row is stored completed: the worker died
 		// after storing it, before clearing its spool. Its calls are in
 		// calls/ already; it is not an orphan.
-		ep := o.Episode
-		done, ok, err := r.recorded(ctx, EpisodeInput{Run: ep.Run, Round: ep.Round, Phase: ep.Phase}, ep.ID)
+		ep := o.Key
+		done, ok, err := r.recorded(ctx, EpisodeInput{Run: ep.Run, Round: ep.Round, Phase: ep.Phase}, ep.ID())
 		if err != nil {
 			return 0, fmt.Errorf("orphan %s: %w", o.Path, err)
 		}

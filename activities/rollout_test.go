@@ -8,7 +8,6 @@ import (
 
 	"github.com/roundhouse-rl/roundhouse/internal/itest"
 	"github.com/roundhouse-rl/roundhouse/internal/outcome"
-	"github.com/roundhouse-rl/roundhouse/internal/proxy"
 	"github.com/roundhouse-rl/roundhouse/internal/spool"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/schemas"
@@ -61,12 +60,12 @@ func TestRecoverOrphansSkipsCompletedTries(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := schemas.Layout{Run: "orph"}
-	done := proxy.Episode{ID: schemas.EpisodeID(1, schemas.PhaseTrain, 0, 0), Run: "orph", Round: 1, Phase: schemas.PhaseTrain}
-	lost := proxy.Episode{ID: schemas.EpisodeID(1, schemas.PhaseTrain, 0, 1), Run: "orph", Round: 1, Phase: schemas.PhaseTrain, Attempt: 1}
-	for _, ep := range []proxy.Episode{done, lost} {
-		first.Call(ep, schemas.Call{Run: ep.Run, EpisodeID: ep.ID, CallIndex: 0, Trainable: true})
+	done := schemas.EpisodeKey{Run: "orph", Round: 1, Phase: schemas.PhaseTrain}
+	lost := schemas.EpisodeKey{Run: "orph", Round: 1, Phase: schemas.PhaseTrain, Attempt: 1}
+	for _, ep := range []schemas.EpisodeKey{done, lost} {
+		first.Call(ep, schemas.Call{Run: ep.Run, EpisodeID: ep.ID(), CallIndex: 0, Trainable: true})
 	}
-	if _, err := store.WriteParquet(ctx, stack.Store, l.Episodes(1, schemas.PhaseTrain, done.ID), []schemas.Episode{{Run: "orph", EpisodeID: done.ID, Valid: true}}); err != nil {
+	if _, err := store.WriteParquet(ctx, stack.Store, l.Episodes(1, schemas.PhaseTrain, done.ID()), []schemas.Episode{{Run: "orph", EpisodeID: done.ID(), Valid: true}}); err != nil {
 		t.Fatal(err)
 	}
 	// The next worker process on the host.
@@ -78,10 +77,10 @@ func TestRecoverOrphansSkipsCompletedTries(t *testing.T) {
 	if _, err := r.RecoverOrphans(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if ok, _ := stack.Store.Exists(ctx, l.Orphan(1, schemas.PhaseTrain, done.ID, 0)); ok {
+	if ok, _ := stack.Store.Exists(ctx, l.Orphan(1, schemas.PhaseTrain, done.ID(), 0)); ok {
 		t.Error("a completed try was stored as an orphan")
 	}
-	if ok, _ := stack.Store.Exists(ctx, l.Orphan(1, schemas.PhaseTrain, lost.ID, 0)); !ok {
+	if ok, _ := stack.Store.Exists(ctx, l.Orphan(1, schemas.PhaseTrain, lost.ID(), 0)); !ok {
 		t.Error("the try without an episode row was not stored as an orphan")
 	}
 	if left, _ := next.Orphans(); len(left) != 0 {
