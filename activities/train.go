@@ -130,7 +130,7 @@ func (t *Trainer) Train(ctx context.Context, in TrainInput) (schemas.TrainerMetr
 		}
 	}
 	res, err := proc.Run(pctx, proc.Spec{Name: "trainer", Args: args, Env: env, Dir: h.Dir, Log: logPath, Timeout: h.Trainer.Timeout.D(), Beat: beat})
-	steps.finish(pctx, logTail(logPath, 4096), time.Now())
+	steps.finish(pctx, proc.LogTail(logPath, 4096), time.Now())
 	span.SetAttributes(attribute.Int("trainer.steps", steps.step), attribute.Int("process.exit.code", res.ExitCode))
 	instr.End(span, err)
 	if uerr := t.Store.PutFile(ctx, logKey, logPath); uerr != nil {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -136,4 +137,16 @@ func HTTPCheck(url string) func(context.Context) error {
 		}
 		return nil
 	}
+}
+
+// LogTail returns the last n bytes of a log on one line, for error messages.
+func LogTail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "(no log)"
+	}
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return strings.Join(strings.Fields(string(b)), " ")
 }
