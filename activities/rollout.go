@@ -6,10 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
-	"strings"
-	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -18,31 +15,22 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/roundhouse-rl/roundhouse/internal/harness"
+	"github.com/roundhouse-rl/roundhouse/internal/host"
 	"github.com/roundhouse-rl/roundhouse/internal/outcome"
 	"github.com/roundhouse-rl/roundhouse/internal/proc"
 	"github.com/roundhouse-rl/roundhouse/internal/proxy"
-	"github.com/roundhouse-rl/roundhouse/internal/spool"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/internal/telemetry/instr"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 )
 
-// Rollout runs episodes on one host. It owns the host's model server
-// (started for the weights an episode needs, restarted when they change)
-// and the recording proxy every planner call goes through.
+// Rollout is the episode activity of a rollout host. The host (its model
+// server and services, the recording proxy, the spool) is the worker's;
+// Rollout's exported methods are activities and nothing else.
 type Rollout struct {
-	Store     *store.Store
-	Proxy     *proxy.Proxy
-	Spool     *spool.Spool // the proxy's OnCall/OnBlob write here
-	ProxyAddr string       // host:port the proxy listens on
-	WorkDir   string       // local scratch: weights, episode output dirs, logs
-	Host      string
+	Host *host.Host
 
 	harnesses harnessCache
-	mu        sync.Mutex
-	services  map[string]*service    // by name@config; the model server under modelName
-	failed    map[string]failedStart // recent failed starts, by the same keys
-	stored    sync.Map               // blob keys known to be in the bucket
 }
 
 // EpisodeInput names one episode of a round.
@@ -85,7 +73,8 @@ func (r *Rollout) RunEpisode(ctx context.Context, in EpisodeInput) (res EpisodeR
 	info := activity.GetInfo(ctx)
 	retry := info.Attempt - 1
 	log := activity.GetLogger(ctx)
-	id := schemas.EpisodeID(in.Round, in.Phase, in.Group, in.Attempt)
+	key := schemas.EpisodeKey{Run: in.Run, Round: in.Round, Phase: in.Phase, Group: in.Group, Attempt: in.Attempt, Retry: retry}
+	id := key.ID()
 	res = EpisodeResult{EpisodeID: id, Retry: retry}
 	ctx, span := tracer.Start(ctx, "episode", trace.WithAttributes(
 		attribute.String("episode.id", id), attribute.Int("episode.retry", int(retry)),
@@ -113,27 +102,27 @@ func (r *Rollout) RunEpisode(ctx context.Context, in EpisodeInput) (res EpisodeR
 	}()
 	// A resumed round finds the episodes it already completed; a stopping
 	// run skips the episodes that have not started.
-	if done, ok, err := r.recorded(ctx, in, id); err != nil {
+	if row, ok, err := r.Host.Recorded(ctx, key); err != nil {
 		return res, err
 	} else if ok {
-		return done, nil
+		return recordedResult(id, row), nil
 	}
 	l := schemas.Layout{Run: in.Run}
-	if stop, err := r.Store.Exists(ctx, l.Stop()); err != nil {
+	st := r.Host.Store
+	if stop, err := st.Exists(ctx, l.Stop()); err != nil {
 		return res, err
 	} else if stop {
 		log.Info("run is stopping; episode skipped", "episode", id)
 		res.Skipped = true
 		return res, nil
 	}
-	h, err := r.harnesses.get(ctx, r.Store, in.Run)
+	h, err := r.harnesses.get(ctx, st, in.Run)
 	if err != nil {
 		return res, err
 	}
 	// The proxy makes each call's span a child of this episode's.
-	pep := proxy.Episode{ID: id, Run: in.Run, Round: in.Round, Phase: in.Phase,
-		Group: in.Group, Attempt: in.Attempt, Retry: retry, WeightsID: in.WeightsID, Span: span.SpanContext()}
-	outDir := filepath.Join(r.WorkDir, "episodes", in.Run, fmt.Sprintf("%s-try%d", id, retry))
+	pep := proxy.Episode{Key: key, WeightsID: in.WeightsID, Span: span.SpanContext()}
+	outDir := filepath.Join(r.Host.WorkDir, "episodes", in.Run, fmt.Sprintf("%s-try%d", id, retry))
 	started := time.Now()
 	instr.EpisodeStarted(ctx, in.Phase)
 	out, calls, err := r.play(ctx, h, in, pep, outDir)
@@ -144,12 +133,12 @@ func (r *Rollout) RunEpisode(ctx context.Context, in EpisodeInput) (res EpisodeR
 	if !out.Valid && info.Attempt < in.InfraTries {
 		// Infrastructure failures are not attempts with reward 0: keep this
 		// try's records as an orphan, then try again.
-		if err := r.storeOrphan(ctx, spool.Orphan{Episode: pep, Path: r.Spool.Path(pep)}, calls); err != nil {
+		if err := r.Host.StoreOrphan(ctx, key, calls); err != nil {
 			log.Warn("orphaned try not stored", "episode", id, "error", err)
 		}
 		return res, fmt.Errorf("episode %s try %d: %s failure: %s", id, info.Attempt, out.FailureClass, out.Termination)
 	}
-	if err := r.storeBlobs(ctx, in.Run, r.Spool.Blobs(pep)); err != nil {
+	if err := r.Host.StoreBlobs(ctx, key); err != nil {
 		return res, fmt.Errorf("episode %s blobs: %w", id, err)
 	}
 	artifacts := l.Artifacts(in.Round, in.Phase, id)
@@ -158,11 +147,11 @@ func (r *Rollout) RunEpisode(ctx context.Context, in EpisodeInput) (res EpisodeR
 		return res, fmt.Errorf("episode %s artifacts: %w", id, err)
 	}
 	for _, name := range files {
-		if err := r.Store.PutFile(ctx, artifacts+name, filepath.Join(outDir, name)); err != nil {
+		if err := st.PutFile(ctx, artifacts+name, filepath.Join(outDir, name)); err != nil {
 			return res, fmt.Errorf("episode %s artifacts: %w", id, err)
 		}
 	}
-	n, err := store.WriteParquet(ctx, r.Store, l.Calls(in.Round, in.Phase, id), calls)
+	n, err := store.WriteParquet(ctx, st, l.Calls(in.Round, in.Phase, id), calls)
 	if err != nil {
 		return res, fmt.Errorf("episode %s calls: %w", id, err)
 	}
@@ -172,16 +161,16 @@ func (r *Rollout) RunEpisode(ctx context.Context, in EpisodeInput) (res EpisodeR
 		WeightsID: in.WeightsID, Success: out.Success, Reward: out.Reward, Valid: out.Valid,
 		FailureClass: out.FailureClass, Termination: out.Termination, NumCalls: int32(len(calls)),
 		SuccessCall: successCall(out, len(calls)),
-		StartedAtMS: started.UnixMilli(), DurationMS: time.Since(started).Milliseconds(), Host: r.Host,
-		Artifacts: "s3://" + r.Store.Bucket + "/" + artifacts,
+		StartedAtMS: started.UnixMilli(), DurationMS: time.Since(started).Milliseconds(), Host: r.Host.Name,
+		Artifacts: "s3://" + st.Bucket + "/" + artifacts,
 	}
-	m, err := store.WriteParquet(ctx, r.Store, l.Episodes(in.Round, in.Phase, id), []schemas.Episode{row})
+	m, err := store.WriteParquet(ctx, st, l.Episodes(in.Round, in.Phase, id), []schemas.Episode{row})
 	if err != nil {
 		return res, fmt.Errorf("episode %s row: %w", id, err)
 	}
 	res.Bytes = n + m
 	instr.EpisodeFinished(ctx, in.Phase, out.Valid, out.Success, out.FailureClass)
-	if err := r.Spool.Done(pep); err != nil {
+	if err := r.Host.Spool.Done(key); err != nil {
 		log.Warn("spool not removed", "episode", id, "error", err)
 	}
 	log.Debug("episode stored", "episode", id, "success", out.Success, "valid", out.Valid, "calls", len(calls))
@@ -194,8 +183,8 @@ func (r *Rollout) RunEpisode(ctx context.Context, in EpisodeInput) (res EpisodeR
 // the budget and then counted by cause. Errors mean the activity itself
 // could not go on (cancelled, local disk).
 func (r *Rollout) play(ctx context.Context, h schemas.Harness, in EpisodeInput, pep proxy.Episode, outDir string) (outcome.Result, []schemas.Call, error) {
-	svc, release, err := r.acquire(ctx, h, in.Run, in.WeightsID)
-	var se *ServiceError
+	svc, release, err := r.Host.Acquire(ctx, h, in.Run, in.WeightsID)
+	var se *host.ServiceError
 	if errors.As(err, &se) {
 		return outcome.Result{FailureClass: schemas.FailureInfra, Termination: se.Error()}, nil, nil
 	}
@@ -209,9 +198,9 @@ func (r *Rollout) play(ctx context.Context, h schemas.Harness, in EpisodeInput, 
 	if err := os.MkdirAll(outDir, 0o755); err != nil {
 		return outcome.Result{}, nil, err
 	}
-	prefix := r.Proxy.Begin(pep)
+	prefix := r.Host.Proxy.Begin(pep)
 	vars := map[string]string{
-		"base_url": "http://" + r.ProxyAddr + prefix, "task": strconv.Itoa(int(in.Task.ID)),
+		"base_url": "http://" + r.Host.ProxyAddr + prefix, "task": strconv.Itoa(int(in.Task.ID)),
 		"seed": strconv.Itoa(int(in.InitID)), "output_dir": outDir, "served_name": h.Model.ServedName,
 		"harness_dir": h.Dir, "round": strconv.Itoa(int(in.Round)),
 	}
@@ -220,7 +209,7 @@ func (r *Rollout) play(ctx context.Context, h schemas.Harness, in EpisodeInput, 
 	}
 	args, err := harness.FillArgs(h.Episode.Command, vars)
 	if err != nil {
-		r.Proxy.End(pep.ID)
+		r.Host.Proxy.End(pep.Key.ID())
 		return outcome.Result{}, nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("harness %s episode.command: %v", h.Name, err), "BadHarness", err)
 	}
 	env := map[string]string{}
@@ -229,7 +218,7 @@ func (r *Rollout) play(ctx context.Context, h schemas.Harness, in EpisodeInput, 
 	}
 	pr, runErr := proc.Run(ctx, proc.Spec{Name: "episode", Args: args, Env: env, Log: filepath.Join(outDir, "episode.log"),
 		Timeout: h.Episode.Timeout.D()})
-	calls := r.Proxy.End(pep.ID)
+	calls := r.Host.Proxy.End(pep.Key.ID())
 	if runErr != nil && ctx.Err() != nil {
 		return outcome.Result{}, calls, runErr // cancelled or timed out by Temporal
 	}
@@ -263,97 +252,6 @@ func artifactFiles(dir string, patterns []string) ([]string, error) {
 	return out, nil
 }
 
-// storeBlobs uploads the run's blobs a try referenced, once per content.
-func (r *Rollout) storeBlobs(ctx context.Context, run string, names []string) error {
-	l := schemas.Layout{Run: run}
-	for _, name := range names {
-		key := l.Blob(name)
-		if _, ok := r.stored.Load(key); ok {
-			continue
-		}
-		ok, err := r.Store.Exists(ctx, key)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			if err := r.Store.PutFile(ctx, key, r.Spool.BlobPath(run, name)); err != nil {
-				return err
-			}
-		}
-		r.stored.Store(key, true)
-	}
-	return nil
-}
-
-// storeOrphan stores a try's records under orphans/ (never trained on),
-// with the blobs they reference, and drops its spool file.
-func (r *Rollout) storeOrphan(ctx context.Context, o spool.Orphan, calls []schemas.Call) error {
-	ep := o.Episode
-	var names []string
-	for _, c := range calls {
-		for _, m := range blobRef.FindAllStringSubmatch(c.Request, -1) {
-			if _, err := os.Stat(r.Spool.BlobPath(ep.Run, m[1])); err == nil {
-				names = append(names, m[1])
-			}
-		}
-	}
-	if err := r.storeBlobs(ctx, ep.Run, names); err != nil {
-		return err
-	}
-	if len(calls) > 0 {
-		key := schemas.Layout{Run: ep.Run}.Orphan(ep.Round, ep.Phase, ep.ID, ep.Retry)
-		if _, err := store.WriteParquet(ctx, r.Store, key, calls); err != nil {
-			return err
-		}
-	}
-	if err := r.Spool.Done(ep); err != nil {
-		return err
-	}
-	return spool.Remove(o)
-}
-
-var blobRef = regexp.MustCompile(regexp.QuoteMeta(proxy.BlobPrefix) + `([0-9a-f]{64}\.[A-Za-z0-9]+)`)
-
-// RecoverOrphans stores what earlier worker processes on this host spooled
-// but never completed. Call it before serving episodes.
-func (r *Rollout) RecoverOrphans(ctx context.Context) (int, error) {
-	orphans, err := r.Spool.Orphans()
-	if err != nil {
-		return 0, err
-	}
-	for _, o := range orphans {
-		// A try whose episode row is stored completed: the worker died
-		// after storing it, before clearing its spool. Its calls are in
-		// calls/ already; it is not an orphan.
-		ep := o.Episode
-		done, ok, err := r.recorded(ctx, EpisodeInput{Run: ep.Run, Round: ep.Round, Phase: ep.Phase}, ep.ID)
-		if err != nil {
-			return 0, fmt.Errorf("orphan %s: %w", o.Path, err)
-		}
-		if ok && done.Retry == ep.Retry {
-			if err := r.Spool.Done(ep); err != nil {
-				return 0, err
-			}
-			if err := spool.Remove(o); err != nil {
-				return 0, err
-			}
-			continue
-		}
-		calls, err := spool.ReadCalls(o.Path)
-		if err != nil {
-			return 0, err
-		}
-		for i := range calls {
-			calls[i].Error = strings.TrimPrefix(calls[i].Error+"; ", "; ") + "orphaned: the worker stopped before the episode completed"
-			calls[i].Trainable = false
-		}
-		if err := r.storeOrphan(ctx, o, calls); err != nil {
-			return 0, fmt.Errorf("orphan %s: %w", o.Path, err)
-		}
-	}
-	return len(orphans), nil
-}
-
 // successCall is Episode.SuccessCall: the first call index after the env
 // reported success, -1 when it never did or the adapter cannot tell when.
 func successCall(out outcome.Result, calls int) int32 {
@@ -368,21 +266,8 @@ func successCall(out outcome.Result, calls int) int32 {
 	return -1
 }
 
-// recorded returns the stored result of an episode whose row exists: the
-// row is written last, so its presence means the episode is complete.
-func (r *Rollout) recorded(ctx context.Context, in EpisodeInput, id string) (EpisodeResult, bool, error) {
-	key := schemas.Layout{Run: in.Run}.Episodes(in.Round, in.Phase, id)
-	rows, err := store.ReadParquet[schemas.Episode](ctx, r.Store, key)
-	if store.IsNotFound(err) {
-		return EpisodeResult{}, false, nil
-	}
-	if err != nil {
-		return EpisodeResult{}, false, err
-	}
-	if len(rows) != 1 {
-		return EpisodeResult{}, false, fmt.Errorf("%s holds %d rows, want 1", key, len(rows))
-	}
-	e := rows[0]
+// recordedResult is the result of an episode whose row is stored.
+func recordedResult(id string, e schemas.Episode) EpisodeResult {
 	return EpisodeResult{EpisodeID: id, Valid: e.Valid, Success: e.Success, Reward: e.Reward, FailureClass: e.FailureClass,
-		Calls: int(e.NumCalls), Retry: e.Retry, Recorded: true}, true, nil
+		Calls: int(e.NumCalls), Retry: e.Retry, Recorded: true}
 }

@@ -18,8 +18,8 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/roundhouse-rl/roundhouse/internal/devstack"
 	"github.com/roundhouse-rl/roundhouse/internal/harness"
+	"github.com/roundhouse-rl/roundhouse/internal/ports"
 	"github.com/roundhouse-rl/roundhouse/internal/proc"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/internal/telemetry/instr"
@@ -82,11 +82,18 @@ func (t *Trainer) Train(ctx context.Context, in TrainInput) (schemas.TrainerMetr
 		"round":       strconv.Itoa(int(in.Round)),
 		"harness_dir": h.Dir,
 	}
-	port, err := devstack.FreePort()
+	// The rendezvous port comes from the machine's port locks, as services'
+	// ports do: the harness's trainer command hands {rdzv_port} to torchrun
+	// (--rdzv_endpoint 127.0.0.1:{rdzv_port}), whose c10d store binds it
+	// once started. The lease is held until Train returns, after the trainer
+	// has exited, so no service of this machine's workers is given the port
+	// while torchrun may be binding or serving it.
+	rdzv, err := ports.Allocate()
 	if err != nil {
-		return m, err
+		return m, fmt.Errorf("trainer rendezvous port: %w", err)
 	}
-	vars["rdzv_port"] = strconv.Itoa(port)
+	defer rdzv.Release()
+	vars["rdzv_port"] = strconv.Itoa(rdzv.Port)
 	if err := os.MkdirAll(outDir, 0o755); err != nil {
 		return m, fmt.Errorf("train dir: %w", err)
 	}
@@ -123,7 +130,7 @@ func (t *Trainer) Train(ctx context.Context, in TrainInput) (schemas.TrainerMetr
 		}
 	}
 	res, err := proc.Run(pctx, proc.Spec{Name: "trainer", Args: args, Env: env, Dir: h.Dir, Log: logPath, Timeout: h.Trainer.Timeout.D(), Beat: beat})
-	steps.finish(pctx, logTail(logPath, 4096), time.Now())
+	steps.finish(pctx, proc.LogTail(logPath, 4096), time.Now())
 	span.SetAttributes(attribute.Int("trainer.steps", steps.step), attribute.Int("process.exit.code", res.ExitCode))
 	instr.End(span, err)
 	if uerr := t.Store.PutFile(ctx, logKey, logPath); uerr != nil {

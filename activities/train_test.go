@@ -6,13 +6,16 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/roundhouse-rl/roundhouse/activities"
 	"github.com/roundhouse-rl/roundhouse/internal/itest"
+	"github.com/roundhouse-rl/roundhouse/internal/ports"
 	"github.com/roundhouse-rl/roundhouse/internal/weights"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 )
@@ -32,7 +35,7 @@ func TestTrainPublishesAndVerifies(t *testing.T) {
 		t.Helper()
 		h := schemas.Harness{Name: "fake", Dir: dir,
 			Model:   schemas.ModelServer{WeightsFile: weightsFile},
-			Trainer: schemas.Trainer{Command: []string{"sh", "-c", script, "trainer", "{weights_in}", "{weights_out}", "{metrics_out}", "{batch}"}}}
+			Trainer: schemas.Trainer{Command: []string{"sh", "-c", script, "trainer", "{weights_in}", "{weights_out}", "{metrics_out}", "{batch}", "{rdzv_port}"}}}
 		b, _ := json.Marshal(h)
 		l := schemas.Layout{Run: run}
 		for key, body := range map[string]string{l.Harness(): string(b), l.Batch(1): "npz"} {
@@ -99,6 +102,37 @@ func TestTrainPublishesAndVerifies(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(runs); strings.Count(string(b), "run") != 1 {
 		t.Fatalf("trainer ran %d times, want 1", strings.Count(string(b), "run"))
+	}
+
+	// The rendezvous port is leased from the machine's port locks while the
+	// trainer runs, and given back when Train returns.
+	t.Setenv("ROUNDHOUSE_PORTS_DIR", t.TempDir())
+	portFile, goOn := filepath.Join(dir, "port"), filepath.Join(dir, "go-on")
+	setup("port", `echo "$5" > `+portFile+`.tmp && mv `+portFile+`.tmp `+portFile+`; while [ ! -f `+goOn+` ]; do sleep 0.05; done; `+good)
+	trained := make(chan error, 1)
+	go func() { _, err := train("port"); trained <- err }()
+	var port int
+	for port == 0 {
+		select {
+		case err := <-trained:
+			t.Fatalf("trainer ended before it was released: %v", err)
+		case <-time.After(50 * time.Millisecond):
+		}
+		if b, err := os.ReadFile(portFile); err == nil {
+			if port, err = strconv.Atoi(strings.TrimSpace(string(b))); err != nil || port <= 0 {
+				t.Fatalf("rdzv_port %q", b)
+			}
+		}
+	}
+	if !ports.Held(port) {
+		t.Errorf("rendezvous port %d is not locked while the trainer runs", port)
+	}
+	os.WriteFile(goOn, nil, 0o644)
+	if err := <-trained; err != nil {
+		t.Fatalf("train: %v", err)
+	}
+	if ports.Held(port) {
+		t.Errorf("rendezvous port %d still locked after Train returned", port)
 	}
 
 	setup("fails", `echo "CUDA out of memory"; exit 3`)

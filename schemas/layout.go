@@ -65,12 +65,6 @@ func (l Layout) Artifacts(round int32, phase, episode string) string {
 	return fmt.Sprintf("%sartifacts/round=%d/phase=%s/%s/", l.Prefix(), round, phase, episode)
 }
 
-// EpisodeID names an episode by its place in the run, so a retry of the
-// same episode writes the same keys.
-func EpisodeID(round int32, phase string, group, attempt int32) string {
-	return fmt.Sprintf("r%d-%s-g%03d-a%02d", round, phase, group, attempt)
-}
-
 // ValTag is the report tag of the validation that opens a round.
 func ValTag(round int32) string { return fmt.Sprintf("val-r%d", round) }
 

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
-	"github.com/roundhouse-rl/roundhouse/internal/devstack"
 	"github.com/roundhouse-rl/roundhouse/internal/harness"
 	"github.com/roundhouse-rl/roundhouse/internal/itest"
 	"github.com/roundhouse-rl/roundhouse/internal/runs"
@@ -48,7 +47,7 @@ func TestEvalBadInput(t *testing.T) {
 	dir := t.TempDir()
 	good := "../harnesses/minimal/harness.yaml"
 	w0 := "../harnesses/minimal/weights/w0"
-	port, _ := devstack.FreePort()
+	port := itest.Port(t)
 	e := connect.Endpoints{Temporal: "127.0.0.1:" + strconv.Itoa(port), Namespace: "default"}
 	ok := evalFlags{config: good, run: "r", weights: w0, tag: "t", initKey: valKey}
 	with := func(change func(*evalFlags)) evalFlags { f := ok; change(&f); return f }
@@ -99,7 +98,7 @@ func TestTrainRefusesStalePool(t *testing.T) {
 	pool := filepath.Join(dir, "report.json")
 	b, _ := json.Marshal(stale)
 	os.WriteFile(pool, b, 0o644)
-	port, _ := devstack.FreePort()
+	port := itest.Port(t)
 	e := connect.Endpoints{Temporal: "127.0.0.1:" + strconv.Itoa(port), Namespace: "default"}
 	err = train(context.Background(), &bytes.Buffer{}, &e, trainFlags{config: "../harnesses/minimal/harness.yaml", run: "r",
 		weights: "../harnesses/minimal/weights/w0", rounds: 1, poolReport: pool})

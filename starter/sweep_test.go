@@ -13,7 +13,6 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
-	"github.com/roundhouse-rl/roundhouse/internal/devstack"
 	"github.com/roundhouse-rl/roundhouse/internal/harness"
 	"github.com/roundhouse-rl/roundhouse/internal/itest"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
@@ -67,7 +66,7 @@ func TestSweepSpec(t *testing.T) {
 // Every bad input of create, and a bad name anywhere, fails before any
 // server is contacted, in one line naming the input and the fix.
 func TestSweepBadInput(t *testing.T) {
-	port, _ := devstack.FreePort()
+	port := itest.Port(t)
 	// Endpoints nothing listens on: reaching them would fail differently.
 	e := connect.Endpoints{Temporal: "127.0.0.1:" + strconv.Itoa(port), Namespace: "default",
 		S3: connect.FromEnv().S3}

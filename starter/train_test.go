@@ -11,7 +11,6 @@ import (
 	"testing"
 
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
-	"github.com/roundhouse-rl/roundhouse/internal/devstack"
 	"github.com/roundhouse-rl/roundhouse/internal/harness"
 	"github.com/roundhouse-rl/roundhouse/internal/itest"
 	"github.com/roundhouse-rl/roundhouse/internal/weights"
@@ -27,7 +26,7 @@ func TestTrainBadInput(t *testing.T) {
 	broken := filepath.Join(dir, "broken.yaml")
 	os.WriteFile(broken, []byte("name: [\n"), 0o644)
 	os.Mkdir(filepath.Join(dir, "empty"), 0o755)
-	port, _ := devstack.FreePort()
+	port := itest.Port(t)
 	// An endpoint nothing listens on: reaching it would fail the test differently.
 	e := connect.Endpoints{Temporal: "127.0.0.1:" + strconv.Itoa(port), Namespace: "default"}
 	cases := []struct {

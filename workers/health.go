@@ -14,7 +14,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
-	"github.com/roundhouse-rl/roundhouse/activities"
+	"github.com/roundhouse-rl/roundhouse/internal/host"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 )
 
@@ -198,7 +198,7 @@ func serveHealth(ctx context.Context, addr string, h *health, checks []readyChec
 
 // readyChecks are the worker's dependencies: Temporal, the bucket, and on a
 // rollout host the recording proxy the episodes talk through.
-func readyChecks(c client.Client, s *store.Store, ro *activities.Rollout) []readyCheck {
+func readyChecks(c client.Client, s *store.Store, rollout *host.Host) []readyCheck {
 	checks := []readyCheck{
 		// GetSystemInfo rather than CheckHealth: it is the call the SDK
 		// itself makes when it connects, authenticated like every other
@@ -212,8 +212,8 @@ func readyChecks(c client.Client, s *store.Store, ro *activities.Rollout) []read
 		}},
 		{"s3", s.Check},
 	}
-	if ro != nil {
-		checks = append(checks, readyCheck{"proxy", dialCheck("recording proxy", ro.ProxyAddr)})
+	if rollout != nil {
+		checks = append(checks, readyCheck{"proxy", dialCheck("recording proxy", rollout.ProxyAddr)})
 	}
 	return checks
 }

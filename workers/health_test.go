@@ -18,7 +18,6 @@ import (
 	"go.temporal.io/sdk/client"
 	tlog "go.temporal.io/sdk/log"
 
-	"github.com/roundhouse-rl/roundhouse/internal/devstack"
 	"github.com/roundhouse-rl/roundhouse/internal/itest"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 )
@@ -193,10 +192,7 @@ func TestHealthRealServers(t *testing.T) {
 
 	run := func(s *store.Store, check func(base string)) {
 		t.Helper()
-		port, err := devstack.FreePort()
-		if err != nil {
-			t.Fatal(err)
-		}
+		port := itest.Port(t)
 		ctx, cancel := context.WithCancel(context.Background())
 		errc := make(chan error, 1)
 		go func() {

@@ -8,14 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 
-	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/interceptor"
 	tlog "go.temporal.io/sdk/log"
@@ -23,8 +19,7 @@ import (
 
 	"github.com/roundhouse-rl/roundhouse/activities"
 	"github.com/roundhouse-rl/roundhouse/internal/failnote"
-	"github.com/roundhouse-rl/roundhouse/internal/proxy"
-	"github.com/roundhouse-rl/roundhouse/internal/spool"
+	"github.com/roundhouse-rl/roundhouse/internal/host"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/workflows"
 	"github.com/roundhouse-rl/roundhouse/workflows/api"
@@ -56,7 +51,7 @@ func Run(ctx context.Context, c client.Client, s *store.Store, cfg Config) error
 	}
 	var ws []worker.Worker
 	var cleanup []func()
-	var rollout *activities.Rollout
+	var rollout *host.Host
 	hl := newHealth()
 	// Every failed attempt is signalled to its workflow, which shows it in
 	// the Temporal UI while Temporal retries (internal/failnote).
@@ -97,35 +92,17 @@ func Run(ctx context.Context, c client.Client, s *store.Store, cfg Config) error
 			w.RegisterActivity(&activities.Control{Store: s})
 			ws = append(ws, w)
 		case "rollout":
-			sp, err := spool.New(filepath.Join(cfg.WorkDir, "spool"), slog.Default())
+			// The host stores what a previous worker on this machine left
+			// mid-episode before its activity takes any episode.
+			h, err := host.Start(ctx, host.Config{Store: s, WorkDir: cfg.WorkDir, ProxyListen: cfg.ProxyListen, Name: cfg.Host, Logger: slog.Default()})
 			if err != nil {
 				return err
 			}
-			px := proxy.New(proxy.Options{Logger: slog.Default(), OnCall: sp.Call, OnBlob: sp.Blob})
-			ln, err := net.Listen("tcp", cfg.ProxyListen)
-			if err != nil {
-				return fmt.Errorf("recording proxy on %s (choose another --proxy-listen): %w", cfg.ProxyListen, err)
-			}
-			srv := &http.Server{Handler: px, ReadHeaderTimeout: 30 * time.Second}
-			go func() {
-				if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-					slog.Error("recording proxy stopped", "error", err)
-				}
-			}()
-			ro := &activities.Rollout{Store: s, Proxy: px, Spool: sp, ProxyAddr: ln.Addr().String(), WorkDir: cfg.WorkDir, Host: cfg.Host}
-			// A previous worker on this host may have died mid-episode.
-			if n, err := ro.RecoverOrphans(ctx); err != nil {
-				slog.Error("orphaned episode records not recovered; they stay in the spool", "error", err)
-			} else if n > 0 {
-				slog.Info("stored orphaned episode tries from an earlier worker", "tries", n)
-			}
-			cleanup = append(cleanup, func() { srv.Close(); ro.Close() })
-			rollout = ro
+			cleanup = append(cleanup, h.Close)
+			rollout = h
 			w := worker.New(c, api.RolloutQueue, worker.Options{MaxConcurrentActivityExecutionSize: cfg.Slots, OnFatalError: hl.onFatal, Interceptors: notes})
-			// Close is the host's own, not an activity.
-			w.RegisterActivityWithOptions(ro, activity.RegisterOptions{SkipInvalidStructFunctions: true})
+			w.RegisterActivity(&activities.Rollout{Host: h})
 			ws = append(ws, w)
-			slog.Info("recording proxy listening", "addr", ln.Addr().String())
 		case "train":
 			w := worker.New(c, api.TrainQueue, worker.Options{MaxConcurrentActivityExecutionSize: 1, OnFatalError: hl.onFatal, Interceptors: notes})
 			tr := &activities.Trainer{Store: s, WorkDir: cfg.WorkDir}

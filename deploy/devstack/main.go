@@ -23,6 +23,7 @@ import (
 	"github.com/roundhouse-rl/roundhouse/internal/devstack"
 	"github.com/roundhouse-rl/roundhouse/internal/harness"
 	"github.com/roundhouse-rl/roundhouse/internal/prereq"
+	"github.com/roundhouse-rl/roundhouse/internal/proc"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 )
 
@@ -171,25 +172,25 @@ func up(ctx context.Context) error {
 	abs, _ := filepath.Abs(stateDir)
 	logs := filepath.Join(abs, "logs")
 	temporalAddr := "127.0.0.1:" + strconv.Itoa(temporalPort)
-	if devstack.TCPCheck(temporalAddr)(ctx) == nil {
+	if proc.TCPCheck(temporalAddr)(ctx) == nil {
 		fmt.Printf("Temporal already listening on %s\n", temporalAddr)
 	} else {
 		bin, _ := devstack.TemporalTool.Find()
 		log := filepath.Join(logs, "temporal.log")
-		p, err := devstack.Start("temporal", devstack.TemporalArgs(bin, filepath.Join(abs, "temporal.db"), temporalPort, uiPort), nil, log, true)
+		p, err := proc.Start("temporal", devstack.TemporalArgs(bin, filepath.Join(abs, "temporal.db"), temporalPort, uiPort), nil, log, true)
 		if err != nil {
 			return err
 		}
 		writePid("temporal", p)
-		if err := devstack.WaitReady(ctx, p, 2*time.Minute, devstack.TCPCheck(temporalAddr), log); err != nil {
+		if err := proc.WaitReady(ctx, p, 2*time.Minute, proc.TCPCheck(temporalAddr), log); err != nil {
 			return fmt.Errorf("temporal: %w", err)
 		}
-		if err := devstack.WaitReady(ctx, p, time.Minute, devstack.HTTPCheck("http://127.0.0.1:"+strconv.Itoa(uiPort)), log); err != nil {
+		if err := proc.WaitReady(ctx, p, time.Minute, proc.HTTPCheck("http://127.0.0.1:"+strconv.Itoa(uiPort)), log); err != nil {
 			return fmt.Errorf("temporal UI: %w", err)
 		}
 	}
 	s3url := "http://127.0.0.1:" + strconv.Itoa(s3Port)
-	if devstack.HTTPCheck(s3url)(ctx) == nil {
+	if proc.HTTPCheck(s3url)(ctx) == nil {
 		fmt.Printf("S3 already listening on %s\n", s3url)
 	} else {
 		bin, _ := devstack.VersitygwTool.Find()
@@ -199,12 +200,12 @@ func up(ctx context.Context) error {
 		}
 		s := store.FromEnv()
 		log := filepath.Join(logs, "s3.log")
-		p, err := devstack.Start("versitygw", devstack.VersitygwArgs(bin, data, s3Port), devstack.VersitygwEnv(s.AccessKey, s.SecretKey), log, true)
+		p, err := proc.Start("versitygw", devstack.VersitygwArgs(bin, data, s3Port), devstack.VersitygwEnv(s.AccessKey, s.SecretKey), log, true)
 		if err != nil {
 			return err
 		}
 		writePid("s3", p)
-		if err := devstack.WaitReady(ctx, p, time.Minute, devstack.HTTPCheck(s3url), log); err != nil {
+		if err := proc.WaitReady(ctx, p, time.Minute, proc.HTTPCheck(s3url), log); err != nil {
 			return fmt.Errorf("versitygw: %w", err)
 		}
 	}
@@ -223,7 +224,7 @@ func up(ctx context.Context) error {
 	// The worker restarts on every `up` so it always runs the code just built.
 	stopPid("worker")
 	wlog := filepath.Join(logs, "worker.log")
-	p, err := devstack.Start("worker", []string{filepath.Join(binDir, "worker"), "--workdir", filepath.Join(abs, "work")}, env(), wlog, true)
+	p, err := proc.Start("worker", []string{filepath.Join(binDir, "worker"), "--workdir", filepath.Join(abs, "work")}, env(), wlog, true)
 	if err != nil {
 		return err
 	}
@@ -271,7 +272,7 @@ func down() error {
 
 func pidFile(name string) string { return filepath.Join(stateDir, name+".pid") }
 
-func writePid(name string, p *devstack.Proc) {
+func writePid(name string, p *proc.Server) {
 	_ = os.WriteFile(pidFile(name), []byte(strconv.Itoa(p.Cmd.Process.Pid)), 0o644)
 }
 

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/roundhouse-rl/roundhouse/internal/itest"
 	"github.com/roundhouse-rl/roundhouse/internal/npz"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 )
@@ -72,18 +72,6 @@ func writeBatch(path string, ss []sample) error {
 	return w.Close()
 }
 
-// freePort asks the kernel for an unused port, so concurrent trainers do not
-// meet on --standalone's fixed rendezvous port 29400.
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // runTrainer runs trainer.py under torchrun with nproc workers and returns
 // its metrics. args are extra trainer flags.
 func runTrainer(t *testing.T, nproc int, batch, in, out string, args ...string) (schemas.TrainerMetrics, error) {
@@ -91,7 +79,7 @@ func runTrainer(t *testing.T, nproc int, batch, in, out string, args ...string) 
 	metricsPath := filepath.Join(filepath.Dir(out), schemas.TrainerMetricsFile)
 	cmdArgs := []string{"torchrun.py",
 		"--nnodes", "1", "--nproc_per_node", strconv.Itoa(nproc),
-		"--rdzv_backend", "c10d", "--rdzv_endpoint", fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+		"--rdzv_backend", "c10d", "--rdzv_endpoint", fmt.Sprintf("127.0.0.1:%d", itest.Port(t)),
 		"--monitor_interval", "0.2",
 		"trainer.py", "--batch", batch, "--weights-in", in, "--weights-out", out, "--metrics-out", metricsPath,
 		"--clip-low", "0.2", "--clip-high", "0.28", "--dual-clip", "3.0", "--is-cap", "2.0", "--global-batch", "128",

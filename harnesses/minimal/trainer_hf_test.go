@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/roundhouse-rl/roundhouse/internal/itest"
 	"github.com/roundhouse-rl/roundhouse/internal/rl"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 )
@@ -49,7 +50,7 @@ func runHF(t *testing.T, nproc int, args ...string) error {
 	}
 	cmdArgs := []string{"torchrun.py",
 		"--nnodes", "1", "--nproc_per_node", strconv.Itoa(nproc),
-		"--rdzv_backend", "c10d", "--rdzv_endpoint", fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+		"--rdzv_backend", "c10d", "--rdzv_endpoint", fmt.Sprintf("127.0.0.1:%d", itest.Port(t)),
 		"--monitor_interval", "0.2",
 		"trainer.py", "--model", "hf"}
 	cmd := exec.Command(python, append(cmdArgs, args...)...)

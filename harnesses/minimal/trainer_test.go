@@ -18,6 +18,7 @@ import (
 	"github.com/roundhouse-rl/roundhouse/harnesses/minimal/env"
 	"github.com/roundhouse-rl/roundhouse/harnesses/minimal/episode"
 	"github.com/roundhouse-rl/roundhouse/harnesses/minimal/policy"
+	"github.com/roundhouse-rl/roundhouse/internal/itest"
 	"github.com/roundhouse-rl/roundhouse/internal/npz"
 	"github.com/roundhouse-rl/roundhouse/internal/rl"
 	"github.com/roundhouse-rl/roundhouse/schemas"
@@ -283,7 +284,7 @@ func runEval(t *testing.T, nproc int, batch, old, theta string) evalResult {
 	out := filepath.Join(t.TempDir(), "eval.json")
 	cmd := exec.Command(python, "torchrun.py",
 		"--nnodes", "1", "--nproc_per_node", strconv.Itoa(nproc),
-		"--rdzv_backend", "c10d", "--rdzv_endpoint", fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+		"--rdzv_backend", "c10d", "--rdzv_endpoint", fmt.Sprintf("127.0.0.1:%d", itest.Port(t)),
 		"--monitor_interval", "0.2",
 		"trainer.py", "--batch", batch, "--weights-in", old, "--weights-theta", theta, "--eval-out", out,
 		"--clip-low", "0.2", "--clip-high", "0.28", "--dual-clip", "3.0", "--is-cap", "2.0")

@@ -22,6 +22,8 @@ import (
 
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
 	"github.com/roundhouse-rl/roundhouse/internal/devstack"
+	"github.com/roundhouse-rl/roundhouse/internal/ports"
+	"github.com/roundhouse-rl/roundhouse/internal/proc"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 )
 
@@ -65,19 +67,19 @@ func start(t testing.TB, withUI bool) Stack {
 		t.Fatal(err)
 	}
 	taddr, ui := startTemporal(t, tbin, dir, withUI)
-	sport, _ := devstack.FreePort()
+	sport := Port(t)
 	cfg := store.Config{Endpoint: "http://127.0.0.1:" + strconv.Itoa(sport), Region: "us-east-1", Bucket: "roundhouse-test",
 		AccessKey: "itest", SecretKey: "itest-secret"}
 	slog := filepath.Join(dir, "s3.log")
 	if err := os.MkdirAll(filepath.Join(dir, "s3"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	sp, err := devstack.Start("versitygw", devstack.VersitygwArgs(vbin, filepath.Join(dir, "s3"), sport), devstack.VersitygwEnv(cfg.AccessKey, cfg.SecretKey), slog, false)
+	sp, err := proc.Start("versitygw", devstack.VersitygwArgs(vbin, filepath.Join(dir, "s3"), sport), devstack.VersitygwEnv(cfg.AccessKey, cfg.SecretKey), slog, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sp.Stop(5 * time.Second) })
-	if err := devstack.WaitReady(ctx, sp, time.Minute, devstack.HTTPCheck(cfg.Endpoint), slog); err != nil {
+	if err := proc.WaitReady(ctx, sp, time.Minute, proc.HTTPCheck(cfg.Endpoint), slog); err != nil {
 		t.Fatal(err)
 	}
 	st, err := store.New(ctx, cfg)
@@ -90,23 +92,23 @@ func start(t testing.TB, withUI bool) Stack {
 	return Stack{Endpoints: connect.Endpoints{Temporal: taddr, Namespace: "default", S3: cfg}, Store: st, Dir: dir, UI: ui}
 }
 
-// startTemporal starts the dev server on free ports and waits until it
-// answers (and its UI, when asked for). A port picked as free can be taken
-// by another test package's server before ours binds it; such a start is
-// retried on other ports, twice at most.
+// startTemporal starts the dev server on leased ports and waits until it
+// answers (and its UI, when asked for). The dev server also opens ports of
+// its own choosing, which can meet another test package's server; such a
+// start is retried on other ports, twice at most.
 func startTemporal(t testing.TB, bin, dir string, withUI bool) (addr, ui string) {
 	t.Helper()
 	ctx := context.Background()
 	quiet := quietLogger()
 	var last error
 	for try := 1; try <= 3; try++ {
-		tport, _ := devstack.FreePort()
+		tport := Port(t)
 		uport := 0 // headless
 		if withUI {
-			uport, _ = devstack.FreePort()
+			uport = Port(t)
 		}
 		log := filepath.Join(dir, fmt.Sprintf("temporal-%d.log", try))
-		p, err := devstack.Start("temporal", devstack.TemporalArgs(bin, filepath.Join(dir, fmt.Sprintf("temporal-%d.db", try)), tport, uport), nil, log, false)
+		p, err := proc.Start("temporal", devstack.TemporalArgs(bin, filepath.Join(dir, fmt.Sprintf("temporal-%d.db", try)), tport, uport), nil, log, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -114,7 +116,7 @@ func startTemporal(t testing.TB, bin, dir string, withUI bool) (addr, ui string)
 		// A Temporal health check, not a bare TCP connect: another process
 		// that grabbed the port would pass the latter.
 		up := func(ctx context.Context) error {
-			if err := devstack.TCPCheck(addr)(ctx); err != nil {
+			if err := proc.TCPCheck(addr)(ctx); err != nil {
 				return err // not listening yet: no need to dial
 			}
 			c, err := client.DialContext(ctx, client.Options{HostPort: addr, Logger: quiet})
@@ -124,10 +126,10 @@ func startTemporal(t testing.TB, bin, dir string, withUI bool) (addr, ui string)
 			c.Close()
 			return nil
 		}
-		last = devstack.WaitReady(ctx, p, 2*time.Minute, up, log)
+		last = proc.WaitReady(ctx, p, 2*time.Minute, up, log)
 		if last == nil && withUI {
 			ui = "http://127.0.0.1:" + strconv.Itoa(uport)
-			last = devstack.WaitReady(ctx, p, time.Minute, devstack.HTTPCheck(ui+"/"), log)
+			last = proc.WaitReady(ctx, p, time.Minute, proc.HTTPCheck(ui+"/"), log)
 		}
 		if last == nil {
 			t.Cleanup(func() { p.Stop(5 * time.Second) })
@@ -138,6 +140,20 @@ func startTemporal(t testing.TB, bin, dir string, withUI bool) (addr, ui string)
 	}
 	t.Fatal(last)
 	return "", ""
+}
+
+// Port leases a loopback port from the machine's port locks for the rest of
+// the test, as workers lease their services' ports: no other Roundhouse
+// process (another test package's servers, a worker's services) is given
+// it meanwhile.
+func Port(t testing.TB) int {
+	t.Helper()
+	l, err := ports.Allocate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Release)
+	return l.Port
 }
 
 func quietLogger() tlog.Logger {

@@ -1,6 +1,9 @@
-// Package proc runs subprocesses the way Roundhouse needs them: an argument
-// list (no shell), its own process group so a timeout or cancel kills its
-// children too, output to a log file, and a heartbeat while it runs.
+// Package proc runs and supervises every subprocess Roundhouse starts: an
+// argument list (no shell), its own process group so a stop, timeout or
+// cancel reaches its children too, and output to a log file. Run is a
+// process waited for (an episode, the trainer), with a heartbeat while it
+// runs; Start is a server kept running (a harness service, the model
+// server, a dev-stack server) with WaitReady and its readiness checks.
 package proc
 
 import (

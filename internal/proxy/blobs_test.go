@@ -76,15 +76,15 @@ func TestImagesAndOnCall(t *testing.T) {
 	var blobs []string
 	var spooled []schemas.Call
 	p, srv := newProxy(t, nil, Options{
-		OnBlob: func(ep Episode, name string, data []byte) {
+		OnBlob: func(ep schemas.EpisodeKey, name string, data []byte) {
 			mu.Lock()
-			blobs = append(blobs, ep.ID+"/"+name)
+			blobs = append(blobs, ep.ID()+"/"+name)
 			mu.Unlock()
 		},
-		OnCall: func(ep Episode, c schemas.Call) { mu.Lock(); spooled = append(spooled, c); mu.Unlock() },
+		OnCall: func(ep schemas.EpisodeKey, c schemas.Call) { mu.Lock(); spooled = append(spooled, c); mu.Unlock() },
 	})
 	p.SetUpstream(up.URL)
-	prefix := p.Begin(Episode{ID: "img", Run: "r"})
+	prefix := p.Begin(named("img"))
 	img := dataURL("image/png", []byte("pixels"))
 	body := []byte(`{"model":"toy","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"` + img + `"}}]}]}`)
 	if status, _, b := post(t, srv.URL+prefix+"/chat/completions", body); status != 200 {
@@ -99,8 +99,8 @@ func TestImagesAndOnCall(t *testing.T) {
 	if n != 1 {
 		t.Fatalf("OnCall saw %d records before End, want 1", n)
 	}
-	recs := p.End("img")
-	if len(blobs) != 1 || !strings.HasPrefix(blobs[0], "img/") {
+	recs := p.End(idOf("img"))
+	if len(blobs) != 1 || !strings.HasPrefix(blobs[0], idOf("img")+"/") {
 		t.Fatalf("blobs %v", blobs)
 	}
 	if strings.Contains(recs[0].Request, "base64") || !strings.Contains(recs[0].Request, BlobPrefix) {
@@ -114,7 +114,7 @@ func TestImagesAndOnCall(t *testing.T) {
 func TestWrongContentType415(t *testing.T) {
 	up := newStub(t, modeOK)
 	p, srv := newProxy(t, up, Options{})
-	prefix := p.Begin(Episode{ID: "ct"})
+	prefix := p.Begin(named("ct"))
 	resp, err := http.Post(srv.URL+prefix+"/chat/completions", "text/plain", strings.NewReader(string(chatBody("hi", reqOpts{}))))
 	if err != nil {
 		t.Fatal(err)
@@ -125,7 +125,7 @@ func TestWrongContentType415(t *testing.T) {
 		t.Fatalf("status %d", resp.StatusCode)
 	}
 	checkOpenAIError(t, b, "invalid_request_error", "text/plain", "application/json")
-	recs := p.End("ct")
+	recs := p.End(idOf("ct"))
 	if len(recs) != 1 || recs[0].HTTPStatus != http.StatusUnsupportedMediaType || recs[0].Trainable {
 		t.Fatalf("records %+v", recs)
 	}
@@ -139,7 +139,7 @@ func TestWrongContentType415(t *testing.T) {
 func TestRootEndpointsPassThrough(t *testing.T) {
 	up := newStub(t, modeOK)
 	p, srv := newProxy(t, up, Options{})
-	prefix := p.Begin(Episode{ID: "root"})
+	prefix := p.Begin(named("root"))
 	base := srv.URL + strings.TrimSuffix(prefix, "/v1")
 	resp, err := http.Get(base + "/health")
 	if err != nil {
@@ -153,7 +153,7 @@ func TestRootEndpointsPassThrough(t *testing.T) {
 	if status != 200 || !strings.Contains(string(b), `"tokens":[7,8]`) {
 		t.Errorf("/tokenize: %d %s", status, b)
 	}
-	if recs := p.End("root"); len(recs) != 0 {
+	if recs := p.End(idOf("root")); len(recs) != 0 {
 		t.Errorf("pass-through recorded: %v", recs)
 	}
 }

@@ -213,11 +213,11 @@ func (p *Proxy) handleChat(w http.ResponseWriter, r *http.Request, rec *schemas.
 			return
 		}
 	}
-	ep := Episode{ID: rec.EpisodeID, Run: rec.Run, Round: rec.Round, Phase: rec.Phase, Group: rec.Group,
-		Attempt: rec.Attempt, Retry: rec.Retry, WeightsID: rec.WeightsID}
 	var onBlob func(string, []byte)
 	if p.opts.OnBlob != nil {
-		onBlob = func(name string, data []byte) { p.opts.OnBlob(ep, name, data) }
+		key := schemas.EpisodeKey{Run: rec.Run, Round: rec.Round, Phase: rec.Phase, Group: rec.Group,
+			Attempt: rec.Attempt, Retry: rec.Retry}
+		onBlob = func(name string, data []byte) { p.opts.OnBlob(key, name, data) }
 	}
 	rec.Request = string(extractImages(body, onBlob))
 	req, err := parseChatRequest(body)

@@ -30,13 +30,8 @@ import (
 
 // Episode is the attribution of every call made under one base URL.
 type Episode struct {
-	ID        string // episode id, appears in the URL path
-	Run       string
-	Round     int32
-	Phase     string
-	Group     int32
-	Attempt   int32
-	Retry     int32
+	// Key is the episode try; its ID appears in the URL path.
+	Key       schemas.EpisodeKey
 	WeightsID string
 	// Span is the episode's span: each call's "model.call" span is its
 	// child, since the harness's requests carry no trace context.
@@ -50,11 +45,11 @@ type Options struct {
 	Logger          *slog.Logger  // default slog.Default()
 	// OnCall, when set, receives each record as soon as its call completes
 	// (the rollout worker spools it to disk), before End returns it.
-	OnCall func(Episode, schemas.Call)
+	OnCall func(schemas.EpisodeKey, schemas.Call)
 	// OnBlob, when set, receives each inline base64 image of a request once
 	// per call, named <sha256>.<ext>; the recorded request then references
 	// it as blob://sha256/<name> instead of carrying the bytes.
-	OnBlob func(ep Episode, name string, data []byte)
+	OnBlob func(ep schemas.EpisodeKey, name string, data []byte)
 }
 
 // Proxy is an http.Handler; create it with New.
@@ -72,6 +67,7 @@ type Proxy struct {
 // records only.
 type episode struct {
 	meta Episode
+	id   string // meta.Key.ID()
 
 	mu       sync.Mutex
 	ended    bool
@@ -147,16 +143,17 @@ func (p *Proxy) upstreamURL(path, rawQuery string) (*url.URL, error) {
 // that no call is ever attributed to the wrong retry. Callers should End an
 // episode before reusing its id.
 func (p *Proxy) Begin(ep Episode) (pathPrefix string) {
+	id := ep.Key.ID()
 	p.mu.Lock()
-	old := p.episodes[ep.ID]
-	p.episodes[ep.ID] = &episode{meta: ep}
+	old := p.episodes[id]
+	p.episodes[id] = &episode{meta: ep, id: id}
 	p.mu.Unlock()
 	if old != nil {
 		dropped := old.close()
 		p.log.Warn("proxy: Begin on an active episode id; the old episode's records are dropped",
-			"episode", ep.ID, "dropped_calls", len(dropped))
+			"episode", id, "dropped_calls", len(dropped))
 	}
-	return "/e/" + url.PathEscape(ep.ID) + "/v1"
+	return "/e/" + url.PathEscape(id) + "/v1"
 }
 
 // End stops accepting calls for episode id, waits for its in-flight calls to
@@ -219,11 +216,11 @@ func (e *episode) finish(c schemas.Call) {
 }
 
 func (e *episode) newCall(idx int32, start time.Time) schemas.Call {
-	m := e.meta
+	k := e.meta.Key
 	return schemas.Call{
-		Run: m.Run, Round: m.Round, Phase: m.Phase, EpisodeID: m.ID,
-		Group: m.Group, Attempt: m.Attempt, Retry: m.Retry,
-		CallIndex: idx, WeightsID: m.WeightsID,
+		Run: k.Run, Round: k.Round, Phase: k.Phase, EpisodeID: e.id,
+		Group: k.Group, Attempt: k.Attempt, Retry: k.Retry,
+		CallIndex: idx, WeightsID: e.meta.WeightsID,
 		StartedAtMS: start.UnixMilli(),
 	}
 }
@@ -316,7 +313,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		defer func() {
 			endCall(ctx, span, &rec)
 			if p.opts.OnCall != nil {
-				p.opts.OnCall(ep.meta, rec)
+				p.opts.OnCall(ep.meta.Key, rec)
 			}
 			ep.finish(rec)
 		}()

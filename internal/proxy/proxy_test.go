@@ -173,8 +173,16 @@ func endOne(t *testing.T, p *Proxy, id string) schemas.Call {
 	return recs[0]
 }
 
-var testEpisode = Episode{ID: "run1-r2-train-g5-a3", Run: "run1", Round: 2, Phase: schemas.PhaseTrain,
-	Group: 5, Attempt: 3, Retry: 1, WeightsID: "w-0002"}
+var testEpisode = Episode{Key: schemas.EpisodeKey{Run: "run1", Round: 2, Phase: schemas.PhaseTrain,
+	Group: 5, Attempt: 3, Retry: 1}, WeightsID: "w-0002"}
+
+// named is an episode told apart from the others of a test by its phase.
+func named(phase string) Episode {
+	return Episode{Key: schemas.EpisodeKey{Run: "test", Round: 1, Phase: phase}}
+}
+
+// idOf is the episode id of named(phase).
+func idOf(phase string) string { return named(phase).Key.ID() }
 
 func TestNonStreamedToolCall(t *testing.T) {
 	up := newStub(t, modeOK)
@@ -185,7 +193,7 @@ func TestNonStreamedToolCall(t *testing.T) {
 	tr := upstreamTruth(t, up, user, reqOpts{tools: true})
 
 	prefix := p.Begin(testEpisode)
-	if prefix != "/e/run1-r2-train-g5-a3/v1" {
+	if prefix != "/e/r2-train-g005-a03/v1" {
 		t.Fatalf("Begin = %q", prefix)
 	}
 	before := time.Now().UnixMilli()
@@ -210,7 +218,7 @@ func TestNonStreamedToolCall(t *testing.T) {
 		t.Errorf("upstream request lacks logprobs/return_token_ids: %s", bodies[len(bodies)-1])
 	}
 
-	c := endOne(t, p, testEpisode.ID)
+	c := endOne(t, p, testEpisode.Key.ID())
 	checkTrained(t, c, tr)
 	if c.ToolCalls == "" || c.FinishReason != "tool_calls" {
 		t.Errorf("tool call not recorded: ToolCalls=%q FinishReason=%q", c.ToolCalls, c.FinishReason)
@@ -218,7 +226,7 @@ func TestNonStreamedToolCall(t *testing.T) {
 	if c.Request != string(body) {
 		t.Errorf("Request = %s, want the harness's body %s", c.Request, body)
 	}
-	wantMeta := schemas.Call{Run: "run1", Round: 2, Phase: "train", EpisodeID: testEpisode.ID, Group: 5,
+	wantMeta := schemas.Call{Run: "run1", Round: 2, Phase: "train", EpisodeID: testEpisode.Key.ID(), Group: 5,
 		Attempt: 3, Retry: 1, CallIndex: 0, WeightsID: "w-0002", Model: "toy", Stream: false}
 	gotMeta := schemas.Call{Run: c.Run, Round: c.Round, Phase: c.Phase, EpisodeID: c.EpisodeID, Group: c.Group,
 		Attempt: c.Attempt, Retry: c.Retry, CallIndex: c.CallIndex, WeightsID: c.WeightsID, Model: c.Model, Stream: c.Stream}
@@ -251,12 +259,12 @@ func TestHarnessOwnFieldsKept(t *testing.T) {
 			p, srv := newProxy(t, up, Options{})
 			body := chatBody("open the drawer", o)
 			want := direct(t, up, body)
-			prefix := p.Begin(Episode{ID: "e"})
+			prefix := p.Begin(named("e"))
 			_, _, got := post(t, srv.URL+prefix+"/chat/completions", body)
 			if !bytes.Equal(got, want) {
 				t.Fatalf("harness got\n%s\nwant\n%s", got, want)
 			}
-			c := endOne(t, p, "e")
+			c := endOne(t, p, idOf("e"))
 			checkTrained(t, c, upstreamTruth(t, up, "open the drawer", o))
 		})
 	}
@@ -282,7 +290,7 @@ func TestStreamed(t *testing.T) {
 			if !bytes.Equal(got, want) {
 				t.Fatalf("harness got\n%s\nwant\n%s", got, want)
 			}
-			c := endOne(t, p, testEpisode.ID)
+			c := endOne(t, p, testEpisode.Key.ID())
 			checkTrained(t, c, upstreamTruth(t, up, user, o))
 			wantFinish := "stop"
 			if o.tools {
@@ -316,7 +324,7 @@ func TestStreamFlushesEachEvent(t *testing.T) {
 	release := up.pauseStreams()
 	defer release()
 	p, srv := newProxy(t, up, Options{})
-	prefix := p.Begin(Episode{ID: "e"})
+	prefix := p.Begin(named("e"))
 	resp, err := http.Post(srv.URL+prefix+"/chat/completions", "application/json", bytes.NewReader(chatBody("go", reqOpts{stream: true})))
 	if err != nil {
 		t.Fatal(err)
@@ -342,7 +350,7 @@ func TestStreamFlushesEachEvent(t *testing.T) {
 	if err != nil || !strings.HasSuffix(string(rest), "data: [DONE]\n\n") {
 		t.Fatalf("rest of stream: %q, %v", rest, err)
 	}
-	if c := endOne(t, p, "e"); !c.Trainable || c.Content != "ok: go" {
+	if c := endOne(t, p, idOf("e")); !c.Trainable || c.Content != "ok: go" {
 		t.Errorf("record: trainable=%v content=%q err=%q", c.Trainable, c.Content, c.Error)
 	}
 }
@@ -364,12 +372,12 @@ func TestUpstreamWithoutTokenIDs(t *testing.T) {
 			p, srv := newProxy(t, up, Options{})
 			body := chatBody("stack the cubes", tc.o)
 			want := direct(t, up, body)
-			prefix := p.Begin(Episode{ID: "e"})
+			prefix := p.Begin(named("e"))
 			status, _, got := post(t, srv.URL+prefix+"/chat/completions", body)
 			if status != 200 || !bytes.Equal(got, want) {
 				t.Fatalf("status %d, harness got\n%s\nwant\n%s", status, got, want)
 			}
-			c := endOne(t, p, "e")
+			c := endOne(t, p, idOf("e"))
 			if c.Trainable || len(c.PromptTokenIDs) != 0 || len(c.CompletionTokenIDs) != 0 {
 				t.Errorf("Trainable=%v prompt=%v completion=%v: ids must never be invented", c.Trainable, c.PromptTokenIDs, c.CompletionTokenIDs)
 			}
@@ -388,12 +396,12 @@ func TestUpstream500(t *testing.T) {
 	p, srv := newProxy(t, up, Options{})
 	body := chatBody("go", reqOpts{})
 	_, _, want := post(t, up.srv.URL+"/v1/chat/completions", body)
-	prefix := p.Begin(Episode{ID: "e"})
+	prefix := p.Begin(named("e"))
 	status, _, got := post(t, srv.URL+prefix+"/chat/completions", body)
 	if status != 500 || !bytes.Equal(got, want) {
 		t.Fatalf("harness got %d %s, want 500 %s", status, got, want)
 	}
-	c := endOne(t, p, "e")
+	c := endOne(t, p, idOf("e"))
 	if c.HTTPStatus != 500 || !strings.Contains(c.Error, "engine crashed") || c.Trainable || c.Request != string(body) {
 		t.Errorf("record: status=%d error=%q trainable=%v", c.HTTPStatus, c.Error, c.Trainable)
 	}
@@ -424,26 +432,26 @@ func TestUpstreamUnreachableAndTimeout(t *testing.T) {
 		dead.Close()
 		p, srv := newProxy(t, nil, Options{})
 		p.SetUpstream(dead.URL)
-		prefix := p.Begin(Episode{ID: "e"})
+		prefix := p.Begin(named("e"))
 		status, _, got := post(t, srv.URL+prefix+"/chat/completions", chatBody("go", reqOpts{}))
 		if status != http.StatusBadGateway {
 			t.Fatalf("status %d", status)
 		}
 		checkOpenAIError(t, got, "upstream_error", "unreachable")
-		if c := endOne(t, p, "e"); c.HTTPStatus != 502 || c.Error == "" || c.Trainable {
+		if c := endOne(t, p, idOf("e")); c.HTTPStatus != 502 || c.Error == "" || c.Trainable {
 			t.Errorf("record: %+v", c)
 		}
 	})
 	t.Run("timeout", func(t *testing.T) {
 		up := newStub(t, modeHang)
 		p, srv := newProxy(t, up, Options{UpstreamTimeout: 200 * time.Millisecond})
-		prefix := p.Begin(Episode{ID: "e"})
+		prefix := p.Begin(named("e"))
 		status, _, got := post(t, srv.URL+prefix+"/chat/completions", chatBody("go", reqOpts{}))
 		if status != http.StatusGatewayTimeout {
 			t.Fatalf("status %d: %s", status, got)
 		}
 		checkOpenAIError(t, got, "upstream_timeout", "200ms")
-		if c := endOne(t, p, "e"); c.HTTPStatus != 504 || c.Error == "" || c.Trainable {
+		if c := endOne(t, p, idOf("e")); c.HTTPStatus != 504 || c.Error == "" || c.Trainable {
 			t.Errorf("record: %+v", c)
 		}
 	})
@@ -458,15 +466,15 @@ func TestUnknownOrEndedEpisode404(t *testing.T) {
 	}
 	checkOpenAIError(t, got, "not_found", `"nope"`, "Begin")
 
-	prefix := p.Begin(Episode{ID: "done"})
-	if recs := p.End("done"); len(recs) != 0 {
+	prefix := p.Begin(named("done"))
+	if recs := p.End(idOf("done")); len(recs) != 0 {
 		t.Fatalf("End of an unused episode = %v", recs)
 	}
 	status, _, got = post(t, srv.URL+prefix+"/chat/completions", chatBody("go", reqOpts{}))
 	if status != 404 {
 		t.Fatalf("ended episode: status %d", status)
 	}
-	checkOpenAIError(t, got, "not_found", `"done"`)
+	checkOpenAIError(t, got, "not_found", `"`+idOf("done")+`"`)
 	resp, err := http.Get(srv.URL + prefix + "/models")
 	if err != nil {
 		t.Fatal(err)
@@ -483,7 +491,7 @@ func TestUnknownOrEndedEpisode404(t *testing.T) {
 	if n := len(up.chatBodies()); n != 0 {
 		t.Errorf("upstream got %d calls for unknown episodes", n)
 	}
-	if recs := p.End("done"); recs != nil {
+	if recs := p.End(idOf("done")); recs != nil {
 		t.Errorf("records after End: %v", recs)
 	}
 }
@@ -491,7 +499,7 @@ func TestUnknownOrEndedEpisode404(t *testing.T) {
 func TestBadJSON400(t *testing.T) {
 	up := newStub(t, modeOK)
 	p, srv := newProxy(t, up, Options{})
-	prefix := p.Begin(Episode{ID: "e"})
+	prefix := p.Begin(named("e"))
 	for _, bad := range []string{`{"model": "toy", "messages": [`, `[1, 2]`} {
 		status, _, got := post(t, srv.URL+prefix+"/chat/completions", []byte(bad))
 		if status != 400 {
@@ -500,7 +508,7 @@ func TestBadJSON400(t *testing.T) {
 		checkOpenAIError(t, got, "invalid_request_error")
 	}
 	post(t, srv.URL+prefix+"/chat/completions", chatBody("go", reqOpts{}))
-	recs := p.End("e")
+	recs := p.End(idOf("e"))
 	if len(recs) != 3 {
 		t.Fatalf("%d records, want 3", len(recs))
 	}
@@ -523,13 +531,13 @@ func TestBadJSON400(t *testing.T) {
 func TestBodyLimit413(t *testing.T) {
 	up := newStub(t, modeOK)
 	p, srv := newProxy(t, up, Options{MaxBodyBytes: 64})
-	prefix := p.Begin(Episode{ID: "e"})
+	prefix := p.Begin(named("e"))
 	status, _, got := post(t, srv.URL+prefix+"/chat/completions", chatBody(strings.Repeat("x", 100), reqOpts{}))
 	if status != http.StatusRequestEntityTooLarge {
 		t.Fatalf("status %d", status)
 	}
 	checkOpenAIError(t, got, "invalid_request_error", "64 bytes")
-	if c := endOne(t, p, "e"); c.HTTPStatus != 413 || c.Trainable {
+	if c := endOne(t, p, idOf("e")); c.HTTPStatus != 413 || c.Trainable {
 		t.Errorf("record %+v", c)
 	}
 }
@@ -537,7 +545,7 @@ func TestBodyLimit413(t *testing.T) {
 func TestPassThroughNotRecorded(t *testing.T) {
 	up := newStub(t, modeOK)
 	p, srv := newProxy(t, up, Options{})
-	prefix := p.Begin(Episode{ID: "e"})
+	prefix := p.Begin(named("e"))
 	resp, err := http.Get(srv.URL + prefix + "/models?verbose=1")
 	if err != nil {
 		t.Fatal(err)
@@ -556,7 +564,7 @@ func TestPassThroughNotRecorded(t *testing.T) {
 	if up.lastQuery != "verbose=1" {
 		t.Errorf("query = %q", up.lastQuery)
 	}
-	if recs := p.End("e"); len(recs) != 0 {
+	if recs := p.End(idOf("e")); len(recs) != 0 {
 		t.Errorf("pass-through recorded: %v", recs)
 	}
 }
@@ -575,21 +583,22 @@ func TestConcurrentEpisodes(t *testing.T) {
 	results := make([]result, episodes)
 	var wg sync.WaitGroup
 	for e := range episodes {
-		ep := Episode{ID: fmt.Sprintf("ep%d", e), Run: "r", Group: int32(e / 2), Attempt: int32(e % 2)}
+		ep := Episode{Key: schemas.EpisodeKey{Run: "r", Phase: fmt.Sprintf("ep%d", e), Group: int32(e / 2), Attempt: int32(e % 2)}}
+		id := ep.Key.ID()
 		prefix := p.Begin(ep)
 		wg.Go(func() {
 			res := &results[e]
 			for i := range calls {
-				user := fmt.Sprintf("ep=%s call=%d", ep.ID, i)
+				user := fmt.Sprintf("ep=%s call=%d", id, i)
 				o := reqOpts{stream: i%2 == 1, tools: i%3 == 0}
 				body := chatBody(user, o)
 				if status, _, got := post(t, srv.URL+prefix+"/chat/completions", body); status != 200 {
-					t.Errorf("%s call %d: %d %s", ep.ID, i, status, got)
+					t.Errorf("%s call %d: %d %s", id, i, status, got)
 				}
 				res.bodies = append(res.bodies, body)
 				res.truths = append(res.truths, upstreamTruth(t, up, user, o))
 			}
-			res.recs = p.End(ep.ID)
+			res.recs = p.End(id)
 		})
 	}
 	wg.Wait()
@@ -598,7 +607,7 @@ func TestConcurrentEpisodes(t *testing.T) {
 			t.Fatalf("ep%d: %d records, want %d", e, len(res.recs), calls)
 		}
 		for i, c := range res.recs {
-			if c.EpisodeID != fmt.Sprintf("ep%d", e) || c.Group != int32(e/2) || c.Attempt != int32(e%2) || c.CallIndex != int32(i) {
+			if c.EpisodeID != schemas.EpisodeID(0, fmt.Sprintf("ep%d", e), int32(e/2), int32(e%2)) || c.Group != int32(e/2) || c.Attempt != int32(e%2) || c.CallIndex != int32(i) {
 				t.Errorf("ep%d record %d attributed to %s g%d a%d #%d", e, i, c.EpisodeID, c.Group, c.Attempt, c.CallIndex)
 			}
 			if c.Request != string(res.bodies[i]) {
@@ -612,7 +621,7 @@ func TestConcurrentEpisodes(t *testing.T) {
 func TestConcurrentCallsInOneEpisode(t *testing.T) {
 	up := newStub(t, modeOK)
 	p, srv := newProxy(t, up, Options{})
-	prefix := p.Begin(Episode{ID: "e"})
+	prefix := p.Begin(named("e"))
 	const n = 12
 	var wg sync.WaitGroup
 	for i := range n {
@@ -621,7 +630,7 @@ func TestConcurrentCallsInOneEpisode(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	recs := p.End("e")
+	recs := p.End(idOf("e"))
 	if len(recs) != n {
 		t.Fatalf("%d records", len(recs))
 	}
@@ -642,7 +651,7 @@ func TestEndWaitsForInFlightCall(t *testing.T) {
 	release := up.pauseStreams()
 	defer release()
 	p, srv := newProxy(t, up, Options{})
-	prefix := p.Begin(Episode{ID: "e"})
+	prefix := p.Begin(named("e"))
 	resp, err := http.Post(srv.URL+prefix+"/chat/completions", "application/json", bytes.NewReader(chatBody("go", reqOpts{stream: true})))
 	if err != nil {
 		t.Fatal(err)
@@ -651,7 +660,7 @@ func TestEndWaitsForInFlightCall(t *testing.T) {
 	<-up.firstSent // the call is in flight
 
 	ended := make(chan []schemas.Call, 1)
-	go func() { ended <- p.End("e") }()
+	go func() { ended <- p.End(idOf("e")) }()
 	for p.lookup("e") != nil { // End has stopped accepting calls
 		runtime.Gosched()
 	}
@@ -676,11 +685,13 @@ func TestEndWaitsForInFlightCall(t *testing.T) {
 func TestBeginReusedIDStartsFresh(t *testing.T) {
 	up := newStub(t, modeOK)
 	p, srv := newProxy(t, up, Options{})
-	prefix := p.Begin(Episode{ID: "e", Retry: 0})
+	first, second := named("e"), named("e")
+	second.Key.Retry = 1
+	prefix := p.Begin(first)
 	post(t, srv.URL+prefix+"/chat/completions", chatBody("a", reqOpts{}))
-	prefix = p.Begin(Episode{ID: "e", Retry: 1})
+	prefix = p.Begin(second)
 	post(t, srv.URL+prefix+"/chat/completions", chatBody("b", reqOpts{}))
-	c := endOne(t, p, "e")
+	c := endOne(t, p, idOf("e"))
 	if c.Retry != 1 || c.CallIndex != 0 || !strings.Contains(c.Request, `"b"`) {
 		t.Errorf("record %+v", c)
 	}
@@ -689,8 +700,9 @@ func TestBeginReusedIDStartsFresh(t *testing.T) {
 func TestEpisodeIDEscaping(t *testing.T) {
 	up := newStub(t, modeOK)
 	p, srv := newProxy(t, up, Options{})
-	id := "run 1/r2 g#5"
-	prefix := p.Begin(Episode{ID: id})
+	ep := named("run 1/r2 g#5")
+	id := ep.Key.ID()
+	prefix := p.Begin(ep)
 	if status, _, got := post(t, srv.URL+prefix+"/chat/completions", chatBody("go", reqOpts{})); status != 200 {
 		t.Fatalf("status %d: %s", status, got)
 	}

@@ -71,8 +71,8 @@ func TestNotAnOpenRelay(t *testing.T) {
 	defer upSrv.Close()
 	p, srv := newProxy(t, nil, Options{})
 	p.SetUpstream(upSrv.URL)
-	prefix := p.Begin(Episode{ID: "ep"})
-	defer p.End("ep")
+	prefix := p.Begin(named("ep"))
+	defer p.End(idOf("ep"))
 	addr := strings.TrimPrefix(srv.URL, "http://")
 	evilHost := strings.TrimPrefix(evilSrv.URL, "http://")
 	upHost := strings.TrimPrefix(upSrv.URL, "http://")
@@ -129,7 +129,7 @@ func TestUpstreamRedirectNotFollowed(t *testing.T) {
 	defer upSrv.Close()
 	p, srv := newProxy(t, nil, Options{})
 	p.SetUpstream(upSrv.URL)
-	prefix := p.Begin(Episode{ID: "ep"})
+	prefix := p.Begin(named("ep"))
 	// A client that does not follow redirects itself, so that only the
 	// proxy's behaviour is seen.
 	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
@@ -149,7 +149,7 @@ func TestUpstreamRedirectNotFollowed(t *testing.T) {
 			t.Errorf("%s: status %d, want the upstream's redirect or an error", path, resp.StatusCode)
 		}
 	}
-	p.End("ep")
+	p.End(idOf("ep"))
 	if e := evil.all(); len(e) != 0 {
 		t.Fatalf("redirect followed: %v", e)
 	}

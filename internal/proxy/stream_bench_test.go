@@ -3,7 +3,6 @@ package proxy
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -80,8 +79,9 @@ func BenchmarkStreamed(b *testing.B) {
 		defer front.Close()
 		var episodes atomic.Int64
 		streamClients(b, client, func() (string, func()) {
-			id := fmt.Sprint("ep", episodes.Add(1))
-			base := front.URL + p.Begin(Episode{ID: id})
+			ep := Episode{Key: schemas.EpisodeKey{Run: "bench", Group: int32(episodes.Add(1))}}
+			id := ep.Key.ID()
+			base := front.URL + p.Begin(ep)
 			return base, func() {
 				for _, c := range p.End(id) {
 					if !c.Trainable {

@@ -26,11 +26,11 @@ func TestIDsMustMatchUsage(t *testing.T) {
 		}))
 		p, srv := newProxy(t, nil, Options{})
 		p.SetUpstream(up.URL)
-		prefix := p.Begin(Episode{ID: "u"})
+		prefix := p.Begin(named("u"))
 		if status, _, b := post(t, srv.URL+prefix+"/chat/completions", chatBody("hi", reqOpts{})); status != 200 {
 			t.Fatalf("%s: status %d %s", c.name, status, b)
 		}
-		recs := p.End("u")
+		recs := p.End(idOf("u"))
 		up.Close()
 		if len(recs) != 1 || recs[0].Trainable != c.trainable {
 			t.Errorf("%s: trainable = %v, want %v", c.name, recs[0].Trainable, c.trainable)

@@ -18,7 +18,6 @@ import (
 	"strconv"
 	"sync"
 
-	"github.com/roundhouse-rl/roundhouse/internal/proxy"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 )
 
@@ -48,11 +47,13 @@ func New(dir string, log *slog.Logger) (*Spool, error) {
 	return &Spool{dir: dir, log: log, open: map[string]*tryFile{}, blobs: map[string]map[string]bool{}}, nil
 }
 
-func tryKey(ep proxy.Episode) string { return ep.Run + "/" + ep.ID + "/" + strconv.Itoa(int(ep.Retry)) }
+func tryKey(ep schemas.EpisodeKey) string {
+	return ep.Run + "/" + ep.ID() + "/" + strconv.Itoa(int(ep.Retry))
+}
 
 // Path is where a try's records are spooled.
-func (s *Spool) Path(ep proxy.Episode) string {
-	return filepath.Join(s.dir, ep.Run, fmt.Sprintf("round=%d", ep.Round), "phase="+ep.Phase, ep.ID, fmt.Sprintf("try-%d.jsonl", ep.Retry))
+func (s *Spool) Path(ep schemas.EpisodeKey) string {
+	return filepath.Join(s.dir, ep.Run, fmt.Sprintf("round=%d", ep.Round), "phase="+ep.Phase, ep.ID(), fmt.Sprintf("try-%d.jsonl", ep.Retry))
 }
 
 // BlobPath is where a run's blob is kept locally.
@@ -61,10 +62,10 @@ func (s *Spool) BlobPath(run, name string) string { return filepath.Join(s.dir, 
 // Call appends a record; it is the proxy's OnCall. The line reaches the
 // kernel before Call returns (no fsync: a process crash keeps it, a host
 // crash may not, and an fsync per call would cost the proxy its latency).
-func (s *Spool) Call(ep proxy.Episode, c schemas.Call) {
+func (s *Spool) Call(ep schemas.EpisodeKey, c schemas.Call) {
 	line, err := json.Marshal(c)
 	if err != nil {
-		s.log.Error("spool: encode record", "episode", ep.ID, "err", err)
+		s.log.Error("spool: encode record", "episode", ep.ID(), "err", err)
 		return
 	}
 	s.mu.Lock()
@@ -88,13 +89,13 @@ func (s *Spool) Call(ep proxy.Episode, c schemas.Call) {
 	tf.w.Write(line)
 	tf.w.WriteByte('\n')
 	if err := tf.w.Flush(); err != nil {
-		s.log.Error("spool: write", "episode", ep.ID, "err", err)
+		s.log.Error("spool: write", "episode", ep.ID(), "err", err)
 	}
 }
 
 // Blob stores an image once per run (the name is its hash) and notes that
 // this try references it; it is the proxy's OnBlob.
-func (s *Spool) Blob(ep proxy.Episode, name string, data []byte) {
+func (s *Spool) Blob(ep schemas.EpisodeKey, name string, data []byte) {
 	p := s.BlobPath(ep.Run, name)
 	if _, err := os.Stat(p); err != nil {
 		if err := writeAtomic(p, data); err != nil {
@@ -112,7 +113,7 @@ func (s *Spool) Blob(ep proxy.Episode, name string, data []byte) {
 }
 
 // Blobs lists the blob names a try referenced.
-func (s *Spool) Blobs(ep proxy.Episode) []string {
+func (s *Spool) Blobs(ep schemas.EpisodeKey) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []string
@@ -123,7 +124,7 @@ func (s *Spool) Blobs(ep proxy.Episode) []string {
 }
 
 // Done forgets a try whose records are stored, removing its spool file.
-func (s *Spool) Done(ep proxy.Episode) error {
+func (s *Spool) Done(ep schemas.EpisodeKey) error {
 	s.mu.Lock()
 	k := tryKey(ep)
 	tf := s.open[k]
@@ -142,8 +143,8 @@ func (s *Spool) Done(ep proxy.Episode) error {
 // Orphan is a spooled try that no episode activity stored: its worker died
 // or the try failed.
 type Orphan struct {
-	Episode proxy.Episode
-	Path    string
+	Key  schemas.EpisodeKey
+	Path string
 }
 
 var orphanPath = regexp.MustCompile(`^([^/]+)/round=(\d+)/phase=([^/]+)/([^/]+)/try-(\d+)\.jsonl$`)
@@ -160,14 +161,18 @@ func (s *Spool) Orphans() ([]Orphan, error) {
 		if m == nil {
 			return nil
 		}
-		round, _ := strconv.Atoi(m[2])
+		ep, err := schemas.ParseEpisodeID(m[1], m[4])
+		if err != nil || strconv.Itoa(int(ep.Round)) != m[2] || ep.Phase != m[3] {
+			s.log.Warn("spool: not a try's file; left alone", "path", p)
+			return nil
+		}
 		retry, _ := strconv.Atoi(m[5])
-		ep := proxy.Episode{Run: m[1], Round: int32(round), Phase: m[3], ID: m[4], Retry: int32(retry)}
+		ep.Retry = int32(retry)
 		s.mu.Lock()
 		_, open := s.open[tryKey(ep)]
 		s.mu.Unlock()
 		if !open {
-			out = append(out, Orphan{Episode: ep, Path: p})
+			out = append(out, Orphan{Key: ep, Path: p})
 		}
 		return nil
 	})

@@ -5,7 +5,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/roundhouse-rl/roundhouse/internal/proxy"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 )
 
@@ -15,11 +14,11 @@ func TestSpoolSurvivesAndRecovers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := proxy.Episode{ID: "r1-train-g000-a00", Run: "run", Round: 1, Phase: "train", Retry: 0}
-	b := proxy.Episode{ID: "r1-train-g000-a01", Run: "run", Round: 1, Phase: "train", Retry: 2}
-	s.Call(a, schemas.Call{EpisodeID: a.ID, CallIndex: 0, CompletionTokenIDs: []int32{4, 5}})
-	s.Call(a, schemas.Call{EpisodeID: a.ID, CallIndex: 1})
-	s.Call(b, schemas.Call{EpisodeID: b.ID, CallIndex: 0})
+	a := schemas.EpisodeKey{Run: "run", Round: 1, Phase: "train", Group: 0, Attempt: 0, Retry: 0}
+	b := schemas.EpisodeKey{Run: "run", Round: 1, Phase: "train", Group: 4, Attempt: 1, Retry: 2}
+	s.Call(a, schemas.Call{EpisodeID: a.ID(), CallIndex: 0, CompletionTokenIDs: []int32{4, 5}})
+	s.Call(a, schemas.Call{EpisodeID: a.ID(), CallIndex: 1})
+	s.Call(b, schemas.Call{EpisodeID: b.ID(), CallIndex: 0})
 	s.Blob(a, "abc.png", []byte("img"))
 	s.Blob(b, "abc.png", []byte("img"))
 	if got := s.Blobs(a); len(got) != 1 || got[0] != "abc.png" {
@@ -38,6 +37,10 @@ func TestSpoolSurvivesAndRecovers(t *testing.T) {
 	if _, err := os.Stat(s.Path(a)); !os.IsNotExist(err) {
 		t.Fatal("Done must remove the spool file")
 	}
+	// A file the spool did not write is not a try.
+	stray := filepath.Join(dir, "run", "round=1", "phase=train", "notes", "try-0.jsonl")
+	os.MkdirAll(filepath.Dir(stray), 0o755)
+	os.WriteFile(stray, []byte("{}\n"), 0o644)
 	// A new process on the same dir (the old one died) sees b as an orphan.
 	s2, _ := New(dir, nil)
 	orphans, err := s2.Orphans()
@@ -45,15 +48,15 @@ func TestSpoolSurvivesAndRecovers(t *testing.T) {
 		t.Fatalf("orphans %v, %v", orphans, err)
 	}
 	o := orphans[0]
-	if o.Episode.ID != b.ID || o.Episode.Retry != 2 || o.Episode.Round != 1 || o.Episode.Phase != "train" || o.Episode.Run != "run" {
-		t.Fatalf("orphan attribution %+v", o.Episode)
+	if o.Key != b {
+		t.Fatalf("orphan attribution %+v, want %+v", o.Key, b)
 	}
 	// A torn last line (crash mid-write) is skipped, earlier lines kept.
 	f, _ := os.OpenFile(o.Path, os.O_APPEND|os.O_WRONLY, 0)
 	f.WriteString(`{"episode_id":"torn`)
 	f.Close()
 	calls, err := ReadCalls(o.Path)
-	if err != nil || len(calls) != 1 || calls[0].EpisodeID != b.ID {
+	if err != nil || len(calls) != 1 || calls[0].EpisodeID != b.ID() {
 		t.Fatalf("ReadCalls = %v, %v", calls, err)
 	}
 	if err := Remove(o); err != nil {

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/roundhouse-rl/roundhouse/internal/devstack"
 	"github.com/roundhouse-rl/roundhouse/internal/itest"
 	"github.com/roundhouse-rl/roundhouse/internal/outcome"
 	"github.com/roundhouse-rl/roundhouse/internal/proc"
@@ -255,10 +254,7 @@ func TestRPCServiceReadinessAndFailures(t *testing.T) {
 	}
 
 	// Never ready: keeps running, prints no ready line, healthz says 503.
-	port, err := devstack.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
+	port := itest.Port(t)
 	cmd, lines := startService(t, []string{"RPC_STANDIN_FAIL_START=never-ready"}, "--component", "sam3", "--port", strconv.Itoa(port))
 	if u, _ := readyURL(t, lines, time.Second); u != "" {
 		t.Fatalf("never-ready printed a ready line %q", u)

@@ -59,7 +59,7 @@ func writeParquet(t *testing.T, path string, rows []schemas.Call) {
 // with DuckDB and compares every column of every row.
 func checkDuckDB(t *testing.T, recs []schemas.Call) {
 	failed := schemas.Call{
-		Run: "clienttest", Round: 1, Phase: schemas.PhaseTrain, EpisodeID: "ep-openai-2",
+		Run: "clienttest", Round: 1, Phase: schemas.PhaseTrain, EpisodeID: "r1-train-g999-a00", // sorts after the recorded episode
 		Group: -1, Attempt: 0, Retry: 2, CallIndex: 0, WeightsID: "w0", Model: "toy",
 		StartedAtMS: 1_790_000_000_123, LatencyMS: 30000.125, HTTPStatus: 502, Stream: true,
 		Error:   "model server answered 502: {\"error\":\"ünïcødé, 'quotes', a tab\\t, \u2028 and 🚂\"}",

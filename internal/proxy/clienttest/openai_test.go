@@ -83,10 +83,10 @@ func TestOpenAIClient(t *testing.T) {
 	p.SetUpstream(toy.URL)
 	ps := httptest.NewServer(p)
 	t.Cleanup(ps.Close)
-	ep := proxy.Episode{ID: "ep-openai-1", Run: "clienttest", Round: 1, Phase: schemas.PhaseTrain,
-		Group: 3, Attempt: 2, Retry: 1, WeightsID: "w0"}
+	ep := proxy.Episode{Key: schemas.EpisodeKey{Run: "clienttest", Round: 1, Phase: schemas.PhaseTrain,
+		Group: 3, Attempt: 2, Retry: 1}, WeightsID: "w0"}
 	via := runClient(t, ps.URL+p.Begin(ep))
-	recs := p.End(ep.ID)
+	recs := p.End(ep.Key.ID())
 
 	t.Run("client sees the upstream's answers", func(t *testing.T) {
 		if !slices.Equal(direct.Sent, via.Sent) {
@@ -135,7 +135,7 @@ func checkRecord(t *testing.T, i int, rec schemas.Call, ep proxy.Episode, sent s
 		}
 	}
 	check("episode", [7]any{rec.EpisodeID, rec.Run, rec.Round, rec.Phase, rec.Group, rec.Attempt, rec.Retry},
-		[7]any{ep.ID, ep.Run, ep.Round, ep.Phase, ep.Group, ep.Attempt, ep.Retry})
+		[7]any{ep.Key.ID(), ep.Key.Run, ep.Key.Round, ep.Key.Phase, ep.Key.Group, ep.Key.Attempt, ep.Key.Retry})
 	check("weights_id", rec.WeightsID, ep.WeightsID)
 	check("call_index", rec.CallIndex, int32(i))
 	check("request (as the client sent it)", rec.Request, sent)

@@ -135,11 +135,12 @@ func (e *Env) newClient(i int) *client {
 func (c *client) begin() {
 	e := c.env
 	e.mu.Lock()
-	c.ep = fmt.Sprintf("ep-%d", e.nextEp)
+	key := schemas.EpisodeKey{Run: "bench", Round: 1, Phase: "rollout", Group: int32(e.nextEp)}
 	e.nextEp++
 	e.mu.Unlock()
+	c.ep = key.ID()
 	c.calls = 0
-	c.base = e.front.URL + e.rec.Begin(proxy.Episode{ID: c.ep, Run: "bench", Round: 1, Phase: "rollout", WeightsID: "w0"})
+	c.base = e.front.URL + e.rec.Begin(proxy.Episode{Key: key, WeightsID: "w0"})
 }
 
 // end Ends the episode and checks its records: the measured work must

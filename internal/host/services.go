@@ -1,4 +1,4 @@
-package activities
+package host
 
 import (
 	"bytes"
@@ -16,11 +16,10 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
-	"go.temporal.io/sdk/activity"
 
-	"github.com/roundhouse-rl/roundhouse/internal/devstack"
 	"github.com/roundhouse-rl/roundhouse/internal/harness"
 	"github.com/roundhouse-rl/roundhouse/internal/ports"
+	"github.com/roundhouse-rl/roundhouse/internal/proc"
 	"github.com/roundhouse-rl/roundhouse/internal/telemetry/instr"
 	"github.com/roundhouse-rl/roundhouse/internal/weights"
 	"github.com/roundhouse-rl/roundhouse/schemas"
@@ -33,7 +32,7 @@ const modelName = "model"
 type service struct {
 	spec  schemas.Service
 	key   string // what it was started for: harness digest (+ weights ETag)
-	proc  *devstack.Proc
+	proc  *proc.Server
 	lease *ports.Lease
 	url   string
 	users int
@@ -62,36 +61,36 @@ func (e *ServiceError) Error() string {
 
 func (e *ServiceError) Unwrap() error { return e.Err }
 
-// acquire makes sure the host runs the harness's services and its model
+// Acquire makes sure the host runs the harness's services and its model
 // server with the run's weights, and returns their {name_port}/{name_url}
 // values; release lets the model server be switched to other weights.
 // Shared services are started once and kept; a service that died is
 // restarted by the next episode that needs it.
-func (r *Rollout) acquire(ctx context.Context, h schemas.Harness, run, weightsID string) (map[string]string, func(), error) {
+func (h *Host) Acquire(ctx context.Context, hr schemas.Harness, run, weightsID string) (map[string]string, func(), error) {
 	// The model server's key holds the manifest's ETag: a run replaced under
 	// the same name never reuses the old run's server or cached files.
 	remote := schemas.Layout{Run: run}.Weights(weightsID)
-	etag, err := r.Store.ETag(ctx, remote+schemas.WeightsManifestFile)
+	etag, err := h.Store.ETag(ctx, remote+schemas.WeightsManifestFile)
 	if err != nil {
 		return nil, nil, fmt.Errorf("weights %s are not published (no manifest): %w", weightsID, err)
 	}
-	modelKey := h.Digest + "/" + run + "/" + weightsID + "/" + etag
+	modelKey := hr.Digest + "/" + run + "/" + weightsID + "/" + etag
 	for {
-		r.mu.Lock()
-		if r.services == nil {
-			r.services, r.failed = map[string]*service{}, map[string]failedStart{}
+		h.mu.Lock()
+		if h.services == nil {
+			h.services, h.failed = map[string]*service{}, map[string]failedStart{}
 		}
-		vars := map[string]string{"harness_dir": h.Dir}
-		for _, spec := range h.Services {
-			if err := r.ensure(ctx, h, spec, h.Digest, vars, nil); err != nil {
-				r.mu.Unlock()
+		vars := map[string]string{"harness_dir": hr.Dir}
+		for _, spec := range hr.Services {
+			if err := h.ensure(ctx, hr, spec, hr.Digest, vars, nil); err != nil {
+				h.mu.Unlock()
 				return nil, nil, err
 			}
 		}
-		m := r.services[modelName]
+		m := h.services[modelName]
 		if m != nil && m.key != modelKey && m.users > 0 && m.alive() {
 			// Other episodes still use the old weights: wait for them.
-			r.mu.Unlock()
+			h.mu.Unlock()
 			select {
 			case <-ctx.Done():
 				return nil, nil, ctx.Err()
@@ -99,38 +98,38 @@ func (r *Rollout) acquire(ctx context.Context, h schemas.Harness, run, weightsID
 				continue
 			}
 		}
-		spec := h.Model.Service
+		spec := hr.Model.Service
 		spec.Name = modelName
-		local := filepath.Join(r.WorkDir, "weights", filepath.FromSlash(modelKey))
-		err := r.ensure(ctx, h, spec, modelKey, vars, func() (map[string]string, error) {
-			if _, err := weights.Fetch(ctx, r.Store, remote, local); err != nil {
+		local := filepath.Join(h.WorkDir, "weights", filepath.FromSlash(modelKey))
+		err := h.ensure(ctx, hr, spec, modelKey, vars, func() (map[string]string, error) {
+			if _, err := weights.Fetch(ctx, h.Store, remote, local); err != nil {
 				return nil, err
 			}
-			pruneWeights(filepath.Join(r.WorkDir, "weights"), modelKey)
-			return map[string]string{"weights": filepath.Join(local, h.Model.WeightsFile), "served_name": h.Model.ServedName}, nil
+			pruneWeights(filepath.Join(h.WorkDir, "weights"), modelKey)
+			return map[string]string{"weights": filepath.Join(local, hr.Model.WeightsFile), "served_name": hr.Model.ServedName}, nil
 		})
 		if err != nil {
-			r.mu.Unlock()
+			h.mu.Unlock()
 			return nil, nil, err
 		}
-		m = r.services[modelName]
+		m = h.services[modelName]
 		m.users++
-		r.Proxy.SetUpstream(m.url)
-		r.mu.Unlock()
+		h.Proxy.SetUpstream(m.url)
+		h.mu.Unlock()
 		var once sync.Once
 		return vars, func() {
 			once.Do(func() {
-				r.mu.Lock()
+				h.mu.Lock()
 				m.users--
-				r.mu.Unlock()
+				h.mu.Unlock()
 			})
 		}, nil
 	}
 }
 
 // ensure starts spec unless it already runs for key, and adds its port and
-// url to vars. Called with r.mu held: episodes wait while a service starts.
-func (r *Rollout) ensure(ctx context.Context, h schemas.Harness, spec schemas.Service, key string, vars map[string]string, prepare func() (map[string]string, error)) (err error) {
+// url to vars. Called with h.mu held: episodes wait while a service starts.
+func (h *Host) ensure(ctx context.Context, hr schemas.Harness, spec schemas.Service, key string, vars map[string]string, prepare func() (map[string]string, error)) (err error) {
 	if spec.External != "" {
 		vars[spec.Name+"_url"] = spec.External
 		if u, err := url.Parse(spec.External); err == nil && u.Port() != "" {
@@ -145,7 +144,7 @@ func (r *Rollout) ensure(ctx context.Context, h schemas.Harness, spec schemas.Se
 	if spec.Name != modelName {
 		slot = spec.Name + "@" + key
 	}
-	if s := r.services[slot]; s != nil {
+	if s := h.services[slot]; s != nil {
 		if s.key == key && s.alive() {
 			vars[spec.Name+"_port"] = strconv.Itoa(s.lease.Port)
 			vars[spec.Name+"_url"] = s.url
@@ -154,23 +153,23 @@ func (r *Rollout) ensure(ctx context.Context, h schemas.Harness, spec schemas.Se
 		reason := "weights" // the model server's slot, switched to other weights
 		if !s.alive() {
 			reason = "exited"
-			activity.GetLogger(ctx).Warn("service exited; restarting", "harness", h.Name, "service", spec.Name)
+			h.log.Warn("service exited; restarting", "harness", hr.Name, "service", spec.Name)
 		}
 		instr.ServiceRestart(ctx, spec.Name, reason)
 		s.stop()
-		delete(r.services, slot)
+		delete(h.services, slot)
 	}
 	fail := func(err error) error {
-		r.failed[slot] = failedStart{key: key, at: time.Now(), err: err}
-		return &ServiceError{Harness: h.Name, Service: spec.Name, Err: err}
+		h.failed[slot] = failedStart{key: key, at: time.Now(), err: err}
+		return &ServiceError{Harness: hr.Name, Service: spec.Name, Err: err}
 	}
 	// A service that just failed to start fails fast for a while instead of
 	// making every waiting episode sit through its start timeout again.
-	if f, ok := r.failed[slot]; ok && f.key == key && time.Since(f.at) < failBackoff {
-		return &ServiceError{Harness: h.Name, Service: spec.Name, Err: fmt.Errorf("%w (failed %s ago; retried after %s)", f.err, time.Since(f.at).Round(time.Second), failBackoff)}
+	if f, ok := h.failed[slot]; ok && f.key == key && time.Since(f.at) < failBackoff {
+		return &ServiceError{Harness: hr.Name, Service: spec.Name, Err: fmt.Errorf("%w (failed %s ago; retried after %s)", f.err, time.Since(f.at).Round(time.Second), failBackoff)}
 	}
-	ctx, span := tracer.Start(ctx, "service.start", trace.WithAttributes(
-		attribute.String("harness", h.Name), attribute.String("service", spec.Name)))
+	ctx, span := instr.Tracer.Start(ctx, "service.start", trace.WithAttributes(
+		attribute.String("harness", hr.Name), attribute.String("service", spec.Name)))
 	defer func() { instr.End(span, err) }()
 	extra := map[string]string{}
 	if prepare != nil {
@@ -199,9 +198,9 @@ func (r *Rollout) ensure(ctx context.Context, h schemas.Harness, spec schemas.Se
 	for k, v := range spec.Env {
 		env = append(env, k+"="+harness.Fill(v, fill))
 	}
-	logPath := filepath.Join(r.WorkDir, "logs", spec.Name+"-"+strings.NewReplacer("/", "-", ":", "-").Replace(key)+".log")
+	logPath := filepath.Join(h.WorkDir, "logs", spec.Name+"-"+strings.NewReplacer("/", "-", ":", "-").Replace(key)+".log")
 	os.Remove(logPath) // the log line readiness check must not see an earlier start
-	p, err := devstack.Start(spec.Name, args, env, logPath, false)
+	p, err := proc.Start(spec.Name, args, env, logPath, false)
 	if err != nil {
 		lease.Release()
 		return fail(err)
@@ -211,19 +210,19 @@ func (r *Rollout) ensure(ctx context.Context, h schemas.Harness, spec schemas.Se
 	if timeout == 0 {
 		timeout = time.Minute
 	}
-	if err := devstack.WaitReady(ctx, p, timeout, readyCheck(spec.Ready, base, logPath), logPath); err != nil {
+	if err := proc.WaitReady(ctx, p, timeout, readyCheck(spec.Ready, base, logPath), logPath); err != nil {
 		p.Stop(5 * time.Second)
 		lease.Release()
 		if ctx.Err() != nil {
 			return ctx.Err() // the episode was cancelled, the service did not fail
 		}
-		return fail(fmt.Errorf("%w; its log ends: %s", err, logTail(logPath, 400)))
+		return fail(fmt.Errorf("%w; its log ends: %s", err, proc.LogTail(logPath, 400)))
 	}
-	delete(r.failed, slot)
-	r.services[slot] = &service{spec: spec, key: key, proc: p, lease: lease, url: base}
+	delete(h.failed, slot)
+	h.services[slot] = &service{spec: spec, key: key, proc: p, lease: lease, url: base}
 	vars[spec.Name+"_port"] = strconv.Itoa(lease.Port)
 	vars[spec.Name+"_url"] = base
-	activity.GetLogger(ctx).Info("service ready", "harness", h.Name, "service", spec.Name, "url", base)
+	h.log.Info("service ready", "harness", hr.Name, "service", spec.Name, "url", base)
 	return nil
 }
 
@@ -234,18 +233,6 @@ type failedStart struct {
 	key string
 	at  time.Time
 	err error
-}
-
-// logTail returns the last n bytes of a log on one line.
-func logTail(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "(no log)"
-	}
-	if len(b) > n {
-		b = b[len(b)-n:]
-	}
-	return strings.Join(strings.Fields(string(b)), " ")
 }
 
 // readyCheck builds the readiness probe a service declares.
@@ -264,7 +251,7 @@ func readyCheck(rd schemas.Ready, url, logPath string) func(context.Context) err
 			return nil
 		}
 	}
-	return devstack.TCPCheck(strings.TrimPrefix(url, "http://"))
+	return proc.TCPCheck(strings.TrimPrefix(url, "http://"))
 }
 
 func httpProbe(method, url, body, expect string) func(context.Context) error {
@@ -289,29 +276,6 @@ func httpProbe(method, url, body, expect string) func(context.Context) error {
 			return fmt.Errorf("%s %s: answer lacks %q", method, url, expect)
 		}
 		return nil
-	}
-}
-
-// StopForTraining stops the services that ask to make room for training on
-// this host, unless an episode is using the model server.
-func (r *Rollout) StopForTraining() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for name, s := range r.services {
-		if s.spec.StopBeforeTraining && !(name == modelName && s.users > 0) {
-			s.stop()
-			delete(r.services, name)
-		}
-	}
-}
-
-// Close stops every service of the host.
-func (r *Rollout) Close() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for name, s := range r.services {
-		s.stop()
-		delete(r.services, name)
 	}
 }
 
