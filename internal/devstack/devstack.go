@@ -81,7 +81,6 @@ func (t Tool) Ensure(ctx context.Context, log io.Writer) (string, error) {
 	return p, nil
 }
 
-
 // TemporalArgs is the dev server command line: a database file keeps
 // history across restarts; uiPort 0 runs it headless.
 func TemporalArgs(bin, dbFile string, port, uiPort int) []string {
