@@ -27,6 +27,7 @@ import (
 // time of the retry, and the workflow's current details in the Temporal UI
 // show it too.
 func TestBrokenTrainerShowsWithinOneRetry(t *testing.T) {
+	itest.Slow(t)
 	stack := itest.Start(t)
 	bins := itest.Binaries(t)
 	root := itest.Root(t)

@@ -281,6 +281,7 @@ func TestStatusBadInput(t *testing.T) {
 // attempts on the minimal harness) on a real Temporal and S3 with the worker
 // and starter binaries, then checks what status and report say about it.
 func TestStatusAndReportOnRealRun(t *testing.T) {
+	itest.Slow(t)
 	stack := itest.Start(t)
 	bins := itest.Binaries(t)
 	root := itest.Root(t)

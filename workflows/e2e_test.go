@@ -24,6 +24,7 @@ import (
 // S3 server, kills -9 the worker in the middle of collection, starts another
 // one, and checks the run finishes with every episode stored exactly once.
 func TestTrainSurvivesWorkerKill(t *testing.T) {
+	itest.Slow(t)
 	stack := itest.Start(t)
 	bins := itest.Binaries(t)
 	root := itest.Root(t)

@@ -26,6 +26,7 @@ import (
 // weights, then resumes it: the episodes stored before the stop are kept as
 // they are, the rest run, and the round completes with each episode once.
 func TestStopAndResume(t *testing.T) {
+	itest.Slow(t)
 	stack := itest.Start(t)
 	bins := itest.Binaries(t)
 	root := itest.Root(t)

@@ -45,6 +45,16 @@ func Start(t testing.TB) Stack {
 	return start(t, false)
 }
 
+// Slow skips a test under -short: integration tests that take more than
+// about 15 seconds (a kill and recovery, a stop and resume, a timeout that
+// must run out) stay out of `go tool task test:short`, the inner loop.
+func Slow(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("slow integration test: runs in `go tool task test`, not under -short")
+	}
+}
+
 // StartWithUI is Start with the Temporal UI served on a free port.
 func StartWithUI(t testing.TB) Stack {
 	t.Helper()
@@ -53,9 +63,6 @@ func StartWithUI(t testing.TB) Stack {
 
 func start(t testing.TB, withUI bool) Stack {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("integration test: needs the Temporal dev server and versitygw (run without -short)")
-	}
 	ctx := context.Background()
 	dir := t.TempDir()
 	tbin, err := devstack.TemporalTool.Find()

@@ -99,6 +99,7 @@ func TestStandinRounds(t *testing.T) {
 	}
 
 	t.Run("hang", func(t *testing.T) {
+		itest.Slow(t) // waits out an episode timeout
 		_, lines := startService(t, nil, "--component", "vla", "--embodiment", "libero", "--host", "127.0.0.1", "--port", "0")
 		vlaURL, seen := readyURL(t, lines, 10*time.Second)
 		if vlaURL == "" {
