@@ -60,15 +60,15 @@ func TestFailuresTableFollowsSignals(t *testing.T) {
 	query(250*time.Second, "recovered")
 	env.ExecuteWorkflow(failuresProbe)
 
-	if got := tables["first"]; !strings.Contains(got, "| Train 12 | 1 | ModuleNotFoundError: No module named 'torch' | 10:00:40 |") {
+	if got := tables["first"]; !strings.Contains(got, "| Train #12 | 1 | ModuleNotFoundError: No module named 'torch' | 10:00:40 |") {
 		t.Errorf("after the first failure:\n%s", got)
 	}
 	second := tables["second"]
-	if !strings.Contains(second, "| Train 12 | 2 | a \\| pipe |") || strings.Contains(second, "| Train 12 | 1 |") ||
-		!strings.Contains(second, "| WriteReport 3 | 1 | s3 down | not retried |") {
+	if !strings.Contains(second, "| Train #12 | 2 | a \\| pipe |") || strings.Contains(second, "| Train #12 | 1 |") ||
+		!strings.Contains(second, "| WriteReport #3 | 1 | s3 down | not retried |") {
 		t.Errorf("after the second attempt and another activity:\n%s", second)
 	}
-	if !strings.Contains(tables["stale recovery"], "Train 12") {
+	if !strings.Contains(tables["stale recovery"], "Train #12") {
 		t.Errorf("a stale recovery cleared the failure:\n%s", tables["stale recovery"])
 	}
 	if got := tables["recovered"]; got != "" {
