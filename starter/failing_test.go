@@ -87,6 +87,14 @@ func TestBrokenTrainerShowsWithinOneRetry(t *testing.T) {
 		}
 	}
 
+	// `starter status` from another terminal says it too.
+	st := exec.CommandContext(ctx, filepath.Join(bins, "starter"), "status", "--run", run)
+	st.Env = append(os.Environ(), stack.Env()...)
+	if out, err := st.CombinedOutput(); err != nil || !strings.Contains(string(out), "Train attempt ") ||
+		!strings.Contains(string(out), "ModuleNotFoundError: No module named 'torch'") {
+		t.Errorf("starter status does not show the failing trainer (%v):\n%s", err, out)
+	}
+
 	// The same in the current details the Temporal UI shows.
 	c, err := connect.Temporal(ctx, stack.Endpoints, tlog.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
 	if err != nil {

@@ -29,6 +29,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
+	"github.com/roundhouse-rl/roundhouse/internal/failnote"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 	"github.com/roundhouse-rl/roundhouse/workflows/api"
 )
@@ -252,9 +253,9 @@ func describeRun(ctx context.Context, c client.Client, ns string, info *workflow
 		} else {
 			applyProgress(&v, p)
 		}
-		ids := append([]string{info.GetExecution().GetWorkflowId()}, v.Children...)
-		if msg := lastActivityFailure(ctx, c, ids); msg != "" && v.Err == "" {
-			v.Err = msg
+		// A round waiting on a failing trainer or model server says why.
+		if fs, err := failnote.Pending(ctx, c, info.GetExecution().GetWorkflowId()); err == nil && len(fs) > 0 && v.Err == "" {
+			v.Err = strings.TrimPrefix(failnote.Line(fs[len(fs)-1], time.Now()), "! ")
 		}
 		return v
 	}
@@ -421,32 +422,6 @@ func decode(p *commonpb.Payloads, to any) error {
 		return errors.New("no payload")
 	}
 	return historyConverter.FromPayload(p.GetPayloads()[0], to)
-}
-
-// lastActivityFailure is the newest failure of an activity still being
-// retried in the given workflows (the train workflow and its episode
-// chunks): a round that waits on a failing trainer or model server says why.
-func lastActivityFailure(ctx context.Context, c client.Client, ids []string) string {
-	var msg string
-	var at time.Time
-	for _, id := range ids {
-		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		d, err := c.DescribeWorkflowExecution(dctx, id, "")
-		cancel()
-		if err != nil {
-			continue // a chunk may have finished since the query
-		}
-		for _, a := range d.GetPendingActivities() {
-			if a.GetLastFailure() == nil {
-				continue
-			}
-			if t := a.GetLastAttemptCompleteTime().AsTime(); msg == "" || t.After(at) {
-				msg = fmt.Sprintf("%s attempt %d: %s", a.GetActivityType().GetName(), a.GetAttempt(), failureMessage(a.GetLastFailure()))
-				at = t
-			}
-		}
-	}
-	return msg
 }
 
 // renderList is the table of runs, one row each.
