@@ -48,6 +48,11 @@ type EpisodeInput struct {
 	InfraTries int32
 }
 
+// Label names the episode where a failed attempt is shown (internal/failnote).
+func (in EpisodeInput) Label() string {
+	return fmt.Sprintf("%s task %d init %d", schemas.EpisodeID(in.Round, in.Phase, in.Group, in.Attempt), in.Task.ID, in.InitID)
+}
+
 // EpisodeResult is the small summary returned to the workflow.
 type EpisodeResult struct {
 	EpisodeID    string

@@ -47,6 +47,11 @@ type TrainInput struct {
 	WeightsOut string
 }
 
+// Label names the update where a failed attempt is shown (internal/failnote).
+func (in TrainInput) Label() string {
+	return fmt.Sprintf("round %d, %s → %s", in.Round, in.WeightsIn, in.WeightsOut)
+}
+
 // Train runs the trainer as a subprocess (torchrun in real use) in its own
 // process group, heartbeating the last line of its log and uploading the log
 // to S3 while it runs; then publishes the new weights: the files first,

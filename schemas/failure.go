@@ -9,6 +9,7 @@ type ActivityFailure struct {
 	Workflow   string // workflow id the activity belongs to
 	Activity   string // activity type, e.g. Train
 	ActivityID string
+	Label      string `json:",omitempty"` // what the attempt worked on, e.g. an episode; "" when unknown
 	Attempt    int32
 	Cause      string    // the last line of the failure's message
 	FailedAt   time.Time // zero when unknown

@@ -116,7 +116,8 @@ func TestBrokenTrainerShowsWithinOneRetry(t *testing.T) {
 		time.Sleep(500 * time.Millisecond)
 	}
 	t.Logf("terminal: %s\ncurrent details:\n%s", failure, details)
-	if !strings.Contains(details, "ModuleNotFoundError: No module named 'torch'") || !strings.Contains(details, "| failing activity |") {
+	if !strings.Contains(details, "| Train round 1, w0 → r1 | ") || !strings.Contains(details, "ModuleNotFoundError: No module named 'torch'") ||
+		!strings.Contains(details, "| failing activity |") {
 		t.Errorf("current details do not show the failing trainer:\n%s", details)
 	}
 	if err := c.TerminateWorkflow(ctx, api.WorkflowID(run), "", "test done"); err != nil {

@@ -82,7 +82,11 @@ func (f *failures) markdown() string {
 		if !x.NextRetry.IsZero() {
 			next = x.NextRetry.UTC().Format("15:04:05")
 		}
-		fmt.Fprintf(&b, "| %s #%s | %d | %s | %s |\n", x.Activity, x.ActivityID, x.Attempt, cell(x.Cause), next)
+		what := x.Activity + " #" + x.ActivityID
+		if x.Label != "" {
+			what = x.Activity + " " + x.Label
+		}
+		fmt.Fprintf(&b, "| %s | %d | %s | %s |\n", cell(what), x.Attempt, cell(x.Cause), next)
 	}
 	return b.String() + "\n"
 }

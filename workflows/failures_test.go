@@ -50,6 +50,7 @@ func TestFailuresTableFollowsSignals(t *testing.T) {
 	train.Cause = "a | pipe"
 	signal(2*time.Minute, train)
 	signal(2*time.Minute+time.Second, schemas.ActivityFailure{Activity: "WriteReport", ActivityID: "3", Attempt: 1, Cause: "s3 down"})
+	signal(2*time.Minute+2*time.Second, schemas.ActivityFailure{Activity: "RunEpisode", ActivityID: "40", Label: "r1-train-g0-a1 task 2 init 11", Attempt: 1, Cause: "model down"})
 	query(150*time.Second, "second")
 	// A success of the attempt that failed (a late, duplicate signal) does
 	// not clear it; a success of a later attempt does.
@@ -57,6 +58,7 @@ func TestFailuresTableFollowsSignals(t *testing.T) {
 	query(190*time.Second, "stale recovery")
 	signal(4*time.Minute, schemas.ActivityFailure{ActivityID: "12", Attempt: 3, Recovered: true})
 	signal(4*time.Minute, schemas.ActivityFailure{ActivityID: "3", Attempt: 2, Recovered: true})
+	signal(4*time.Minute, schemas.ActivityFailure{ActivityID: "40", Attempt: 2, Recovered: true})
 	query(250*time.Second, "recovered")
 	env.ExecuteWorkflow(failuresProbe)
 
@@ -65,7 +67,8 @@ func TestFailuresTableFollowsSignals(t *testing.T) {
 	}
 	second := tables["second"]
 	if !strings.Contains(second, "| Train #12 | 2 | a \\| pipe |") || strings.Contains(second, "| Train #12 | 1 |") ||
-		!strings.Contains(second, "| WriteReport #3 | 1 | s3 down | not retried |") {
+		!strings.Contains(second, "| WriteReport #3 | 1 | s3 down | not retried |") ||
+		!strings.Contains(second, "| RunEpisode r1-train-g0-a1 task 2 init 11 | 1 | model down |") {
 		t.Errorf("after the second attempt and another activity:\n%s", second)
 	}
 	if !strings.Contains(tables["stale recovery"], "Train #12") {

@@ -68,6 +68,7 @@ func (a *activityInbound) ExecuteActivity(ctx context.Context, in *interceptor.E
 	switch {
 	case err != nil:
 		note = Note(info, err, time.Now())
+		note.Label = label(in.Args)
 	case info.Attempt > 1:
 		note = schemas.ActivityFailure{Workflow: info.WorkflowExecution.ID, Activity: info.ActivityType.Name,
 			ActivityID: info.ActivityID, Attempt: info.Attempt, Recovered: true}
@@ -82,6 +83,19 @@ func (a *activityInbound) ExecuteActivity(ctx context.Context, in *interceptor.E
 		activity.GetLogger(ctx).Warn("failure not signalled to the workflow", "activity", info.ActivityType.Name, "error", serr)
 	}
 	return res, err
+}
+
+// labeller is an activity input that can name what it works on.
+type labeller interface{ Label() string }
+
+// label is the first argument's Label, or "".
+func label(args []any) string {
+	for _, a := range args {
+		if l, ok := a.(labeller); ok {
+			return l.Label()
+		}
+	}
+	return ""
 }
 
 // Note describes attempt info.Attempt failing with err at now, with the

@@ -92,3 +92,16 @@ func TestPrinterPrintsEachAttemptOnce(t *testing.T) {
 		t.Fatalf("five new failures with Max 3: %d lines\n%s", n, out.String())
 	}
 }
+
+type episodeArg struct{ id string }
+
+func (e episodeArg) Label() string { return "episode " + e.id }
+
+func TestLabelComesFromTheInput(t *testing.T) {
+	if got := label([]any{episodeArg{"r1-train-g0-a1"}}); got != "episode r1-train-g0-a1" {
+		t.Errorf("label = %q", got)
+	}
+	if got := label([]any{"run", 3}); got != "" {
+		t.Errorf("label of plain arguments = %q, want none", got)
+	}
+}
