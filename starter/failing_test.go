@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -41,11 +40,9 @@ func TestBrokenTrainerShowsWithinOneRetry(t *testing.T) {
 		t.Fatal(err)
 	}
 	const run = "itest-broken-trainer"
-	cmd := exec.CommandContext(ctx, filepath.Join(bins, "starter"), "train", "--config", filepath.Join(root, "harnesses/minimal/harness.yaml"),
+	cmd := stack.Starter(ctx, t, bins, "train", "--config", filepath.Join(root, "harnesses/minimal/harness.yaml"),
 		"--run", run, "--weights", filepath.Join(root, "harnesses/minimal/weights/w0"), "--rounds", "1", "--groups", "3", "--attempts", "4",
 		"--var", "bin="+bins, "--var", "python="+python)
-	cmd.Dir = t.TempDir()
-	cmd.Env = append(os.Environ(), stack.Env()...)
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
 	if err := cmd.Start(); err != nil {
@@ -88,9 +85,7 @@ func TestBrokenTrainerShowsWithinOneRetry(t *testing.T) {
 	}
 
 	// `starter status` from another terminal says it too.
-	st := exec.CommandContext(ctx, filepath.Join(bins, "starter"), "status", "--run", run)
-	st.Env = append(os.Environ(), stack.Env()...)
-	if out, err := st.CombinedOutput(); err != nil || !strings.Contains(string(out), "Train attempt ") ||
+	if out, err := stack.Starter(ctx, t, bins, "status", "--run", run).CombinedOutput(); err != nil || !strings.Contains(string(out), "Train attempt ") ||
 		!strings.Contains(string(out), "ModuleNotFoundError: No module named 'torch'") {
 		t.Errorf("starter status does not show the failing trainer (%v):\n%s", err, out)
 	}

@@ -9,7 +9,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -291,10 +290,7 @@ func TestStatusAndReportOnRealRun(t *testing.T) {
 	stack.StartWorker(t, bins, "main")
 
 	starter := func(args ...string) (string, error) {
-		cmd := exec.CommandContext(ctx, filepath.Join(bins, "starter"), args...)
-		cmd.Dir = t.TempDir()
-		cmd.Env = append(os.Environ(), stack.Env()...)
-		out, err := cmd.CombinedOutput()
+		out, err := stack.Starter(ctx, t, bins, args...).CombinedOutput()
 		return string(out), err
 	}
 	const run = "itest-status"

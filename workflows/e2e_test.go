@@ -5,7 +5,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -33,11 +32,10 @@ func TestTrainSurvivesWorkerKill(t *testing.T) {
 
 	first := stack.StartWorker(t, bins, "first")
 	const run, groups, attempts = "itest-kill", 4, 3
-	starter := exec.CommandContext(ctx, filepath.Join(bins, "starter"), "train",
+	starter := stack.Starter(ctx, t, bins, "train",
 		"--config", filepath.Join(root, "harnesses/minimal/harness.yaml"), "--run", run,
 		"--weights", filepath.Join(root, "harnesses/minimal/weights/w0"), "--rounds", "1",
 		"--groups", "4", "--attempts", "3", "--var", "bin="+bins, "--heartbeat-timeout", "5s", "--detach")
-	starter.Env = append(os.Environ(), stack.Env()...)
 	if out, err := starter.CombinedOutput(); err != nil {
 		t.Fatalf("starter: %v\n%s", err, out)
 	}

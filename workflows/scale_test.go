@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -142,12 +141,11 @@ func runScaleRound(tb testing.TB, run string, groups, attempts, slots int) scale
 	}
 	defer c.Close()
 	started := time.Now()
-	starter := exec.CommandContext(ctx, filepath.Join(bins, "starter"), "train",
+	starter := stack.Starter(ctx, tb, bins, "train",
 		"--config", filepath.Join(root, "harnesses/minimal/instant.yaml"), "--run", run,
 		"--weights", filepath.Join(root, "harnesses/minimal/weights/w0"), "--rounds", "1",
 		"--groups", strconv.Itoa(groups), "--attempts", strconv.Itoa(attempts),
 		"--pool-report", pool, "--pool-report-any-weights", "--var", "bin="+bins, "--detach")
-	starter.Env = append(os.Environ(), stack.Env()...)
 	if out, err := starter.CombinedOutput(); err != nil {
 		tb.Fatalf("starter: %v\n%s", err, out)
 	}

@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -35,10 +34,7 @@ func TestStopAndResume(t *testing.T) {
 	stack.StartWorker(t, bins, "stop")
 	const run, groups, attempts = "itest-stop", 40, 3
 	starter := func(args ...string) (string, error) {
-		cmd := exec.CommandContext(ctx, filepath.Join(bins, "starter"), args...)
-		cmd.Env = append(os.Environ(), stack.Env()...)
-		cmd.Dir = t.TempDir()
-		out, err := cmd.CombinedOutput()
+		out, err := stack.Starter(ctx, t, bins, args...).CombinedOutput()
 		return string(out), err
 	}
 	config := filepath.Join(root, "harnesses/minimal/harness.yaml")

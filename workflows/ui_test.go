@@ -57,11 +57,10 @@ func TestUITellsTheStory(t *testing.T) {
 	stack.StartWorker(t, bins, "ui")
 	const run, other = "ui-story", "ui-other"
 	for _, r := range []string{run, other} {
-		st := exec.CommandContext(ctx, filepath.Join(bins, "starter"), "train",
+		st := stack.Starter(ctx, t, bins, "train",
 			"--config", filepath.Join(root, "harnesses/minimal/harness.yaml"), "--run", r,
 			"--weights", filepath.Join(root, "harnesses/minimal/weights/w0"), "--rounds", "1",
 			"--groups", "2", "--attempts", "2", "--var", "bin="+bins, "--detach")
-		st.Env = append(os.Environ(), stack.Env()...)
 		if out, err := st.CombinedOutput(); err != nil {
 			t.Fatalf("starter %s: %v\n%s", r, err, out)
 		}

@@ -223,6 +223,17 @@ func Binaries(t testing.TB) string {
 	return Build(t, "./workers/worker", "./starter", "./harnesses/minimal/cmd/...")
 }
 
+// Starter is the starter binary of bins, run against the stack from a
+// folder of its own (a STOP file or relative path of one test never meets
+// another's); ctx bounds it.
+func (s Stack) Starter(ctx context.Context, t testing.TB, bins string, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, filepath.Join(bins, "starter"), args...)
+	cmd.Dir = t.TempDir()
+	cmd.Env = append(os.Environ(), s.Env()...)
+	return cmd
+}
+
 // StartWorker runs the worker binary of bins against the stack as a
 // separate process (tests kill -9 it like a crashed host), logging to
 // <stack dir>/worker-<name>.log; extra flags follow the defaults, so a

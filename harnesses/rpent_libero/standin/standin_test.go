@@ -59,9 +59,7 @@ func TestStandinRounds(t *testing.T) {
 		for _, v := range vars {
 			args = append(args, "--var", v)
 		}
-		cmd := exec.CommandContext(ctx, filepath.Join(bins, "starter"), args...)
-		cmd.Env = append(os.Environ(), stack.Env()...)
-		out, err := cmd.CombinedOutput()
+		out, err := stack.Starter(ctx, t, bins, args...).CombinedOutput()
 		if err != nil {
 			t.Fatalf("starter %v: %v\n%s", args, err, out)
 		}
