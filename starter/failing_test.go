@@ -20,11 +20,11 @@ import (
 )
 
 // A trainer broken on purpose (its python has no torch) is still retried,
-// (3 groups of 4 attempts: a round whose groups all lack reward diversity
-// trains nothing, about 1 in 250 runs of the toy; the test then says so),
 // but `starter train` prints the first failed attempt with its cause and the
-// time of the retry, and the workflow's current details in the Temporal UI
-// show it too.
+// time of the retry, and `starter status` and the workflow's current details
+// in the Temporal UI show it too. The round has 3 groups of 4 attempts: one
+// whose groups all lack reward diversity trains nothing (about 1 in 250
+// runs of the toy), and the test then says so.
 func TestBrokenTrainerShowsWithinOneRetry(t *testing.T) {
 	itest.Slow(t)
 	stack := itest.Start(t)
