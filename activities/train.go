@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
@@ -145,11 +146,21 @@ func (t *Trainer) Train(ctx context.Context, in TrainInput) (schemas.TrainerMetr
 		return m, fmt.Errorf("trainer of round %d: %w", in.Round, err)
 	}
 	if res.TimedOut || res.ExitCode != 0 {
-		tail, _ := os.ReadFile(logPath)
+		full, _ := os.ReadFile(logPath)
+		// torchrun reports any rank's failure as its own exit 1, so the
+		// guard is known by its line. Retrying would see the same drift.
+		if line := driftLine(string(full)); line != "" {
+			return m, temporal.NewNonRetryableApplicationError(fmt.Sprintf("trainer of round %d stopped before updating: %s (log s3://%s/%s)",
+				in.Round, strings.TrimPrefix(line, "trainer: "), t.Store.Bucket, logKey), "DriftGuard", nil)
+		}
+		tail := full
 		if len(tail) > 2000 {
 			tail = tail[len(tail)-2000:]
 		}
-		return m, fmt.Errorf("trainer of round %d failed (exit %d, timed out %v); log s3://%s/%s ends:\n%s", in.Round, res.ExitCode, res.TimedOut, t.Store.Bucket, logKey, tail)
+		// The cause goes last: torchrun's own report ends the log with a
+		// banner, and the last line is what a failing attempt is shown by.
+		return m, fmt.Errorf("trainer of round %d failed (exit %d, timed out %v); log s3://%s/%s ends:\n%s\n%s", in.Round, res.ExitCode, res.TimedOut,
+			t.Store.Bucket, logKey, tail, trainerCause(string(full), res.TimedOut))
 	}
 	b, err := os.ReadFile(vars["metrics_out"])
 	if err == nil {
@@ -238,4 +249,44 @@ func lastLine(path string) string {
 		line = line[:300]
 	}
 	return line
+}
+
+// driftLine is the drift guard's line in a trainer log, or "".
+func driftLine(log string) string {
+	for _, l := range strings.Split(log, "\n") {
+		if i := strings.Index(l, schemas.TrainerDriftGuard); i >= 0 {
+			return strings.TrimSpace(l[i:])
+		}
+	}
+	return ""
+}
+
+// pyError is a Python exception line: "ModuleNotFoundError: No module…".
+var pyError = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.]*(Error|Exception|Interrupt|Exit)\b:?`)
+
+// trainerCause picks the line that says why a trainer failed: its own
+// "trainer: error:" line, else the last Python exception that is not
+// torchrun's wrapper around a rank's failure, else the log's last line.
+func trainerCause(log string, timedOut bool) string {
+	if timedOut {
+		return "the trainer outlived trainer.timeout"
+	}
+	lines := strings.Split(log, "\n")
+	for _, l := range lines {
+		if i := strings.Index(l, "trainer: error: "); i >= 0 {
+			return strings.TrimSpace(l[i+len("trainer: "):])
+		}
+	}
+	for i := len(lines) - 1; i >= 0; i-- {
+		l := strings.TrimSpace(lines[i])
+		if pyError.MatchString(l) && !strings.Contains(l, "ChildFailedError") {
+			return l
+		}
+	}
+	for i := len(lines) - 1; i >= 0; i-- {
+		if l := strings.TrimSpace(lines[i]); strings.ContainsFunc(l, unicode.IsLetter) {
+			return l
+		}
+	}
+	return "the trainer printed nothing"
 }

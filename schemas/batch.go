@@ -21,6 +21,10 @@ const (
 	BatchWeights           = "weights"            // float32 [n], 1/(selected calls in the episode)
 	BatchFile              = "batch.npz"
 	TrainerMetricsFile     = "metrics.json"
+	// TrainerDriftGuard starts the line a trainer prints when its drift
+	// guard stops the update (docs/design.md §4): the round stops with that
+	// line as its cause instead of being retried.
+	TrainerDriftGuard = "trainer: drift guard: "
 )
 
 // TrainerMetrics is what a trainer writes to metrics.json next to its output weights.
@@ -31,9 +35,14 @@ type TrainerMetrics struct {
 	Tokens           int     `json:"tokens"`
 	ClipFraction     float64 `json:"clip_fraction"`
 	DualClipFraction float64 `json:"dual_clip_fraction"`
-	// LogprobMismatch is mean |log pi_old - log pi_rollout| over completion tokens.
-	LogprobMismatch float64 `json:"logprob_mismatch"`
-	MeanRatio       float64 `json:"mean_ratio"`
+	// LogprobMismatch is mean |log pi_old - log pi_rollout| over completion
+	// tokens, computed before the first update (the drift guard's figure);
+	// LogprobMismatchMax its largest token, DriftShare the share of samples
+	// whose own mean exceeds the harness's drift_limit.
+	LogprobMismatch    float64 `json:"logprob_mismatch"`
+	LogprobMismatchMax float64 `json:"logprob_mismatch_max"`
+	DriftShare         float64 `json:"drift_share"`
+	MeanRatio          float64 `json:"mean_ratio"`
 }
 
 // WeightsManifestFile is written last into weights/<id>/: the weights are

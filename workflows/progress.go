@@ -114,13 +114,14 @@ func (t *tracker) update() {
 			bs.Valid, bs.Episodes, bs.GroupsWithSignal, bs.Groups, bs.Samples, bs.ZeroWeightSamples, bs.UntrainableCalls, bs.Calls)
 	}
 	if len(p.Summaries) > 0 {
-		b.WriteString("| round | val success | success rate | samples | loss | weights |\n|---|---|---|---|---|---|\n")
+		b.WriteString("| round | val success | success rate | samples | loss | logprob Δ mean / max | weights |\n|---|---|---|---|---|---|---|\n")
 		for _, s := range p.Summaries {
 			val := "–"
 			if s.ValSuccess >= 0 {
 				val = fmt.Sprintf("%.1f%%", 100*s.ValSuccess)
 			}
-			fmt.Fprintf(&b, "| %d | %s | %.1f%% | %d | %.4f | %s → %s |\n", s.Round, val, 100*s.SuccessRate, s.Samples, s.Trainer.Loss, s.WeightsIn, s.WeightsOut)
+			fmt.Fprintf(&b, "| %d | %s | %.1f%% | %d | %.4f | %.2g / %.2g | %s → %s |\n", s.Round, val, 100*s.SuccessRate, s.Samples, s.Trainer.Loss,
+				s.Trainer.LogprobMismatch, s.Trainer.LogprobMismatchMax, s.WeightsIn, s.WeightsOut)
 		}
 	}
 	workflow.SetCurrentDetails(t.ctx, b.String())

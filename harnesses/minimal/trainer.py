@@ -75,6 +75,15 @@ class InputError(Exception):
     """Bad arguments, weights or batch: reported and exit status 2."""
 
 
+class DriftError(Exception):
+    """The drift guard fired: the trainer's pi_old disagrees with what the
+    rollout engine recorded, so the batch is not what the model saw.
+    Reported and exit status 3, before any update."""
+
+
+DRIFT_EXIT = 3
+
+
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--batch", required=True, help="batch.npz")
@@ -99,6 +108,9 @@ def parse_args(argv):
     ap.add_argument("--global-batch", type=int, default=128, help="samples per optimizer step")
     ap.add_argument("--epochs", type=int, default=1, help="passes over the batch")
     ap.add_argument("--seed", type=int, default=0, help="shuffling seed")
+    ap.add_argument("--drift-limit", type=float, default=0.0,
+                    help="stop before the first update when the mean |log pi_old - log pi_rollout| over completion "
+                         "tokens exceeds this (0: report only)")
     a = ap.parse_args(argv)
     checks = [
         (a.lr > 0, "--lr must be > 0"),
@@ -292,13 +304,41 @@ def loss_of_logprobs(lp, B, idx, tok, total_weight, a):
     return loss, lp, tok, rho, clip, dual
 
 
+def drift(B, limit):
+    """The drift guard's figures, from pi_old as this trainer computes it and
+    the logprobs the proxy recorded: mean and max |difference| over
+    completion tokens, and per sample its mean, with the share and the
+    first indices of samples whose mean exceeds limit (when limit > 0)."""
+    d = np.abs(B["old_tok"] - B["roll"])
+    if len(d) == 0:
+        return 0.0, 0.0, 0.0, []
+    co, ntok = B["co"], np.maximum(np.diff(B["co"]), 1)
+    per_sample = np.add.reduceat(d, co[:-1]) / ntok if len(co) > 1 else np.zeros(0)
+    bad = np.flatnonzero(per_sample > limit) if limit > 0 else np.zeros(0, np.int64)
+    share = len(bad) / len(per_sample) if len(per_sample) else 0.0
+    return float(d.mean()), float(d.max()), share, [(int(i), float(per_sample[i])) for i in bad[:5]]
+
+
+def check_drift(a, B):
+    """Returns the drift figures for metrics.json; raises DriftError when
+    the mean exceeds --drift-limit."""
+    mean, mx, share, first = drift(B, a.drift_limit)
+    if a.drift_limit > 0 and mean > a.drift_limit:
+        named = ", ".join(f"sample {i} ({m:.3g})" for i, m in first)
+        raise DriftError(
+            f"drift guard: mean |log pi_old - log pi_rollout| {mean:.3g} exceeds --drift-limit {a.drift_limit:g} "
+            f"(max {mx:.3g}, {100 * share:.1f}% of samples over the limit; first: {named}): the trainer does not "
+            "see what the model saw (chat template, processor, images or weights differ from the rollout)")
+    return {"logprob_mismatch": mean, "logprob_mismatch_max": mx, "drift_share": share}
+
+
 def optimize(a, rank, world, B, params, opt, device, loss_of):
     """The update both policies share: --epochs passes over the batch in
     global batches of --global-batch samples, each split over the ranks;
     loss_of(mine, total_weight) returns batch_loss's tuple for this rank's
-    share. Returns metrics.json's content."""
+    share. The drift guard runs first. Returns metrics.json's content."""
     n, weight = len(B["adv"]), B["weight"]
-    mismatch = float(np.abs(B["old_tok"] - B["roll"]).mean()) if len(B["roll"]) else 0.0
+    guard = check_drift(a, B)
     rng = np.random.default_rng(a.seed)
     stats = torch.zeros(5, dtype=torch.float64)  # loss sum, clipped, dual, ratio sum, tokens
     steps = 0
@@ -337,8 +377,8 @@ def optimize(a, rank, world, B, params, opt, device, loss_of):
         "tokens": int(len(B["roll"])),
         "clip_fraction": clipped_n / tok_n if tok_n else 0.0,
         "dual_clip_fraction": dual_n / tok_n if tok_n else 0.0,
-        "logprob_mismatch": mismatch,
         "mean_ratio": ratio_sum / tok_n if tok_n else 1.0,
+        **guard,
     }
 
 
@@ -619,6 +659,9 @@ def main(argv):
     except InputError as e:
         print(f"trainer: error: {e}", file=sys.stderr, flush=True)
         return 2
+    except DriftError as e:
+        print(f"trainer: {e}", file=sys.stderr, flush=True)
+        return DRIFT_EXIT
     finally:
         if distributed:
             dist.destroy_process_group()

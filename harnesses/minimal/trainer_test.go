@@ -89,8 +89,8 @@ func TestTrainerSign(t *testing.T) {
 	// rollout logprobs are the policy's own.
 	want := schemas.TrainerMetrics{Steps: 1, Samples: 2, Tokens: 4, MeanRatio: 1}
 	got := m
-	got.Loss, got.LogprobMismatch = 0, 0
-	if !reflect.DeepEqual(got, want) || m.LogprobMismatch > 1e-6 {
+	got.Loss, got.LogprobMismatch, got.LogprobMismatchMax = 0, 0, 0
+	if !reflect.DeepEqual(got, want) || m.LogprobMismatch > 1e-6 || m.LogprobMismatchMax > 1e-6 {
 		t.Errorf("metrics %+v", m)
 	}
 }
@@ -476,4 +476,40 @@ func TestTrainerGolden(t *testing.T) {
 		t.Errorf("2-rank training step: loss %v (%d steps), Go %v", m.Loss, m.Steps, atOld.Loss)
 	}
 	t.Logf("2-rank training step at θ_old: loss %.12f, Go %.12f", m.Loss, atOld.Loss)
+}
+
+// TestTrainerDriftGuard: rollout logprobs that disagree with pi_old stop
+// the trainer before any update when they exceed --drift-limit, naming the
+// samples; under the limit the figures land in metrics.json.
+func TestTrainerDriftGuard(t *testing.T) {
+	needTorch(t)
+	p, err := policy.Load(w0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s1 := decision(t, p, firstPrompt(t, p, 0, 45), "open_drawer", 1, 1)
+	s2 := decision(t, p, firstPrompt(t, p, 1, 45), "pick_cube", -1, 0.5)
+	s1.logprobs = []float64{s1.logprobs[0] - 1, 0} // sample 0 drifts: mean 0.5 over its 2 tokens
+	dir := t.TempDir()
+	batch := filepath.Join(dir, "batch.npz")
+	if err := writeBatch(batch, []sample{s1, s2}); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "stopped", "policy.json")
+	_, err = runTrainer(t, 1, batch, w0, out, "--drift-limit", "0.1")
+	if err == nil || !strings.Contains(err.Error(), schemas.TrainerDriftGuard) || !strings.Contains(err.Error(), "first: sample 0 (0.5)") ||
+		strings.Contains(err.Error(), "sample 1 (") {
+		t.Fatalf("want the drift guard naming sample 0 only, got %v", err)
+	}
+	if _, serr := os.Stat(out); serr == nil {
+		t.Error("the guard fired, yet weights were written")
+	}
+	m, err := runTrainer(t, 1, batch, w0, filepath.Join(dir, "ok", "policy.json"), "--drift-limit", "0.3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Tokens: sample 0 differs by 1 and 0, sample 1 by 0 and 0.
+	if math.Abs(m.LogprobMismatch-0.25) > 1e-6 || math.Abs(m.LogprobMismatchMax-1) > 1e-6 || math.Abs(m.DriftShare-0.5) > 1e-9 {
+		t.Errorf("mismatch %v (want 0.25), max %v (want 1), share %v (want 0.5)", m.LogprobMismatch, m.LogprobMismatchMax, m.DriftShare)
+	}
 }
