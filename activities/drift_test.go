@@ -1,6 +1,11 @@
 package activities
 
-import "testing"
+import (
+	"strings"
+	"testing"
+
+	"github.com/roundhouse-rl/roundhouse/schemas"
+)
 
 func TestDriftLine(t *testing.T) {
 	tail := "step 0\n[rank0]: trainer: drift guard: mean |log pi_old - log pi_rollout| 0.5 exceeds --drift-limit 0.001 (first: sample 3 (0.9))\nERROR torch.distributed.elastic: failed\n"
@@ -29,5 +34,14 @@ func TestTrainerCause(t *testing.T) {
 	}
 	if got := trainerCause("step 3/9", true); got != "the trainer outlived trainer.timeout" {
 		t.Errorf("timed out: %q", got)
+	}
+}
+
+func TestNameSamples(t *testing.T) {
+	line := "trainer: drift guard: mean 0.5 exceeds --drift-limit 0.1 (max 1, 50.0% of samples over the limit; first: sample 1 (0.9), sample 7 (0.8)): …"
+	samples := []schemas.Sample{{EpisodeID: "r1-train-g0-a1", CallIndex: 0}, {EpisodeID: "r1-train-g2-a3", CallIndex: 4}}
+	want := "first: sample 1 = episode r1-train-g2-a3 call 4 (0.9), sample 7 (0.8))"
+	if got := nameSamples(line, samples); !strings.Contains(got, want) {
+		t.Errorf("named:\n%s\nwant it to contain\n%s", got, want)
 	}
 }

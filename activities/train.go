@@ -150,6 +150,13 @@ func (t *Trainer) Train(ctx context.Context, in TrainInput) (schemas.TrainerMetr
 		// torchrun reports any rank's failure as its own exit 1, so the
 		// guard is known by its line. Retrying would see the same drift.
 		if line := driftLine(string(full)); line != "" {
+			// Name the samples by episode and call: the batch's order is the
+			// round's samples table's. Without the table the indices stay.
+			if samples, serr := store.ReadParquet[schemas.Sample](ctx, t.Store, l.Samples(in.Round)); serr == nil {
+				line = nameSamples(line, samples)
+			} else {
+				activity.GetLogger(ctx).Warn("samples table not read; the drift guard's samples keep their batch indices", "error", serr)
+			}
 			return m, temporal.NewNonRetryableApplicationError(fmt.Sprintf("trainer of round %d stopped before updating: %s (log s3://%s/%s)",
 				in.Round, strings.TrimPrefix(line, "trainer: "), t.Store.Bucket, logKey), "DriftGuard", nil)
 		}
@@ -259,6 +266,20 @@ func driftLine(log string) string {
 		}
 	}
 	return ""
+}
+
+// sampleRef is how the drift guard names a sample: its batch index.
+var sampleRef = regexp.MustCompile(`sample (\d+) \(`)
+
+// nameSamples adds episode and call to each "sample i (" of a drift line.
+func nameSamples(line string, samples []schemas.Sample) string {
+	return sampleRef.ReplaceAllStringFunc(line, func(m string) string {
+		i, err := strconv.Atoi(sampleRef.FindStringSubmatch(m)[1])
+		if err != nil || i < 0 || i >= len(samples) {
+			return m
+		}
+		return fmt.Sprintf("sample %d = episode %s call %d (", i, samples[i].EpisodeID, samples[i].CallIndex)
+	})
 }
 
 // pyError is a Python exception line: "ModuleNotFoundError: No module…".
