@@ -22,9 +22,9 @@ import (
 // A trainer broken on purpose (its python has no torch) is still retried,
 // but `starter train` prints the first failed attempt with its cause and the
 // time of the retry, and `starter status` and the workflow's current details
-// in the Temporal UI show it too. The round has 3 groups of 4 attempts: one
-// whose groups all lack reward diversity trains nothing (about 1 in 250
-// runs of the toy), and the test then says so.
+// in the Temporal UI show it too. The round has 4 groups of 6 attempts, so
+// that some group has reward diversity (a round without one trains
+// nothing, and the test then says so).
 func TestBrokenTrainerShowsWithinOneRetry(t *testing.T) {
 	itest.Slow(t)
 	stack := itest.Start(t)
@@ -41,7 +41,7 @@ func TestBrokenTrainerShowsWithinOneRetry(t *testing.T) {
 	}
 	const run = "itest-broken-trainer"
 	cmd := stack.Starter(ctx, t, bins, "train", "--config", filepath.Join(root, "harnesses/minimal/harness.yaml"),
-		"--run", run, "--weights", filepath.Join(root, "harnesses/minimal/weights/w0"), "--rounds", "1", "--groups", "3", "--attempts", "4",
+		"--run", run, "--weights", filepath.Join(root, "harnesses/minimal/weights/w0"), "--rounds", "1", "--groups", "4", "--attempts", "6",
 		"--var", "bin="+bins, "--var", "python="+python)
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
