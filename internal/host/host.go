@@ -47,6 +47,7 @@ type Host struct {
 
 	log      *slog.Logger
 	srv      *http.Server
+	ln       net.Listener
 	mu       sync.Mutex
 	services map[string]*service    // by name@config; the model server under modelName
 	failed   map[string]failedStart // recent failed starts, by the same keys
@@ -72,7 +73,7 @@ func Start(ctx context.Context, cfg Config) (*Host, error) {
 		return nil, fmt.Errorf("recording proxy on %s (choose another --proxy-listen): %w", cfg.ProxyListen, err)
 	}
 	h := &Host{Store: cfg.Store, Proxy: px, Spool: sp, ProxyAddr: ln.Addr().String(), WorkDir: cfg.WorkDir, Name: cfg.Name,
-		log: log, srv: &http.Server{Handler: px, ReadHeaderTimeout: 30 * time.Second}}
+		log: log, ln: ln, srv: &http.Server{Handler: px, ReadHeaderTimeout: 30 * time.Second}}
 	go func() {
 		if err := h.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("recording proxy stopped", "error", err)
@@ -91,6 +92,11 @@ func Start(ctx context.Context, cfg Config) (*Host, error) {
 func (h *Host) Close() {
 	if h.srv != nil {
 		h.srv.Close()
+	}
+	// Serve runs in its own goroutine: a Close that comes before Serve took
+	// the listener would leave it open until then, so it is closed here too.
+	if h.ln != nil {
+		_ = h.ln.Close()
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
