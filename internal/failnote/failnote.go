@@ -15,7 +15,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strings"
 	"time"
 
 	"go.temporal.io/sdk/activity"
@@ -23,6 +22,7 @@ import (
 	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/roundhouse-rl/roundhouse/internal/proc"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 )
 
@@ -151,14 +151,7 @@ func retryDelay(p *temporal.RetryPolicy, attempt int32, err error) (time.Duratio
 // Cause is the last non-empty line of a failure message, where a log tail
 // or a Python traceback puts the reason, bounded in length.
 func Cause(msg string) string {
-	lines := strings.Split(strings.TrimSpace(msg), "\n")
-	c := ""
-	for i := len(lines) - 1; i >= 0; i-- {
-		if l := strings.TrimSpace(lines[i]); l != "" {
-			c = l
-			break
-		}
-	}
+	c := proc.LastLine(msg)
 	if r := []rune(c); len(r) > maxCause {
 		c = string(r[:maxCause-1]) + "…"
 	}

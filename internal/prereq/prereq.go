@@ -14,6 +14,8 @@ import (
 	"os/exec"
 	"strings"
 	"time"
+
+	"github.com/roundhouse-rl/roundhouse/internal/proc"
 )
 
 // DebianPython is the interpreter Debian's python3-torch installs into; the
@@ -42,24 +44,18 @@ func Python(python, forWhom string, modules ...string) Need {
 			return importCheck(ctx, python, modules)
 		},
 	}
+	var debian []string // Debian names its Python modules python3-<module>
+	for _, m := range modules {
+		debian = append(debian, "python3-"+m)
+	}
 	if python == DebianPython {
-		for _, m := range modules {
-			n.Debian = append(n.Debian, "python3-"+m)
-		}
+		n.Debian = debian
 	} else {
 		// Someone else's interpreter: apt would install into the wrong one.
 		n.Fix = fmt.Sprintf("%s -m pip install %s  (or use Debian's: --var python=%s after `sudo apt-get install %s`)",
-			python, strings.Join(modules, " "), DebianPython, debianNames(modules))
+			python, strings.Join(modules, " "), DebianPython, strings.Join(debian, " "))
 	}
 	return n
-}
-
-func debianNames(modules []string) string {
-	var s []string
-	for _, m := range modules {
-		s = append(s, "python3-"+m)
-	}
-	return strings.Join(s, " ")
 }
 
 // Command needs a program on PATH, from the given Debian packages.
@@ -92,21 +88,12 @@ func importCheck(ctx context.Context, python string, modules []string) error {
 		if ctx.Err() != nil {
 			return fmt.Errorf("%s -c 'import %s' did not finish in %s", python, strings.Join(modules, ", "), checkTimeout)
 		}
-		return errors.New(LastLine(out.String(), err.Error()))
+		if l := proc.LastLine(out.String()); l != "" {
+			return errors.New(l)
+		}
+		return err
 	}
 	return nil
-}
-
-// LastLine is s's last non-empty line, or def when there is none: Python
-// puts the cause of a traceback there.
-func LastLine(s, def string) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	for i := len(lines) - 1; i >= 0; i-- {
-		if l := strings.TrimSpace(lines[i]); l != "" {
-			return l
-		}
-	}
-	return def
 }
 
 // Installer installs Debian packages; Apt is the real one.

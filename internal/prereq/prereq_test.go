@@ -94,18 +94,12 @@ func TestNoInstallForOtherInterpreters(t *testing.T) {
 	}
 }
 
-func TestCommandAndLastLine(t *testing.T) {
+func TestCommand(t *testing.T) {
 	if err := Command("sh", "x").Check(context.Background()); err != nil {
 		t.Errorf("sh: %v", err)
 	}
 	if err := Command("no-such-program-xyz", "x").Check(context.Background()); err == nil {
 		t.Error("a missing program passed")
-	}
-	if got := LastLine("a\nb\n\n  \n", "d"); got != "b" {
-		t.Errorf("LastLine = %q", got)
-	}
-	if got := LastLine("\n", "d"); got != "d" {
-		t.Errorf("LastLine of nothing = %q", got)
 	}
 }
 

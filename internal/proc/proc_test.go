@@ -48,3 +48,12 @@ func TestMissingBinary(t *testing.T) {
 		t.Fatalf("want an error naming the binary, got %v", err)
 	}
 }
+
+func TestLastLine(t *testing.T) {
+	if got := LastLine("Traceback\n  File x\nModuleNotFoundError: no torch\n\n  \n"); got != "ModuleNotFoundError: no torch" {
+		t.Errorf("LastLine = %q", got)
+	}
+	if got := LastLine("\n \n"); got != "" {
+		t.Errorf("LastLine of nothing = %q", got)
+	}
+}

@@ -139,6 +139,18 @@ func HTTPCheck(url string) func(context.Context) error {
 	}
 }
 
+// LastLine is the last non-empty line of s, trimmed, or "": where a log
+// tail or a Python traceback puts the reason something failed.
+func LastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if l := strings.TrimSpace(lines[i]); l != "" {
+			return l
+		}
+	}
+	return ""
+}
+
 // LogTail returns the last n bytes of a log on one line, for error messages.
 func LogTail(path string, n int) string {
 	b, err := os.ReadFile(path)
