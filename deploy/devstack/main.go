@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/spf13/pflag"
+
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
 	"github.com/roundhouse-rl/roundhouse/internal/devstack"
 	"github.com/roundhouse-rl/roundhouse/internal/harness"
@@ -110,36 +112,26 @@ func needs(what string, extra []string) ([]prereq.Need, error) {
 }
 
 // trainerPython is the program the demo harness's trainer command runs,
-// after the --config and --var flags among extra.
+// after the --config and --var flags among extra (starter train's flags;
+// the others are the starter's business and skipped).
 func trainerPython(extra []string) (string, error) {
-	config := demoConfig
-	var vars []string
-	for i := 0; i < len(extra); i++ {
-		a := extra[i]
-		switch {
-		case (a == "--config" || a == "--var") && i+1 < len(extra):
-			if a == "--config" {
-				config = extra[i+1]
-			} else {
-				vars = append(vars, extra[i+1])
-			}
-			i++
-		case strings.HasPrefix(a, "--config="):
-			config = strings.TrimPrefix(a, "--config=")
-		case strings.HasPrefix(a, "--var="):
-			vars = append(vars, strings.TrimPrefix(a, "--var="))
-		}
+	fs := pflag.NewFlagSet("demo", pflag.ContinueOnError)
+	fs.ParseErrorsAllowlist.UnknownFlags = true
+	config := fs.String("config", demoConfig, "")
+	vars := fs.StringArray("var", nil, "")
+	if err := fs.Parse(extra); err != nil {
+		return "", fmt.Errorf("demo flags %q: %w", strings.Join(extra, " "), err)
 	}
-	overrides, err := harness.ParseVars(vars)
+	overrides, err := harness.ParseVars(*vars)
 	if err != nil {
 		return "", err
 	}
-	h, err := harness.Load(config, overrides)
+	h, err := harness.Load(*config, overrides)
 	if err != nil {
-		return "", fmt.Errorf("harness %s: %w", config, err)
+		return "", fmt.Errorf("harness %s: %w", *config, err)
 	}
 	if len(h.Trainer.Command) == 0 {
-		return "", fmt.Errorf("harness %s has no trainer command", config)
+		return "", fmt.Errorf("harness %s has no trainer command", *config)
 	}
 	return h.Trainer.Command[0], nil
 }

@@ -18,7 +18,7 @@ func TestDemoStopsOnTrainerPythonWithoutTorch(t *testing.T) {
 	if err := os.WriteFile(py, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	err := ensure(context.Background(), "demo", []string{"--config", testConfig, "--rounds", "1", "--var", "python=" + py})
+	err := ensure(context.Background(), "demo", []string{"--config", testConfig, "--rounds", "1", "--replace", "--var", "python=" + py})
 	if err == nil {
 		t.Fatal("a trainer python without torch passed the demo's check")
 	}
