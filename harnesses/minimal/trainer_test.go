@@ -100,12 +100,7 @@ func TestTrainerSign(t *testing.T) {
 // π_old give w = min(e, 2) = 2 on the decision token, 1 on <|im_end|>.
 func TestTrainerImportanceWeight(t *testing.T) {
 	needTorch(t)
-	p, err := policy.Load(w0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s1 := decision(t, p, firstPrompt(t, p, 0, 45), "open_drawer", 1, 1)
-	s2 := decision(t, p, firstPrompt(t, p, 1, 45), "pick_cube", -1, 0.5)
+	s1, s2 := twoDecisions(t)
 	for _, s := range []*sample{&s1, &s2} {
 		s.logprobs = []float64{s.logprobs[0] - 1, 0}
 	}
@@ -123,6 +118,18 @@ func TestTrainerImportanceWeight(t *testing.T) {
 	if math.Abs(m.Loss-(-0.5)) > 1e-5 || math.Abs(m.LogprobMismatch-0.5) > 1e-5 {
 		t.Errorf("loss %v (want -0.5), mismatch %v (want 0.5)", m.Loss, m.LogprobMismatch)
 	}
+}
+
+// twoDecisions are w0's first decisions of tasks 0 and 1: open_drawer with
+// advantage 1 and weight 1, pick_cube with advantage −1 and weight 0.5,
+// each with the logprobs w0 gives them.
+func twoDecisions(t *testing.T) (sample, sample) {
+	t.Helper()
+	p, err := policy.Load(w0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return decision(t, p, firstPrompt(t, p, 0, 45), "open_drawer", 1, 1), decision(t, p, firstPrompt(t, p, 1, 45), "pick_cube", -1, 0.5)
 }
 
 // TestPPOObjective checks the dual-clip objective on hand-picked ratios.
@@ -483,12 +490,7 @@ func TestTrainerGolden(t *testing.T) {
 // samples; under the limit the figures land in metrics.json.
 func TestTrainerDriftGuard(t *testing.T) {
 	needTorch(t)
-	p, err := policy.Load(w0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s1 := decision(t, p, firstPrompt(t, p, 0, 45), "open_drawer", 1, 1)
-	s2 := decision(t, p, firstPrompt(t, p, 1, 45), "pick_cube", -1, 0.5)
+	s1, s2 := twoDecisions(t)
 	s1.logprobs = []float64{s1.logprobs[0] - 1, 0} // sample 0 drifts: mean 0.5 over its 2 tokens
 	dir := t.TempDir()
 	batch := filepath.Join(dir, "batch.npz")
@@ -496,7 +498,7 @@ func TestTrainerDriftGuard(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := filepath.Join(dir, "stopped", "policy.json")
-	_, err = runTrainer(t, 1, batch, w0, out, "--drift-limit", "0.1")
+	_, err := runTrainer(t, 1, batch, w0, out, "--drift-limit", "0.1")
 	if err == nil || !strings.Contains(err.Error(), schemas.TrainerDriftGuard) || !strings.Contains(err.Error(), "first: sample 0 (0.5)") ||
 		strings.Contains(err.Error(), "sample 1 (") {
 		t.Fatalf("want the drift guard naming sample 0 only, got %v", err)
