@@ -1,5 +1,6 @@
 // Package npz writes and reads NumPy .npz archives of named 1-D arrays
-// (int32, int64, float32), the format np.load reads without extra packages.
+// (int32, int64, float32, and fixed-width byte strings), the format np.load
+// reads without extra packages (byte strings load without allow_pickle).
 //
 // An archive is a zip file of uncompressed "<name>.npy" members, each a
 // version 1.0 .npy file: magic "\x93NUMPY", version 1 0, a little-endian
@@ -72,8 +73,8 @@ func (d DType) String() string {
 var magic = []byte("\x93NUMPY")
 
 // header builds the .npy v1.0 preamble for a 1-D array of n elements.
-func header(d DType, n int) []byte {
-	dict := fmt.Sprintf("{'descr': '%s', 'fortran_order': False, 'shape': (%d,), }", d.descr(), n)
+func header(descr string, n int) []byte {
+	dict := fmt.Sprintf("{'descr': '%s', 'fortran_order': False, 'shape': (%d,), }", descr, n)
 	// NumPy aligns the data to 64 bytes; magic(6)+version(2)+length(2) = 10.
 	total := 10 + len(dict) + 1
 	pad := (64 - total%64) % 64
@@ -117,6 +118,15 @@ func (w *Writer) Begin(name string, d DType, n int) (*Array, error) {
 	if d.descr() == "" {
 		return nil, fmt.Errorf("npz: array %q: unsupported dtype %v", name, d)
 	}
+	a, err := w.begin(name, d.descr(), n)
+	if err != nil {
+		return nil, err
+	}
+	a.dtype = d
+	return a, nil
+}
+
+func (w *Writer) begin(name, descr string, n int) (*Array, error) {
 	if name == "" || strings.ContainsAny(name, "/\\") {
 		return nil, fmt.Errorf("npz: invalid array name %q", name)
 	}
@@ -133,10 +143,10 @@ func (w *Writer) Begin(name string, d DType, n int) (*Array, error) {
 	if err != nil {
 		return nil, fmt.Errorf("npz: array %q: %w", name, err)
 	}
-	if _, err := zf.Write(header(d, n)); err != nil {
+	if _, err := zf.Write(header(descr, n)); err != nil {
 		return nil, fmt.Errorf("npz: array %q header: %w", name, err)
 	}
-	w.cur = &Array{name: name, dtype: d, n: n, w: zf}
+	w.cur = &Array{name: name, n: n, w: zf}
 	return w.cur, nil
 }
 
@@ -231,6 +241,33 @@ func (a *Array) Float32(v ...float32) error {
 	return a.flush(len(v))
 }
 
+// WriteStrings writes a whole array of byte strings as NumPy's fixed-width
+// "|S<w>" dtype, w the longest string (at least 1); NumPy strips the NUL
+// padding on access. Strings must not end in NUL bytes themselves.
+func (w *Writer) WriteStrings(name string, v []string) error {
+	width := 1
+	for _, s := range v {
+		if strings.HasSuffix(s, "\x00") {
+			return fmt.Errorf("npz: array %q: string %q ends in NUL", name, s)
+		}
+		width = max(width, len(s))
+	}
+	if err := w.finish(); err != nil {
+		return err
+	}
+	a, err := w.begin(name, fmt.Sprintf("|S%d", width), len(v))
+	if err != nil {
+		return err
+	}
+	buf := make([]byte, 0, width*len(v))
+	for _, s := range v {
+		buf = append(buf, s...)
+		buf = append(buf, make([]byte, width-len(s))...)
+	}
+	a.buf = buf
+	return a.flush(len(v))
+}
+
 // WriteInt32 writes a whole int32 array.
 func (w *Writer) WriteInt32(name string, v []int32) error {
 	a, err := w.Begin(name, Int32, len(v))
@@ -258,8 +295,8 @@ func (w *Writer) WriteFloat32(name string, v []float32) error {
 	return a.Float32(v...)
 }
 
-// ReadFile reads every array of an .npz file. Values are []int32, []int64 or
-// []float32 by dtype. Only what this package writes (and np.savez writes for
+// ReadFile reads every array of an .npz file. Values are []int32, []int64,
+// []float32 or []string ("|S<w>", NUL padding removed) by dtype. Only what this package writes (and np.savez writes for
 // such arrays) is understood: 1-D, little-endian, C order.
 func ReadFile(path string) (map[string]any, error) {
 	zr, err := zip.OpenReader(path)
@@ -319,6 +356,21 @@ func readNpy(r io.Reader) (any, error) {
 	n, err := strconv.Atoi(sm[1])
 	if err != nil {
 		return nil, fmt.Errorf("shape: %w", err)
+	}
+	if w, ok := strings.CutPrefix(dm[1], "|S"); ok {
+		width, err := strconv.Atoi(w)
+		if err != nil || width < 1 {
+			return nil, fmt.Errorf("unsupported dtype %q", dm[1])
+		}
+		data := make([]byte, n*width)
+		if _, err := io.ReadFull(r, data); err != nil {
+			return nil, fmt.Errorf("read %d strings: %w", n, err)
+		}
+		v := make([]string, n)
+		for i := range v {
+			v[i] = string(bytes.TrimRight(data[i*width:(i+1)*width], "\x00"))
+		}
+		return v, nil
 	}
 	var d DType
 	for _, c := range []DType{Int32, Int64, Float32} {

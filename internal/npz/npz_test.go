@@ -36,6 +36,12 @@ func writeSample(t *testing.T, path string) {
 	if err := w.WriteFloat32("empty", nil); err != nil {
 		t.Fatal(err)
 	}
+	if err := w.WriteStrings("names", []string{"ab.png", "", "c"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.WriteStrings("nonames", nil); err != nil {
+		t.Fatal(err)
+	}
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -49,10 +55,12 @@ func TestRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]any{
-		"ids":   []int32{1, -2, math.MaxInt32},
-		"off":   []int64{0, 3, 1 << 40, math.MinInt64},
-		"lp":    []float32{-0.5, 0, float32(math.Inf(-1))},
-		"empty": []float32{},
+		"ids":     []int32{1, -2, math.MaxInt32},
+		"off":     []int64{0, 3, 1 << 40, math.MinInt64},
+		"lp":      []float32{-0.5, 0, float32(math.Inf(-1))},
+		"empty":   []float32{},
+		"names":   []string{"ab.png", "", "c"},
+		"nonames": []string{},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %#v, want %#v", got, want)
@@ -61,7 +69,7 @@ func TestRoundTrip(t *testing.T) {
 
 func TestHeaderAligned(t *testing.T) {
 	for _, n := range []int{0, 7, 123456789} {
-		h := header(Float32, n)
+		h := header(Float32.descr(), n)
 		if len(h)%64 != 0 || h[len(h)-1] != '\n' {
 			t.Fatalf("n=%d: header of %d bytes is not 64-aligned or not newline-terminated", n, len(h))
 		}
@@ -122,8 +130,8 @@ z = np.load(sys.argv[1])
 out = {}
 for k in z.files:
     a = z[k]
-    out[k] = {"dtype": str(a.dtype), "shape": list(a.shape),
-              "values": [None if np.isinf(x) else x.item() for x in a]}
+    vals = [x.decode() for x in a.tolist()] if a.dtype.kind == "S" else [None if np.isinf(x) else x.item() for x in a]
+    out[k] = {"dtype": str(a.dtype), "shape": list(a.shape), "values": vals}
 print(json.dumps(out))
 `
 	cmd := exec.Command(py, "-c", script, path)
@@ -143,10 +151,12 @@ print(json.dumps(out))
 		t.Fatalf("%v: %s", err, out)
 	}
 	want := map[string]arr{
-		"ids":   {"int32", []int{3}, []any{1.0, -2.0, float64(math.MaxInt32)}},
-		"off":   {"int64", []int{4}, []any{0.0, 3.0, float64(1 << 40), float64(math.MinInt64)}},
-		"lp":    {"float32", []int{3}, []any{-0.5, 0.0, nil}},
-		"empty": {"float32", []int{0}, []any{}},
+		"ids":     {"int32", []int{3}, []any{1.0, -2.0, float64(math.MaxInt32)}},
+		"off":     {"int64", []int{4}, []any{0.0, 3.0, float64(1 << 40), float64(math.MinInt64)}},
+		"lp":      {"float32", []int{3}, []any{-0.5, 0.0, nil}},
+		"empty":   {"float32", []int{0}, []any{}},
+		"names":   {"|S6", []int{3}, []any{"ab.png", "", "c"}},
+		"nonames": {"|S1", []int{0}, []any{}},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("numpy read %+v, want %+v", got, want)
@@ -158,7 +168,7 @@ func TestReadsNumpySavez(t *testing.T) {
 	py := pythonNumpy(t)
 	path := filepath.Join(t.TempDir(), "np.npz")
 	script := `import sys, numpy as np
-np.savez(sys.argv[1], a=np.array([5, -6], dtype=np.int32), b=np.array([7], dtype=np.int64), c=np.array([0.25], dtype=np.float32))`
+np.savez(sys.argv[1], a=np.array([5, -6], dtype=np.int32), b=np.array([7], dtype=np.int64), c=np.array([0.25], dtype=np.float32), d=np.array([b"x.png", b"yz"]))`
 	if out, err := exec.Command(py, "-c", script, path).CombinedOutput(); err != nil {
 		t.Fatalf("np.savez: %v\n%s", err, out)
 	}
@@ -166,7 +176,7 @@ np.savez(sys.argv[1], a=np.array([5, -6], dtype=np.int32), b=np.array([7], dtype
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]any{"a": []int32{5, -6}, "b": []int64{7}, "c": []float32{0.25}}
+	want := map[string]any{"a": []int32{5, -6}, "b": []int64{7}, "c": []float32{0.25}, "d": []string{"x.png", "yz"}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %#v, want %#v", got, want)
 	}
