@@ -19,8 +19,18 @@ const (
 	BatchRolloutLogprobs   = "rollout_logprobs"   // float32 [sum completion tokens], as recorded by the proxy
 	BatchAdvantages        = "advantages"         // float32 [n], leave-one-out advantage of the call's episode
 	BatchWeights           = "weights"            // float32 [n], 1/(selected calls in the episode)
-	BatchFile              = "batch.npz"
-	TrainerMetricsFile     = "metrics.json"
+	// Images: the distinct blobs (<sha256>.<ext>, Layout.Blob) the batch's
+	// requests sent, each once, in order of first use; sample i's own images,
+	// in prompt order and with repeats, are image_index[image_offsets[i]:
+	// image_offsets[i+1]], indexes into images. The trainer gets the blobs as
+	// files <dir>/<name> (--images dir), fetched and checked by the trainer
+	// activity (docs/design.md §4). Batches without images have the three
+	// arrays empty (offsets all 0); readers treat missing arrays the same.
+	BatchImages        = "images"        // |S<w> [m] blob names
+	BatchImageIndex    = "image_index"   // int32 [sum images per sample]
+	BatchImageOffsets  = "image_offsets" // int64 [n+1]
+	BatchFile          = "batch.npz"
+	TrainerMetricsFile = "metrics.json"
 	// TrainerDriftGuard starts the line a trainer prints when its drift
 	// guard stops the update (docs/design.md §4): the round stops with that
 	// line as its cause instead of being retried.

@@ -31,14 +31,28 @@ type sample struct {
 	prompt, completion []int
 	logprobs           []float64
 	adv, weight        float64
+	images             []string // blob names, in prompt order
 }
 
 // writeBatch writes batch.npz in the layout of schemas/batch.go.
 func writeBatch(path string, ss []sample) error {
 	var pids, cids []int32
 	var lps, advs, ws []float32
-	poff, coff := []int64{0}, []int64{0}
+	poff, coff, ioff := []int64{0}, []int64{0}, []int64{0}
+	var names []string
+	var index []int32
+	seen := map[string]int32{}
 	for _, s := range ss {
+		for _, name := range s.images {
+			j, ok := seen[name]
+			if !ok {
+				j = int32(len(names))
+				seen[name] = j
+				names = append(names, name)
+			}
+			index = append(index, j)
+		}
+		ioff = append(ioff, int64(len(index)))
 		for _, id := range s.prompt {
 			pids = append(pids, int32(id))
 		}
@@ -63,6 +77,9 @@ func writeBatch(path string, ss []sample) error {
 		func() error { return w.WriteFloat32(schemas.BatchRolloutLogprobs, lps) },
 		func() error { return w.WriteFloat32(schemas.BatchAdvantages, advs) },
 		func() error { return w.WriteFloat32(schemas.BatchWeights, ws) },
+		func() error { return w.WriteStrings(schemas.BatchImages, names) },
+		func() error { return w.WriteInt32(schemas.BatchImageIndex, index) },
+		func() error { return w.WriteInt64(schemas.BatchImageOffsets, ioff) },
 	} {
 		if err := f(); err != nil {
 			w.Close()

@@ -98,7 +98,7 @@ func collect(p *policy.Policy, rng *rand.Rand, pool []int, groups int) ([]sample
 			adv := r - (sum-r)/(attempts-1)
 			sel := calls[i][:min(len(calls[i]), maxCalls)]
 			for _, c := range sel {
-				batch = append(batch, sample{c.Prompt, c.Completion, c.Logprobs, adv, 1 / float64(len(sel))})
+				batch = append(batch, sample{prompt: c.Prompt, completion: c.Completion, logprobs: c.Logprobs, adv: adv, weight: 1 / float64(len(sel))})
 			}
 		}
 	}

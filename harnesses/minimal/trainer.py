@@ -58,8 +58,10 @@ fractions as JSON; trainer_test.go checks them against internal/rl.PPOLoss.
 """
 
 import argparse
+import hashlib
 import json
 import os
+import re
 import sys
 import time
 
@@ -108,6 +110,11 @@ def parse_args(argv):
     ap.add_argument("--global-batch", type=int, default=128, help="samples per optimizer step")
     ap.add_argument("--epochs", type=int, default=1, help="passes over the batch")
     ap.add_argument("--seed", type=int, default=0, help="shuffling seed")
+    ap.add_argument("--images", help="folder holding the batch's images as <sha256>.<ext> files (the trainer "
+                    "activity fetches them from the run's blobs/ and fills {images}); required when the batch has images")
+    ap.add_argument("--drop-images", action="store_true",
+                    help="ablation: train as if the requests carried no images, what a text-only pipeline does to a "
+                         "VLM's batch; the drift guard should stop it")
     ap.add_argument("--drift-limit", type=float, default=0.0,
                     help="stop before the first update when the mean |log pi_old - log pi_rollout| over completion "
                          "tokens exceeds this (0: report only)")
@@ -193,7 +200,70 @@ def load_arrays(path, vocab_size):
     for i in range(n):
         if arr["completion_offsets"][i + 1] == arr["completion_offsets"][i]:
             raise InputError(f"batch {path}: sample {i} has no completion tokens")
+    load_image_arrays(path, arr, n)
     return arr, n
+
+
+def load_image_arrays(path, arr, n):
+    """Validates the image arrays (schemas/batch.go) in place; a batch
+    written before images existed has none, which means no images."""
+    if "images" not in arr and "image_index" not in arr and "image_offsets" not in arr:
+        arr["images"] = np.zeros(0, "S1")
+        arr["image_index"] = np.zeros(0, np.int32)
+        arr["image_offsets"] = np.zeros(n + 1, np.int64)
+        return
+    for k, kind in (("images", "S"), ("image_index", "i"), ("image_offsets", "i")):
+        if k not in arr:
+            raise InputError(f"batch {path}: has some image arrays but not {k!r}")
+        if arr[k].ndim != 1 or arr[k].dtype.kind != kind:
+            raise InputError(f"batch {path}: {k} must be 1-D {'bytes' if kind == 'S' else 'integer'}, got {arr[k].dtype} {arr[k].shape}")
+    o, idx = arr["image_offsets"], arr["image_index"]
+    if len(o) != n + 1 or o[0] != 0 or o[-1] != len(idx) or (np.diff(o) < 0).any():
+        raise InputError(f"batch {path}: image_offsets must have n+1={n + 1} non-decreasing entries from 0 to len(image_index)={len(idx)}")
+    if len(idx) and (idx.min() < 0 or idx.max() >= len(arr["images"])):
+        raise InputError(f"batch {path}: image_index points outside images (size {len(arr['images'])})")
+    for name in arr["images"]:
+        if not BLOB_NAME.fullmatch(name.decode("ascii", "replace")):
+            raise InputError(f"batch {path}: image name {name!r} is not <sha256>.<ext>")
+
+
+BLOB_NAME = re.compile(r"[0-9a-f]{64}\.[A-Za-z0-9]+")
+
+
+def sample_images(arr, i):
+    """The blob names of sample i's request, in prompt order."""
+    o = arr["image_offsets"]
+    return [arr["images"][j].decode("ascii") for j in arr["image_index"][o[i]:o[i + 1]]]
+
+
+def image_files(a, arr):
+    """Maps each image of the batch to its file under --images, checking
+    that it is there and that its content hashes to its name: a trainer must
+    never look at a different picture than the model did. Empty with
+    --drop-images (the ablation) or a batch without images."""
+    names = [x.decode("ascii") for x in arr["images"]]
+    if not names or a.drop_images:
+        return {}
+    if not a.images:
+        raise InputError(f"batch {a.batch}: its requests carry {len(names)} images; pass --images DIR "
+                         "(the harness's trainer command takes {images})")
+    used = np.zeros(len(names), bool)
+    used[arr["image_index"]] = True
+    out = {}
+    for j, name in enumerate(names):
+        if not used[j]:
+            continue
+        path = os.path.join(a.images, name)
+        first = int(np.searchsorted(arr["image_offsets"], np.flatnonzero(arr["image_index"] == j)[0], side="right") - 1)
+        try:
+            with open(path, "rb") as f:
+                digest = hashlib.sha256(f.read()).hexdigest()
+        except OSError as e:
+            raise InputError(f"image {name} of sample {first}: {e}") from e
+        if digest != name.split(".")[0]:
+            raise InputError(f"image {path} of sample {first}: its content hashes to {digest}, not its name: refused")
+        out[name] = path
+    return out
 
 
 def load_batch(path, vocab_size, actions, im_start):

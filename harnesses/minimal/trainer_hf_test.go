@@ -125,10 +125,10 @@ func TestTrainerHF(t *testing.T) {
 	// Golden: π_θ is another random model, so ratios leave the clip range;
 	// rollout logprobs far below the model's make the IS cap bind.
 	golden := []sample{
-		{[]int{1, 2}, []int{3}, []float64{-4}, 1, 1},
-		{[]int{4, 5}, []int{6, 7}, []float64{-1.5, -0.5}, -1, 0.5},
-		{[]int{1, 6, 2}, []int{5, 3, 0, 9}, []float64{-2, -6, -0.1, -3}, 0.6, 0.25},
-		{[]int{8}, []int{2, 2}, []float64{-2.5, -1}, -0.4, 0.25},
+		{[]int{1, 2}, []int{3}, []float64{-4}, 1, 1, nil},
+		{[]int{4, 5}, []int{6, 7}, []float64{-1.5, -0.5}, -1, 0.5, nil},
+		{[]int{1, 6, 2}, []int{5, 3, 0, 9}, []float64{-2, -6, -0.1, -3}, 0.6, 0.25, nil},
+		{[]int{8}, []int{2, 2}, []float64{-2.5, -1}, -0.4, 0.25, nil},
 	}
 	batchPath := filepath.Join(dir, "golden.npz")
 	if err := writeBatch(batchPath, golden); err != nil {
@@ -170,8 +170,8 @@ func TestTrainerHF(t *testing.T) {
 
 	// Training: one positive and one negative call with disjoint tokens.
 	train := []sample{
-		{[]int{1, 2}, []int{3}, []float64{-2}, 1, 1},
-		{[]int{4, 5}, []int{6}, []float64{-2}, -1, 1},
+		{[]int{1, 2}, []int{3}, []float64{-2}, 1, 1, nil},
+		{[]int{4, 5}, []int{6}, []float64{-2}, -1, 1, nil},
 	}
 	trainPath := filepath.Join(dir, "train.npz")
 	if err := writeBatch(trainPath, train); err != nil {

@@ -46,7 +46,7 @@ func decision(t *testing.T, p *policy.Policy, prompt []int, action string, adv, 
 	if !ok {
 		t.Fatalf("no action %s", action)
 	}
-	return sample{prompt, []int{p.Actions[k], p.ImEndID()}, []float64{p.LogProbs(prompt)[k], 0}, adv, weight}
+	return sample{prompt, []int{p.Actions[k], p.ImEndID()}, []float64{p.LogProbs(prompt)[k], 0}, adv, weight, nil}
 }
 
 func prob(p *policy.Policy, prompt []int, action string) float64 {
@@ -190,7 +190,7 @@ func TestTrainerDistributed(t *testing.T) {
 		pl := &episode.Local{Policy: p, Rand: rng}
 		out, _ := episode.Run(context.Background(), pl, e, env.DefaultMaxTurns)
 		for _, c := range pl.Calls {
-			batch = append(batch, sample{c.Prompt, c.Completion, c.Logprobs, out.Reward - 0.4, 1 / float64(len(pl.Calls))})
+			batch = append(batch, sample{c.Prompt, c.Completion, c.Logprobs, out.Reward - 0.4, 1 / float64(len(pl.Calls)), nil})
 		}
 	}
 	dir := t.TempDir()
@@ -340,7 +340,7 @@ func TestTrainerGolden(t *testing.T) {
 			for k, lp := range c.Logprobs {
 				lps[k] = f32(lp + 2.4*(rng.Float64()-0.5))
 			}
-			batch = append(batch, sample{c.Prompt, c.Completion, lps, f32(adv), f32(1 / float64(len(pl.Calls)))})
+			batch = append(batch, sample{c.Prompt, c.Completion, lps, f32(adv), f32(1 / float64(len(pl.Calls))), nil})
 		}
 	}
 	// A longer completion, so mean_t runs over different token counts.
