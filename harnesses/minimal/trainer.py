@@ -118,6 +118,15 @@ def parse_args(argv):
     ap.add_argument("--drift-limit", type=float, default=0.0,
                     help="stop before the first update when the mean |log pi_old - log pi_rollout| over completion "
                          "tokens exceeds this (0: report only)")
+    ap.add_argument("--micro-batch", type=int, help="samples per forward/backward on each rank; gradients "
+                    "accumulate over the rank's share of a global batch before the all-reduce and the step "
+                    "(default: 1 for --model hf, the whole share for the toy)")
+    ap.add_argument("--gradient-checkpointing", choices=("auto", "on", "off"), default="auto",
+                    help="--model hf: recompute activations in backward to save memory (auto: on with CUDA)")
+    ap.add_argument("--parallel", choices=("ddp", "fsdp"), default="ddp",
+                    help="--model hf data parallelism: ddp sums the ranks' gradients by all_reduce (a full model "
+                         "and optimizer per rank); fsdp shards parameters, gradients and AdamW state with "
+                         "FullyShardedDataParallel (CUDA; not run on the test machine)")
     a = ap.parse_args(argv)
     checks = [
         (a.lr > 0, "--lr must be > 0"),
@@ -127,6 +136,7 @@ def parse_args(argv):
         (a.is_cap > 0, "--is-cap must be > 0"),
         (a.global_batch >= 1, "--global-batch must be >= 1"),
         (a.epochs >= 1, "--epochs must be >= 1"),
+        (a.micro_batch is None or a.micro_batch >= 1, "--micro-batch must be >= 1"),
         (a.eval_out or (a.weights_out and a.metrics_out), "--weights-out and --metrics-out are required to train"),
         (a.eval_out or not a.weights_theta, "--weights-theta needs --eval-out"),
     ]
@@ -402,11 +412,17 @@ def check_drift(a, B):
     return {"logprob_mismatch": mean, "logprob_mismatch_max": mx, "drift_share": share}
 
 
-def optimize(a, rank, world, B, params, opt, device, loss_of):
+def optimize(a, rank, world, B, params, opt, device, loss_of, fsdp=False):
     """The update both policies share: --epochs passes over the batch in
-    global batches of --global-batch samples, each split over the ranks;
-    loss_of(mine, total_weight) returns batch_loss's tuple for this rank's
-    share. The drift guard runs first. Returns metrics.json's content."""
+    global batches of --global-batch samples, each split over the ranks and
+    each rank's share into micro-batches of --micro-batch samples (default:
+    the whole share); loss_of(samples, total_weight) returns batch_loss's
+    tuple for those samples. The loss is a sum over samples divided by the
+    global batch's weight, so the micro-batches' gradients add up to the
+    share's and the ranks' to the global batch's: N=1 and N=2 ranks take
+    the same steps. With fsdp the gradients are reduced inside backward
+    instead of by all_reduce_grads. The drift guard runs first. Returns
+    metrics.json's content."""
     n, weight = len(B["adv"]), B["weight"]
     guard = check_drift(a, B)
     rng = np.random.default_rng(a.seed)
@@ -421,21 +437,36 @@ def optimize(a, rank, world, B, params, opt, device, loss_of):
             total_weight = weight[gb].sum()
             mine = gb[rank::world]
             opt.zero_grad()
-            if len(mine) and total_weight > 0:
-                loss, _, tok, rho, clip, dual = loss_of(mine, total_weight)
-                loss.backward()
-                with torch.no_grad():
-                    stats += torch.tensor([
-                        loss.item(), float(clip.sum()), float(dual.sum()), float(rho.sum()), float(len(tok)),
-                    ], dtype=torch.float64)
-            all_reduce_grads(params, world)
+            step_loss = 0.0
+            if total_weight > 0:
+                k = a.micro_batch or max(len(mine), 1)
+                # FSDP gathers parameters in every forward and reduces
+                # gradients in every backward, collectively: each rank runs
+                # as many micro-batches as the busiest (rank 0, which gets
+                # the rounded-up share), the extra ones on a stand-in sample
+                # with weight 0.
+                chunks = -(-len(gb[0::world]) // k) if fsdp else -(-len(mine) // k)
+                for c in range(chunks):
+                    part = mine[c * k:(c + 1) * k]
+                    real = len(part) > 0
+                    loss, _, tok, rho, clip, dual = loss_of(part if real else gb[:1], total_weight)
+                    # FSDP averages the ranks' gradients; the loss is already
+                    # a share of the global batch's, so scale back to a sum.
+                    (loss * (world if fsdp else 1) * (1.0 if real else 0.0)).backward()
+                    if real:
+                        step_loss += loss.item()
+                        with torch.no_grad():
+                            stats += torch.tensor([
+                                loss.item(), float(clip.sum()), float(dual.sum()), float(rho.sum()), float(len(tok)),
+                            ], dtype=torch.float64)
+            if not fsdp:
+                all_reduce_grads(params, world)
             opt.step()
             steps += 1
             if rank == 0:
                 # The progress line the trainer activity heartbeats: this
                 # rank's share of the loss, tokens/s over all ranks.
                 rate = float(stats[4]) * world / max(time.monotonic() - t0, 1e-9)
-                step_loss = loss.item() if len(mine) and total_weight > 0 else 0.0
                 print(f"step {steps}/{total_steps} loss {step_loss:.6f} tokens/s {rate:.0f}", flush=True)
     if world > 1:
         all_reduce_cpu(stats, device)
@@ -515,14 +546,22 @@ def evaluate(a, rank, world):
 
 
 # ---------------------------------------------------------------------------
-# Hugging Face causal LM (--model hf). Same batch, same loss_of_logprobs; the
-# per-token log probs come from one forward pass over prompt+completion.
+# Hugging Face models (--model hf): causal LMs and vision-language models.
+# Same batch, same loss_of_logprobs; the per-token log probs come from one
+# forward pass over the recorded prompt+completion ids, with the request's
+# images for a vision-language model.
 
 TOKENIZER_FILES = (
     "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
     "vocab.json", "merges.txt", "tokenizer.model", "chat_template.jinja", "chat_template.json",
     "generation_config.json",
 )
+# What vLLM (and AutoProcessor) read besides the tokenizer to serve a
+# vision-language model: the image and video processors' settings.
+PROCESSOR_FILES = ("preprocessor_config.json", "video_preprocessor_config.json", "processor_config.json")
+# The files without which a vision-language model directory cannot be trained
+# here: the processor decides how many placeholder tokens each image takes.
+VLM_REQUIRED = ("preprocessor_config.json",)
 
 
 def transformers_available():
@@ -558,18 +597,75 @@ def hf_dtype(a):
     return getattr(torch, a.torch_dtype)
 
 
-def load_hf(path, a, device):
-    if not os.path.isfile(os.path.join(path, "config.json")):
-        raise InputError(f"weights {path}: not a Hugging Face model directory (no config.json)")
-    from transformers import AutoModelForCausalLM
+def hf_config(path):
+    """config.json of a model directory, as a dict."""
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=hf_dtype(a))
+        with open(os.path.join(path, "config.json")) as f:
+            cfg = json.load(f)
+    except FileNotFoundError as e:
+        raise InputError(f"weights {path}: not a Hugging Face model directory (no config.json)") from e
+    except (OSError, ValueError) as e:
+        raise InputError(f"weights {path}: config.json: {e}") from e
+    if not isinstance(cfg, dict):
+        raise InputError(f"weights {path}: config.json is not a JSON object")
+    return cfg
+
+
+def is_vlm(cfg):
+    """A vision-language model declares its vision tower in config.json
+    (Qwen2-VL, Qwen2.5-VL, Qwen3-VL: vision_config)."""
+    return isinstance(cfg.get("vision_config"), dict)
+
+
+def load_hf(path, a, device):
+    """The model at path: AutoModelForImageTextToText for a vision-language
+    model (AutoModelForVision2Seq on transformers older than 4.46), else
+    AutoModelForCausalLM. Dropout stays off, so pi_old and pi_theta are the
+    same deterministic function; with gradient checkpointing the model is in
+    training mode (transformers checkpoints only there) with every dropout
+    module's rate set to 0."""
+    cfg = hf_config(path)
+    import transformers
+    if is_vlm(cfg):
+        missing = [f for f in VLM_REQUIRED if not os.path.isfile(os.path.join(path, f))]
+        if missing:
+            raise InputError(
+                f"weights {path}: config.json declares a vision-language model (vision_config) but the directory "
+                f"lacks {', '.join(missing)}: copy the processor files (preprocessor_config.json, chat template, "
+                "video_preprocessor_config.json) from the base model into it")
+        cls = getattr(transformers, "AutoModelForImageTextToText", None) or transformers.AutoModelForVision2Seq
+    else:
+        cls = transformers.AutoModelForCausalLM
+    try:
+        model = cls.from_pretrained(path, torch_dtype=hf_dtype(a))
     except (OSError, ValueError) as e:
         raise InputError(f"weights {path}: {e}") from e
     model.to(device)
-    # No dropout: pi_old and pi_theta are the same deterministic function.
-    model.eval()
+    checkpointing = a.gradient_checkpointing == "on" or (a.gradient_checkpointing == "auto" and device.type == "cuda")
+    if checkpointing:
+        # use_reentrant=False: the reentrant form drops the gradients of
+        # blocks whose inputs do not require grad (frozen embeddings).
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.train()
+        for m in model.modules():
+            if isinstance(m, torch.nn.Dropout):
+                m.p = 0.0
+        rates = {k: v for k, v in vars(getattr(model, "config", object())).items()
+                 if "dropout" in k and isinstance(v, (int, float)) and v}
+        if rates:
+            print(f"trainer: warning: {path}: config has dropout {rates}, which training mode turns on "
+                  "(gradient checkpointing); pi_old and pi_theta then differ by noise", file=sys.stderr, flush=True)
+    else:
+        model.eval()
     return model
+
+
+def load_processor(path):
+    from transformers import AutoProcessor
+    try:
+        return AutoProcessor.from_pretrained(path)
+    except (OSError, ValueError) as e:
+        raise InputError(f"weights {path}: processor: {e}") from e
 
 
 def hf_vocab_size(model):
@@ -579,27 +675,134 @@ def hf_vocab_size(model):
         return int(getattr(getattr(model, "config", None), "vocab_size", 1 << 62))
 
 
-def hf_logprobs(model, B, idx, device):
+def load_rgb(path):
+    """The image as vLLM hands it to its processor (vllm/multimodal/image.py
+    convert_image_mode): RGBA composited onto white, every other mode through
+    PIL's convert("RGB"), which for LA and P drops the transparency rather
+    than compositing it. Hugging Face's processor would drop RGBA's alpha
+    too, so doing it here keeps the pixels the model saw."""
+    from PIL import Image
+    with Image.open(path) as im:
+        im.load()
+        if im.mode == "RGB":
+            return im.copy()
+        if im.mode == "RGBA":
+            out = Image.new("RGB", im.size, (255, 255, 255))
+            out.paste(im, mask=im.split()[3])
+            return out
+        return im.convert("RGB")
+
+
+def image_runs(ids, token):
+    """Lengths of the maximal runs of token in ids, in order."""
+    hit = np.concatenate([[False], ids == token, [False]])
+    edges = np.flatnonzero(np.diff(hit.astype(np.int8)))
+    return (edges[1::2] - edges[::2]).tolist()
+
+
+def hf_vision(a, arr, n, model, prompts):
+    """The images of the batch for model: None for a text-only model (a
+    batch with images is refused unless --drop-images), else the processor,
+    the image files and per sample its image names, with every sample's
+    placeholder runs checked against the processor's per-image counts."""
+    refs = len(arr["image_index"])
+    if not is_vlm(hf_config(a.weights_in)):
+        if refs and not a.drop_images:
+            raise InputError(
+                f"weights {a.weights_in}: config.json declares a text-only model but the batch carries {refs} images "
+                f"({len(arr['images'])} distinct): train a vision-language model directory (config.json with "
+                "vision_config), or pass --drop-images for the text-only ablation")
+        return None
+    files = image_files(a, arr)
+    names = [[] if a.drop_images else sample_images(arr, i) for i in range(n)]
+    V = {"proc": load_processor(a.weights_in), "files": files, "names": names}
+    if a.drop_images:
+        # The ablation: the recorded ids, placeholders and all, without
+        # pixels; the placeholders keep their plain token embeddings, as in a
+        # text-only pipeline. Nothing to check; the drift guard judges it.
+        return V
+    ip = V["proc"].image_processor
+    merge = int(getattr(ip, "merge_size", 2))
+    token = int(model.config.image_token_id)
+    counts = {}
+    # Why this check, and why it suffices: vLLM expanded each image's single
+    # placeholder into N image tokens with its own copy of this processor, N
+    # = prod(image_grid_thw) // merge_size²; the model then scatters the
+    # image features into those positions in order and checks only the
+    # total. Per sample, the runs of image tokens in the recorded ids must
+    # therefore be the images' counts in prompt order. Equal counts and
+    # equal pixels (image_files checked each file's hash) mean the same
+    # input as the rollout; any other processor setting (min/max_pixels,
+    # patch size) changes a count and is refused here, naming it.
+    for i in range(n):
+        for name in names[i]:
+            if name not in counts:
+                feat = ip(images=[load_rgb(files[name])], return_tensors="pt")
+                counts[name] = int(torch.as_tensor(feat["image_grid_thw"])[0].prod()) // merge ** 2
+        runs, want = image_runs(prompts[i], token), [counts[x] for x in names[i]]
+        if runs == want:
+            continue
+        if len(runs) != len(want):
+            raise InputError(
+                f"batch {a.batch}: sample {i}: its prompt has {len(runs)} runs of image tokens (id {token}) "
+                f"but the request carried {len(want)} images: the batch's ids and images do not belong together")
+        j = next(j for j in range(len(want)) if runs[j] != want[j])
+        raise InputError(
+            f"batch {a.batch}: sample {i}: image {j} ({names[i][j]}) has {runs[j]} placeholder tokens in the recorded "
+            f"prompt but the processor of {a.weights_in} makes {want[j]}: the rollout's processor settings "
+            "(min_pixels/max_pixels, patch or merge size) differ from this directory's preprocessor_config.json")
+    return V
+
+
+def hf_inputs(B, idx, device, pad):
+    """Model inputs for samples idx in one forward: the recorded ids of
+    prompt+completion, right-padded with pad under attention_mask 0, and for
+    a vision-language model the samples' images in order (the model
+    scatters features into image-token positions row by row, i.e. in sample
+    and prompt order)."""
+    seqs = [np.concatenate([B["prompts"][i], B["completions"][i]]) for i in idx]
+    width = max(len(s) for s in seqs)
+    ids = np.full((len(seqs), width), pad, np.int64)
+    mask = np.zeros((len(seqs), width), np.int64)
+    for r, s in enumerate(seqs):
+        ids[r, :len(s)], mask[r, :len(s)] = s, 1
+    kw = {"input_ids": torch.from_numpy(ids).to(device), "attention_mask": torch.from_numpy(mask).to(device),
+          "use_cache": False}
+    V = B.get("vision")
+    if V is not None:
+        images = [load_rgb(V["files"][name]) for i in idx for name in V["names"][i]]
+        if images:
+            feat = V["proc"].image_processor(images=images, return_tensors="pt")
+            kw["pixel_values"] = torch.as_tensor(feat["pixel_values"]).to(device)
+            kw["image_grid_thw"] = torch.as_tensor(feat["image_grid_thw"]).to(device)
+    return kw
+
+
+def hf_logprobs(model, B, idx, device, micro=None):
     """log pi(completion token | prompt, earlier completion) of samples idx,
     concatenated in sample order, float64 on the CPU (with the graph to the
-    model when grad is enabled): per sample one forward pass over
+    model when grad is enabled): per micro samples one forward pass over
     prompt+completion, log_softmax at positions len(prompt)-1 .. end-1,
     gathered at the completion ids."""
+    micro = micro or max(len(idx), 1)
     out = []
-    for i in idx:
-        p, c = B["prompts"][i], B["completions"][i]
-        ids = torch.from_numpy(np.concatenate([p, c])).to(device)[None]
-        res = model(input_ids=ids)
+    for lo in range(0, len(idx), micro):
+        part = idx[lo:lo + micro]
+        res = model(**hf_inputs(B, part, device, B["pad"]))
         logits = res.logits if hasattr(res, "logits") else res[0]
-        logits = logits[0, len(p) - 1:len(p) + len(c) - 1].float()
-        lp = torch.log_softmax(logits, dim=-1).gather(1, torch.from_numpy(c).to(device)[:, None])[:, 0]
-        out.append(lp.double().cpu())
-    return torch.cat(out)
+        for r, i in enumerate(part):
+            p, c = B["prompts"][i], B["completions"][i]
+            lg = logits[r, len(p) - 1:len(p) + len(c) - 1].float()
+            lp = torch.log_softmax(lg, dim=-1).gather(1, torch.from_numpy(c).to(device)[:, None])[:, 0]
+            out.append(lp.double().cpu())
+    return torch.cat(out) if out else torch.zeros(0, dtype=torch.float64)
 
 
-def hf_prepare(a, device):
+def hf_prepare(a, device, rank, world):
     """The model at --weights-in (pi_old) and the batch with per token the
-    pi_old log prob and the truncated importance weight."""
+    pi_old log prob and the truncated importance weight. Each rank computes
+    pi_old of its own samples and the ranks sum them (every token has one
+    owner), so all hold the same figures."""
     model = load_hf(a.weights_in, a, device)
     arr, n = load_arrays(a.batch, hf_vocab_size(model))
     po, co = arr["prompt_offsets"].astype(np.int64), arr["completion_offsets"].astype(np.int64)
@@ -612,8 +815,18 @@ def hf_prepare(a, device):
     for i in range(n):
         if len(B["prompts"][i]) == 0:
             raise InputError(f"batch {a.batch}: sample {i} has an empty prompt")
-    with torch.no_grad():
-        B["old_tok"] = hf_logprobs(model, B, np.arange(n), device).numpy()
+    B["vision"] = hf_vision(a, arr, n, model, B["prompts"])
+    # Padding never reaches a logit we read, but it must not be an image
+    # token: the model counts those over the whole micro-batch.
+    B["pad"] = 1 if int(getattr(model.config, "image_token_id", -1)) == 0 else 0
+    mine = np.arange(n)[rank::world]
+    old = torch.zeros(len(B["roll"]), dtype=torch.float64)
+    if len(mine):
+        with torch.no_grad():
+            old[torch.from_numpy(tokens_of(B, mine))] = hf_logprobs(model, B, mine, device, a.micro_batch or 1)
+    if world > 1:
+        all_reduce_cpu(old, device)
+    B["old_tok"] = old.numpy()
     B["w_tok"] = np.minimum(np.exp(B["old_tok"] - B["roll"]), a.is_cap)
     return model, B
 
@@ -643,18 +856,62 @@ def all_reduce_cpu(t, device):
         dist.all_reduce(t)
 
 
-def save_hf(model, a):
-    """model.save_pretrained into --weights-out plus the tokenizer files of
-    --weights-in, via a temporary directory so a reader sees whole files."""
+def fsdp_module():
+    """torch.distributed.fsdp, or an InputError saying why not (torch 1.13's
+    does not import under Python 3.11)."""
+    try:
+        from torch.distributed import fsdp
+    except Exception as e:  # an import-time crash of torch itself
+        raise InputError(f"--parallel fsdp: torch {torch.__version__} cannot import torch.distributed.fsdp ({e}); "
+                         "use --parallel ddp") from e
+    return fsdp
+
+
+def wrap_fsdp(model, device):
+    """FullyShardedDataParallel over model, one unit per transformer block
+    (the model's _no_split_modules: decoder layers and vision blocks), so a
+    rank holds whole parameters of one block at a time."""
+    import functools
+    fsdp = fsdp_module()
+    from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
+    names = set(getattr(model, "_no_split_modules", None) or [])
+    blocks = {type(m) for m in model.modules() if type(m).__name__ in names}
+    policy = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls=blocks) if blocks else None
+    return fsdp.FullyShardedDataParallel(model, auto_wrap_policy=policy,
+                                         device_id=device if device.type == "cuda" else None)
+
+
+def full_state_dict(wrapped, rank):
+    """The whole model's state dict on rank 0 (None elsewhere); every rank must call it."""
+    fsdp = fsdp_module()
+    cfg = fsdp.FullStateDictConfig(offload_to_cpu=True, rank0_only=True)
+    with fsdp.FullyShardedDataParallel.state_dict_type(wrapped, fsdp.StateDictType.FULL_STATE_DICT, cfg):
+        sd = wrapped.state_dict()
+    return sd if rank == 0 else None
+
+
+def save_hf(model, a, vision, state_dict=None):
+    """A directory vLLM serves as the next round's model: save_pretrained's
+    config and weights, the processor's files (save_pretrained) for a
+    vision-language model, then --weights-in's own tokenizer, chat template
+    and processor files and generation_config.json copied over them byte
+    for byte (the next rollout formats, tokenizes, processes images and
+    samples exactly as this one did). Written into a temporary directory
+    first, so a reader sees whole files."""
     import shutil
     out = os.path.abspath(a.weights_out)
     tmp = out.rstrip("/") + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
-    model.save_pretrained(tmp)
-    for name in TOKENIZER_FILES:
+    if state_dict is None:
+        model.save_pretrained(tmp)
+    else:
+        model.save_pretrained(tmp, state_dict=state_dict)
+    if vision is not None:
+        vision["proc"].save_pretrained(tmp)
+    for name in TOKENIZER_FILES + PROCESSOR_FILES:
         src = os.path.join(a.weights_in, name)
-        if os.path.isfile(src) and not os.path.exists(os.path.join(tmp, name)):
+        if os.path.isfile(src):
             shutil.copy2(src, os.path.join(tmp, name))
     os.makedirs(out, exist_ok=True)
     for name in os.listdir(tmp):
@@ -664,17 +921,22 @@ def save_hf(model, a):
 
 def hf_train(a, rank, world):
     device = hf_device()
-    model, B = hf_prepare(a, device)
+    model, B = hf_prepare(a, device, rank, world)
+    inner, fsdp = model, a.parallel == "fsdp" and world > 1
+    if fsdp:
+        model = wrap_fsdp(model, device)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=a.lr)
 
-    def loss(mine, total_weight):
-        lp = hf_logprobs(model, B, mine, device)
-        return loss_of_logprobs(lp, B, mine, tokens_of(B, mine), total_weight, a)
+    def loss(part, total_weight):
+        lp = hf_logprobs(model, B, part, device)
+        return loss_of_logprobs(lp, B, part, tokens_of(B, part), total_weight, a)
 
-    metrics = optimize(a, rank, world, B, params, opt, device, loss)
+    a.micro_batch = a.micro_batch or 1
+    metrics = optimize(a, rank, world, B, params, opt, device, loss, fsdp=fsdp)
+    state = full_state_dict(model, rank) if fsdp else None
     if rank == 0:
-        save_hf(model, a)
+        save_hf(inner, a, B["vision"], state)
         write_json(a.metrics_out, metrics)
         print(f"trainer: {json.dumps(metrics)}", flush=True)
     return metrics
@@ -685,7 +947,7 @@ def hf_evaluate(a, rank, world):
     directory --weights-theta; reports the per-token log pi_old and log
     pi_theta as well (no parameter gradients)."""
     device = hf_device()
-    _, B = hf_prepare(a, device)
+    _, B = hf_prepare(a, device, rank, world)
     theta = load_hf(a.weights_theta or a.weights_in, a, device)
     tok_n = len(B["roll"])
     mine = np.arange(len(B["adv"]))[rank::world]
@@ -694,7 +956,7 @@ def hf_evaluate(a, rank, world):
     stats = torch.zeros(3, dtype=torch.float64)  # loss, clipped, dual
     if len(mine):
         tok = tokens_of(B, mine)
-        lp = hf_logprobs(theta, B, mine, device)
+        lp = hf_logprobs(theta, B, mine, device, a.micro_batch or 1)
         lp.retain_grad()
         loss, _, tok, _, clip, dual = loss_of_logprobs(lp, B, mine, tok, B["weight"].sum(), a)
         loss.backward()

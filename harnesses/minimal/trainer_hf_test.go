@@ -63,10 +63,11 @@ func runHF(t *testing.T, nproc int, args ...string) error {
 	return nil
 }
 
-func hfEvaluate(t *testing.T, nproc int, batch, old, theta string) hfEval {
+// hfEvaluate runs --eval-out under torchrun; args are extra trainer flags.
+func hfEvaluate(t *testing.T, nproc int, batch, old, theta string, args ...string) hfEval {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "eval.json")
-	if err := runHF(t, nproc, "--batch", batch, "--weights-in", old, "--weights-theta", theta, "--eval-out", out); err != nil {
+	if err := runHF(t, nproc, append([]string{"--batch", batch, "--weights-in", old, "--weights-theta", theta, "--eval-out", out}, args...)...); err != nil {
 		t.Fatal(err)
 	}
 	b, err := os.ReadFile(out)
@@ -106,6 +107,32 @@ func goPPO(t *testing.T, batch []sample, theta, old []float64) rl.PPOResult {
 	return r
 }
 
+// checkAgainstGo compares the trainer's loss, clip fractions and
+// ∂loss/∂log πθ per token with rl.PPOLoss on the logprobs the model gave.
+func checkAgainstGo(t *testing.T, label string, batch []sample, got hfEval) {
+	t.Helper()
+	const tol = 1e-6
+	want := goPPO(t, batch, got.LogpTheta, got.LogpOld)
+	if got.Tokens != want.Tokens || got.ClipFraction != want.ClipFraction || got.DualClipFraction != want.DualClipFraction {
+		t.Errorf("%s: trainer %d tokens, clip %v, dual %v; Go %d, %v, %v",
+			label, got.Tokens, got.ClipFraction, got.DualClipFraction, want.Tokens, want.ClipFraction, want.DualClipFraction)
+	}
+	if math.Abs(got.Loss-want.Loss) > tol {
+		t.Errorf("%s: loss %v, Go %v", label, got.Loss, want.Loss)
+	}
+	k := 0
+	for s := range want.Grad {
+		for _, g := range want.Grad[s] {
+			if math.Abs(got.GradLogp[k]-g) > tol {
+				t.Errorf("%s: ∂loss/∂logπθ of token %d: trainer %v, Go %v", label, k, got.GradLogp[k], g)
+			}
+			k++
+		}
+	}
+	t.Logf("%s: loss %.9f (Go %.9f), %d tokens, clip %.3f, dual %.3f",
+		label, got.Loss, want.Loss, got.Tokens, got.ClipFraction, got.DualClipFraction)
+}
+
 // TestTrainerHF runs the Hugging Face path of trainer.py on a fake
 // transformers package (testdata/fake_transformers): the loss and its
 // gradient with respect to the per-token logprobs match rl.PPOLoss on the
@@ -138,23 +165,7 @@ func TestTrainerHF(t *testing.T) {
 	var first hfEval
 	for _, n := range []int{1, 2} {
 		got := hfEvaluate(t, n, batchPath, old, theta)
-		want := goPPO(t, golden, got.LogpTheta, got.LogpOld)
-		if got.Tokens != want.Tokens || got.ClipFraction != want.ClipFraction || got.DualClipFraction != want.DualClipFraction {
-			t.Errorf("%d ranks: trainer %d tokens, clip %v, dual %v; Go %d, %v, %v",
-				n, got.Tokens, got.ClipFraction, got.DualClipFraction, want.Tokens, want.ClipFraction, want.DualClipFraction)
-		}
-		if math.Abs(got.Loss-want.Loss) > tol {
-			t.Errorf("%d ranks: loss %v, Go %v", n, got.Loss, want.Loss)
-		}
-		k := 0
-		for s := range want.Grad {
-			for _, g := range want.Grad[s] {
-				if math.Abs(got.GradLogp[k]-g) > tol {
-					t.Errorf("%d ranks: ∂loss/∂logπθ of token %d: trainer %v, Go %v", n, k, got.GradLogp[k], g)
-				}
-				k++
-			}
-		}
+		checkAgainstGo(t, fmt.Sprintf("%d ranks", n), golden, got)
 		if n == 1 {
 			first = got
 		} else {
@@ -164,8 +175,6 @@ func TestTrainerHF(t *testing.T) {
 				}
 			}
 		}
-		t.Logf("%d ranks: loss %.9f (Go %.9f), %d tokens, clip %.3f, dual %.3f",
-			n, got.Loss, want.Loss, got.Tokens, got.ClipFraction, got.DualClipFraction)
 	}
 
 	// Training: one positive and one negative call with disjoint tokens.

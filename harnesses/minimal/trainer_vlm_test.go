@@ -1,0 +1,388 @@
+package minimal_test
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"image"
+	"image/color"
+	"image/png"
+	"math"
+	"math/rand"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/roundhouse-rl/roundhouse/schemas"
+)
+
+// Token ids of the fake vision-language model (vocabulary 16): 0-11 text,
+// then Qwen2.5-VL's <|vision_start|>, <|image_pad|> (config.image_token_id)
+// and <|vision_end|>.
+const (
+	visionStart = 12
+	imagePad    = 13
+	visionEnd   = 14
+)
+
+// fakeVLM writes a vision-language model directory for
+// testdata/fake_transformers as a servable Qwen2.5-VL directory looks:
+// config.json with vision_config, processor, tokenizer and chat template
+// files. The processor's pixel bounds keep the test images small: a 56×56
+// image is a 4×4 patch grid, 4 image tokens after the 2×2 merge.
+func fakeVLM(t *testing.T, dir string, seed int) string {
+	t.Helper()
+	if err := mkdir(dir); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{
+		"config.json": fmt.Sprintf(`{"model_type": "qwen2_5_vl", "architectures": ["Qwen2_5_VLForConditionalGeneration"],
+ "vocab_size": 16, "hidden_size": 6, "seed": %d, "image_token_id": %d, "vision_start_token_id": %d,
+ "vision_end_token_id": %d, "vision_config": {"patch_size": 14, "temporal_patch_size": 2, "spatial_merge_size": 2, "hidden_size": 8}}`,
+			seed, imagePad, visionStart, visionEnd),
+		"preprocessor_config.json": `{"image_processor_type": "Qwen2VLImageProcessor", "processor_class": "Qwen2_5_VLProcessor",
+ "min_pixels": 3136, "max_pixels": 12544, "patch_size": 14, "temporal_patch_size": 2, "merge_size": 2}`,
+		"video_preprocessor_config.json": `{"video_processor_type": "Qwen2VLVideoProcessor"}`,
+		"chat_template.json":             `{"chat_template": "{% for m in messages %}<|im_start|>{{ m.role }}{% endfor %}"}`,
+		"tokenizer.json":                 `{"fake": true}`,
+		"tokenizer_config.json":          `{"model_max_length": 32768}`,
+		"generation_config.json":         `{"temperature": 1.0}`,
+	}
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// Pixel modes of writeImage.
+const (
+	opaque  = iota // an RGB PNG
+	alpha          // an RGBA PNG, each pixel fully transparent or fully opaque
+	onWhite        // the alpha image composited onto white, as an RGB PNG
+)
+
+// writeImage writes a w×h PNG of seeded random pixels into dir under its
+// blob name <sha256>.png and returns the name.
+func writeImage(t *testing.T, dir string, w, h int, seed int64, mode int) string {
+	t.Helper()
+	rng := rand.New(rand.NewSource(seed))
+	img := image.NewNRGBA(image.Rect(0, 0, w, h))
+	for y := 0; y < h; y++ {
+		for x := 0; x < w; x++ {
+			a := uint8(255)
+			if mode != opaque {
+				a = uint8(255 * rng.Intn(2))
+			}
+			c := color.NRGBA{uint8(rng.Intn(256)), uint8(rng.Intn(256)), uint8(rng.Intn(256)), a}
+			if mode == onWhite {
+				if a == 0 {
+					c = color.NRGBA{255, 255, 255, 255}
+				}
+				c.A = 255
+			}
+			img.SetNRGBA(x, y, c)
+		}
+	}
+	var buf bytes.Buffer
+	if err := png.Encode(&buf, img); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(buf.Bytes())
+	name := hex.EncodeToString(sum[:]) + ".png"
+	if err := os.WriteFile(filepath.Join(dir, name), buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
+
+// imagePrompt is text, then per image <|vision_start|> n×<|image_pad|>
+// <|vision_end|> (the ids vLLM records), then more text.
+func imagePrompt(head []int, pads []int, tail ...int) []int {
+	p := append([]int(nil), head...)
+	for _, n := range pads {
+		p = append(p, visionStart)
+		for range n {
+			p = append(p, imagePad)
+		}
+		p = append(p, visionEnd)
+	}
+	return append(p, tail...)
+}
+
+// runTrainerPy runs trainer.py --model hf as one plain process with the
+// fake transformers and returns its exit code and output.
+func runTrainerPy(t *testing.T, args ...string) (int, string) {
+	t.Helper()
+	fake, err := filepath.Abs(filepath.Join("testdata", "fake_transformers"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(python, append([]string{"trainer.py", "--model", "hf"}, args...)...)
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+fake, "OMP_NUM_THREADS=1")
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		return exit.ExitCode(), string(out)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return 0, string(out)
+}
+
+// TestTrainerVLM runs the vision-language path of trainer.py on the fake
+// Qwen2.5-VL (testdata/fake_transformers) with one rank and two: text-only
+// samples and samples with images give the loss and per-token gradients of
+// rl.PPOLoss, the same logprobs on either rank count and in micro-batches
+// of several samples; the images change the logprobs (--drop-images gives
+// others); a training step with 1 and 2 ranks (micro-batches of 2, and of 1
+// with gradient checkpointing) moves the model the same way and leaves a
+// servable directory that loads again as --weights-in.
+func TestTrainerVLM(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts torchrun several times")
+	}
+	needTorch(t)
+	dir := t.TempDir()
+	old := fakeVLM(t, filepath.Join(dir, "old"), 1)
+	theta := fakeVLM(t, filepath.Join(dir, "theta"), 2)
+	images := filepath.Join(dir, "images")
+	if err := mkdir(images); err != nil {
+		t.Fatal(err)
+	}
+
+	// Text-only calls on a vision-language model.
+	text := []sample{
+		{[]int{1, 2}, []int{3}, []float64{-4}, 1, 1, nil},
+		{[]int{4, 5}, []int{6, 7}, []float64{-1.5, -0.5}, -1, 0.5, nil},
+		{[]int{1, 6, 2}, []int{5, 3, 0, 9}, []float64{-2, -6, -0.1, -3}, 0.6, 0.25, nil},
+	}
+	textPath := filepath.Join(dir, "text.npz")
+	if err := writeBatch(textPath, text); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{1, 2} {
+		checkAgainstGo(t, fmt.Sprintf("text-only, %d ranks", n), text, hfEvaluate(t, n, textPath, old, theta))
+	}
+
+	// Calls with images: a 56×56 image is 4 image tokens, 84×56 is 6; one
+	// call has two images (one repeated from another call), one none, one
+	// a partly transparent RGBA image.
+	a := writeImage(t, images, 56, 56, 1, opaque)
+	b := writeImage(t, images, 84, 56, 2, opaque)
+	c := writeImage(t, images, 56, 56, 3, alpha)
+	withImages := []sample{
+		{imagePrompt([]int{1}, []int{4}, 2), []int{3, 5}, []float64{-2, -1}, 1, 1, []string{a}},
+		{imagePrompt([]int{4}, []int{6, 4}, 5), []int{6}, []float64{-2.5}, -1, 0.5, []string{b, a}},
+		{[]int{1, 2}, []int{7}, []float64{-1}, 0.5, 0.5, nil},
+		{imagePrompt([]int{8}, []int{4}), []int{2, 2}, []float64{-3, -0.5}, -0.3, 0.25, []string{c}},
+	}
+	imgPath := filepath.Join(dir, "images.npz")
+	if err := writeBatch(imgPath, withImages); err != nil {
+		t.Fatal(err)
+	}
+	var first hfEval
+	for _, n := range []int{1, 2} {
+		got := hfEvaluate(t, n, imgPath, old, theta, "--images", images)
+		checkAgainstGo(t, fmt.Sprintf("images, %d ranks", n), withImages, got)
+		if n == 1 {
+			first = got
+			continue
+		}
+		for i := range got.LogpTheta {
+			if got.LogpTheta[i] != first.LogpTheta[i] || got.LogpOld[i] != first.LogpOld[i] {
+				t.Errorf("images: token %d: logprobs differ between 1 and 2 ranks", i)
+			}
+		}
+	}
+	// Several calls per forward: padded ids, their images in one
+	// pixel_values; the same logprobs up to float32 rounding.
+	micro := hfEvaluate(t, 1, imgPath, old, theta, "--images", images, "--micro-batch", "3")
+	for i := range micro.LogpOld {
+		if math.Abs(micro.LogpOld[i]-first.LogpOld[i]) > 1e-6 || math.Abs(micro.LogpTheta[i]-first.LogpTheta[i]) > 1e-6 {
+			t.Errorf("token %d: micro-batch 3 gives log π %v/%v, one call per forward %v/%v",
+				i, micro.LogpOld[i], micro.LogpTheta[i], first.LogpOld[i], first.LogpTheta[i])
+		}
+	}
+	// The images matter: without pixels (the ablation) the calls with
+	// images get other logprobs, the call without the same.
+	dropped := hfEvaluate(t, 1, imgPath, old, theta, "--drop-images")
+	k := 0
+	for s, smp := range withImages {
+		for range smp.completion {
+			diff := math.Abs(dropped.LogpOld[k] - first.LogpOld[k])
+			if len(smp.images) > 0 && diff < 1e-4 {
+				t.Errorf("sample %d token %d: log π_old %v with its images and %v without: the images made no difference",
+					s, k, first.LogpOld[k], dropped.LogpOld[k])
+			}
+			if len(smp.images) == 0 && diff != 0 {
+				t.Errorf("sample %d (no images) token %d: log π_old %v, %v with --drop-images", s, k, first.LogpOld[k], dropped.LogpOld[k])
+			}
+			k++
+		}
+	}
+
+	// RGBA is composited onto white before the processor, as vLLM does:
+	// the same call with c's white-backed twin gets the same logprobs.
+	white := writeImage(t, images, 56, 56, 3, onWhite)
+	twin := append([]sample(nil), withImages...)
+	twin[3].images = []string{white}
+	twinPath := filepath.Join(dir, "twin.npz")
+	if err := writeBatch(twinPath, twin); err != nil {
+		t.Fatal(err)
+	}
+	tw := hfEvaluate(t, 1, twinPath, old, theta, "--images", images)
+	for i := range tw.LogpOld {
+		if math.Abs(tw.LogpOld[i]-first.LogpOld[i]) > 1e-12 {
+			t.Errorf("token %d: log π_old %v with the RGBA image, %v with it composited on white", i, first.LogpOld[i], tw.LogpOld[i])
+		}
+	}
+
+	// Training: one step at θ = θ_old, on 1 rank in micro-batches of 2 and
+	// on 2 ranks one call at a time with gradient checkpointing.
+	var after []hfEval
+	for _, run := range []struct {
+		n    int
+		args []string
+	}{
+		{1, []string{"--micro-batch", "2"}},
+		{2, []string{"--micro-batch", "1", "--gradient-checkpointing", "on"}},
+	} {
+		out := filepath.Join(dir, fmt.Sprintf("out%d", run.n))
+		metrics := filepath.Join(dir, fmt.Sprintf("metrics%d.json", run.n))
+		args := append([]string{"--batch", imgPath, "--images", images, "--weights-in", old, "--weights-out", out,
+			"--metrics-out", metrics, "--lr", "0.002", "--epochs", "1"}, run.args...)
+		if err := runHF(t, run.n, args...); err != nil {
+			t.Fatal(err)
+		}
+		// A directory the next round's vLLM serves: config and weights,
+		// tokenizer, processor and chat template, byte for byte where they
+		// came from --weights-in.
+		for _, f := range []string{"config.json", "model.pt", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+			"preprocessor_config.json", "video_preprocessor_config.json", "chat_template.json"} {
+			got, err := os.ReadFile(filepath.Join(out, f))
+			if err != nil {
+				t.Errorf("%d ranks: output lacks %s: %v", run.n, f, err)
+				continue
+			}
+			if want, err := os.ReadFile(filepath.Join(old, f)); err == nil && f != "config.json" && !bytes.Equal(got, want) {
+				t.Errorf("%d ranks: %s differs from --weights-in's:\n%s\n%s", run.n, f, got, want)
+			}
+		}
+		b, err := os.ReadFile(metrics)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m schemas.TrainerMetrics
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatal(err)
+		}
+		want := goPPO(t, withImages, first.LogpOld, first.LogpOld)
+		if m.Steps != 1 || m.Samples != 4 || m.Tokens != 6 || math.Abs(m.Loss-want.Loss) > 1e-6 || math.Abs(m.MeanRatio-1) > 1e-12 {
+			t.Errorf("%d ranks: metrics %+v, Go loss %v", run.n, m, want.Loss)
+		}
+		// The output loads again as pi_old.
+		ev := hfEvaluate(t, 1, imgPath, out, old, "--images", images)
+		if ev.LogpOld[0] <= first.LogpOld[0] {
+			t.Errorf("%d ranks: positive advantage: log π %.6f → %.6f, want a rise", run.n, first.LogpOld[0], ev.LogpOld[0])
+		}
+		if ev.LogpOld[2] >= first.LogpOld[2] {
+			t.Errorf("%d ranks: negative advantage: log π %.6f → %.6f, want a fall", run.n, first.LogpOld[2], ev.LogpOld[2])
+		}
+		t.Logf("%d ranks: log π(positive) %.6f → %.6f, log π(negative) %.6f → %.6f",
+			run.n, first.LogpOld[0], ev.LogpOld[0], first.LogpOld[2], ev.LogpOld[2])
+		after = append(after, ev)
+	}
+	for i := range after[0].LogpOld {
+		// float32 parameters: agreement to rounding, relative to the value.
+		if math.Abs(after[0].LogpOld[i]-after[1].LogpOld[i]) > 1e-5*math.Max(1, math.Abs(after[0].LogpOld[i])) {
+			t.Errorf("token %d after training: log π %v with 1 rank, %v with 2", i, after[0].LogpOld[i], after[1].LogpOld[i])
+		}
+	}
+}
+
+// TestTrainerVLMRefuses: inputs the vision-language path must not train on
+// end with exit status 2 and a message naming the input.
+func TestTrainerVLMRefuses(t *testing.T) {
+	needTorch(t)
+	dir := t.TempDir()
+	vlm := fakeVLM(t, filepath.Join(dir, "vlm"), 1)
+	images := filepath.Join(dir, "images")
+	if err := mkdir(images); err != nil {
+		t.Fatal(err)
+	}
+	a := writeImage(t, images, 56, 56, 1, opaque) // 4 image tokens
+	b := writeImage(t, images, 84, 56, 2, opaque) // 6
+	good := sample{imagePrompt([]int{1}, []int{4}, 2), []int{3}, []float64{-1}, 1, 1, []string{a}}
+	batch := func(name string, ss ...sample) string {
+		p := filepath.Join(dir, name+".npz")
+		if err := writeBatch(p, ss); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	noProc := fakeVLM(t, filepath.Join(dir, "noproc"), 1)
+	if err := os.Remove(filepath.Join(noProc, "preprocessor_config.json")); err != nil {
+		t.Fatal(err)
+	}
+	textModel := fakeHFModel(t, filepath.Join(dir, "text"), 1)
+	// A file under a's name holding b's bytes: not the picture the model saw.
+	swapped := filepath.Join(dir, "swapped")
+	if err := mkdir(swapped); err != nil {
+		t.Fatal(err)
+	}
+	bBytes, err := os.ReadFile(filepath.Join(images, b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(swapped, a), bBytes, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, c := range []struct {
+		name    string
+		weights string
+		batch   string
+		images  string
+		want    []string
+	}{
+		{"placeholder count", vlm,
+			batch("count", good, sample{imagePrompt([]int{4}, []int{6, 3}, 5), []int{6}, []float64{-1}, -1, 1, []string{b, a}}),
+			images, []string{"sample 1: image 1 (" + a + ") has 3 placeholder tokens", "makes 4"}},
+		{"images without placeholders", vlm,
+			batch("runs", good, sample{[]int{4, 5}, []int{6}, []float64{-1}, -1, 1, []string{a}}),
+			images, []string{"sample 1: its prompt has 0 runs of image tokens", "carried 1 images"}},
+		{"no processor files", noProc, batch("noproc", good), images,
+			[]string{"weights " + noProc + ": config.json declares a vision-language model", "lacks preprocessor_config.json"}},
+		// The text model's vocabulary has 10 ids: the placeholders are
+		// beyond it, but the images alone must be refused.
+		{"text-only model", textModel, batch("textmodel", sample{[]int{1, 2}, []int{3}, []float64{-1}, 1, 1, []string{a}},
+			sample{[]int{4}, []int{5}, []float64{-1}, -1, 1, []string{b}}), images,
+			[]string{"weights " + textModel + ": config.json declares a text-only model but the batch carries 2 images"}},
+		{"image not its name", vlm, batch("swapped", good), swapped,
+			[]string{"image " + filepath.Join(swapped, a) + " of sample 0: its content hashes to"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			code, out := runTrainerPy(t, "--batch", c.batch, "--images", c.images, "--weights-in", c.weights,
+				"--weights-out", filepath.Join(dir, "out-"+c.name), "--metrics-out", filepath.Join(dir, "m.json"))
+			if code != 2 {
+				t.Errorf("exit %d, want 2:\n%s", code, out)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("output lacks %q:\n%s", w, out)
+				}
+			}
+			if _, err := os.Stat(filepath.Join(dir, "out-"+c.name)); err == nil {
+				t.Error("a refused run wrote --weights-out")
+			}
+		})
+	}
+}
