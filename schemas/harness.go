@@ -62,6 +62,12 @@ type ModelServer struct {
 	// model server and trainer use: {weights}, {weights_in} and
 	// {weights_out} then name that file instead of the directory.
 	WeightsFile string `yaml:"weights_file" json:"weights_file"`
+	// Vision says the model reads images: the batch takes each request's
+	// images to the trainer, and a weights directory (one with config.json)
+	// must carry its processor (preprocessor_config.json). False, the
+	// default, declares a text-only model: a selected call that sent images
+	// stops the batch rather than train on a prompt with its pictures gone.
+	Vision bool `yaml:"vision" json:"vision"`
 }
 
 // EpisodeSpec is the command that runs one episode as a subprocess.
