@@ -169,6 +169,7 @@ var RuntimeVars = map[string]string{
 	"seed":        "init state id of the episode",
 	"output_dir":  "the episode's output directory",
 	"batch":       "local path of the training batch (batch.npz)",
+	"images":      "local folder holding the batch's images as <sha256>.<ext> files, each checked against its name",
 	"weights_in":  "local path of the input weights file",
 	"weights_out": "local path where the trainer writes new weights",
 	"metrics_out": "local path where the trainer writes metrics.json",
