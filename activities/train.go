@@ -191,6 +191,15 @@ func (t *Trainer) Train(ctx context.Context, in TrainInput) (schemas.TrainerMetr
 	if err != nil {
 		return m, fmt.Errorf("trainer of round %d produced no weights: %w", in.Round, err)
 	}
+	if h.Model.Vision {
+		names := make([]string, len(files))
+		for i, f := range files {
+			names[i] = f.Name
+		}
+		if err := weights.CheckVision(names, "written by the trainer of round "+strconv.Itoa(int(in.Round))); err != nil {
+			return m, temporal.NewNonRetryableApplicationError(err.Error(), "BadWeights", err)
+		}
+	}
 	if h.Model.WeightsFile != "" {
 		if _, err := os.Stat(vars["weights_out"]); err != nil {
 			return m, fmt.Errorf("trainer of round %d did not write %s (the harness's model.weights_file): %w", in.Round, h.Model.WeightsFile, err)

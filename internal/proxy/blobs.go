@@ -110,4 +110,3 @@ func imageExt(mediaType string) string {
 
 // validExt keeps names within what blob references match (host.blobRef).
 var validExt = regexp.MustCompile(`^[a-z0-9]{1,16}$`)
-
