@@ -252,7 +252,7 @@ func BenchmarkWriteBatch(b *testing.B) {
 	}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		batch := write("batch.npz", func(f *os.File) error { return encodeBatch(f, samples, toks) })
+		batch := write("batch.npz", func(f *os.File) error { return encodeBatch(f, samples, toks, nil, nil, make([]int64, len(samples)+1)) })
 		bytes := size
 		chunk := make([]byte, 1<<20)
 		plain := write("plain.bin", func(f *os.File) error {

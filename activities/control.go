@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/roundhouse-rl/roundhouse/internal/npz"
 	"github.com/roundhouse-rl/roundhouse/internal/rl"
@@ -105,7 +106,7 @@ func (c *Control) BuildBatch(ctx context.Context, in BatchInput) (schemas.BatchS
 	}
 	defer os.Remove(tmp.Name())
 	defer tmp.Close()
-	if err := c.writeBatch(ctx, in, samples, tmp); err != nil {
+	if sum.Images, sum.ImageRefs, err = c.writeBatch(ctx, in, samples, tmp); err != nil {
 		return sum, fmt.Errorf("round %d batch: %w", in.Round, err)
 	}
 	if err := tmp.Close(); err != nil {
@@ -251,8 +252,9 @@ func indexOf(calls []schemas.CallCounts, idx int32) int {
 // writeBatch reads the token arrays of the selected calls only (skipping
 // the files of episodes without a selected call) and streams batch.npz
 // (schemas/batch.go) to w. Array lengths come from the samples' counts,
-// checked against the arrays read.
-func (c *Control) writeBatch(ctx context.Context, in BatchInput, samples []schemas.Sample, w io.Writer) error {
+// checked against the arrays read. It returns the distinct images and the
+// image references of the samples.
+func (c *Control) writeBatch(ctx context.Context, in BatchInput, samples []schemas.Sample, w io.Writer) (int, int, error) {
 	type key struct {
 		ep  string
 		idx int32
@@ -284,23 +286,86 @@ func (c *Control) writeBatch(ctx context.Context, in BatchInput, samples []schem
 				// Copy: the reader may reuse the row's backing arrays.
 				toks[i] = schemas.CallTokens{EpisodeID: r.EpisodeID, CallIndex: r.CallIndex,
 					PromptTokenIDs: slices.Clone(r.PromptTokenIDs), CompletionTokenIDs: slices.Clone(r.CompletionTokenIDs),
-					CompletionLogprobs: slices.Clone(r.CompletionLogprobs)}
+					CompletionLogprobs: slices.Clone(r.CompletionLogprobs), Images: slices.Clone(r.Images)}
 				found++
 			}
 			return nil
 		})
 	if err != nil {
-		return err
+		return 0, 0, err
 	}
 	if found != len(samples) {
-		return fmt.Errorf("%d of %d selected calls not found under %s", len(samples)-found, len(samples), dir)
+		return 0, 0, fmt.Errorf("%d of %d selected calls not found under %s", len(samples)-found, len(samples), dir)
 	}
 	heartbeat(ctx, "tokens")
-	return encodeBatch(w, samples, toks)
+	names, index, offsets := batchImages(toks)
+	if len(index) > 0 {
+		if err := c.checkVision(ctx, in.Run, toks); err != nil {
+			return 0, 0, err
+		}
+	}
+	return len(names), len(index), encodeBatch(w, samples, toks, names, index, offsets)
+}
+
+// checkVision refuses images for a harness that declares a text-only
+// model: training it on the prompt without them would teach it from input
+// it never saw, silently.
+func (c *Control) checkVision(ctx context.Context, run string, toks []schemas.CallTokens) error {
+	h, err := c.harnesses.get(ctx, c.Store, run)
+	if err != nil {
+		return err
+	}
+	if h.Model.Vision {
+		return nil
+	}
+	n, first := 0, -1
+	for i, t := range toks {
+		n += len(t.Images)
+		if first < 0 && len(t.Images) > 0 {
+			first = i
+		}
+	}
+	t := toks[first]
+	return temporal.NewNonRetryableApplicationError(fmt.Sprintf(
+		"harness %s declares a text-only model (model_server.vision is false) but %d selected calls sent images, "+
+			"%d in all, the first call %d of episode %s: set model_server.vision: true in the harness file for a "+
+			"vision-language model, or stop the harness from sending images",
+		h.Name, countWithImages(toks), n, t.CallIndex, t.EpisodeID), "TextOnlyModel", nil)
+}
+
+func countWithImages(toks []schemas.CallTokens) int {
+	n := 0
+	for _, t := range toks {
+		if len(t.Images) > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// batchImages lists the distinct image names of the samples in order of
+// first use, and per sample its images as indexes into them (with
+// offsets, length n+1), in the layout of schemas/batch.go.
+func batchImages(toks []schemas.CallTokens) (names []string, index []int32, offsets []int64) {
+	seen := map[string]int32{}
+	offsets = make([]int64, 1, len(toks)+1)
+	for _, t := range toks {
+		for _, name := range t.Images {
+			j, ok := seen[name]
+			if !ok {
+				j = int32(len(names))
+				seen[name] = j
+				names = append(names, name)
+			}
+			index = append(index, j)
+		}
+		offsets = append(offsets, int64(len(index)))
+	}
+	return names, index, offsets
 }
 
 // encodeBatch streams the batch arrays to w, one array after another.
-func encodeBatch(w io.Writer, samples []schemas.Sample, toks []schemas.CallTokens) error {
+func encodeBatch(w io.Writer, samples []schemas.Sample, toks []schemas.CallTokens, images []string, imageIndex []int32, imageOffsets []int64) error {
 	bw := bufio.NewWriterSize(w, 1<<20)
 	z := npz.NewWriter(bw)
 	var nPrompt, nCompl int
@@ -367,6 +432,9 @@ func encodeBatch(w io.Writer, samples []schemas.Sample, toks []schemas.CallToken
 			return perCall(schemas.BatchAdvantages, func(s schemas.Sample) float64 { return s.Advantage })
 		},
 		func() error { return perCall(schemas.BatchWeights, func(s schemas.Sample) float64 { return s.Weight }) },
+		func() error { return z.WriteStrings(schemas.BatchImages, images) },
+		func() error { return z.WriteInt32(schemas.BatchImageIndex, imageIndex) },
+		func() error { return z.WriteInt64(schemas.BatchImageOffsets, imageOffsets) },
 		z.Close,
 		bw.Flush,
 	} {

@@ -6,6 +6,7 @@ import (
 	"math"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 
 	"go.temporal.io/sdk/testsuite"
@@ -220,3 +221,86 @@ func TestBuildBatchFilters(t *testing.T) {
 
 // attemptOf reads the attempt from an id like r1-train-g000-a02.
 func attemptOf(id string) int32 { return int32(id[len(id)-1] - '0') }
+
+// TestBuildBatchImages: each sample lists its request's images in prompt
+// order (repeats kept) as indexes into the batch's distinct image names;
+// a harness that declares a text-only model refuses a batch with images,
+// naming the call, instead of training without them.
+func TestBuildBatchImages(t *testing.T) {
+	stack := itest.Start(t)
+	ctx := context.Background()
+	s := stack.Store
+	a, b, c := strings.Repeat("a", 64)+".png", strings.Repeat("b", 64)+".png", strings.Repeat("c", 64)+".jpg"
+	store1 := func(run string, vision bool) {
+		t.Helper()
+		l := schemas.Layout{Run: run}
+		h := schemas.Harness{Name: "h"}
+		h.Model.Vision = vision
+		if err := store.PutJSON(ctx, s, l.Harness(), h); err != nil {
+			t.Fatal(err)
+		}
+		for attempt, imgs := range [][][]string{{{a, b}, {a, b, a}}, {{c}}} {
+			e := schemas.Episode{Run: run, Round: 1, Phase: schemas.PhaseTrain, Group: 0, Attempt: int32(attempt),
+				Valid: true, Success: attempt == 0, Reward: float64(1 - attempt)}
+			e.EpisodeID = schemas.EpisodeID(1, schemas.PhaseTrain, 0, e.Attempt)
+			var calls []schemas.Call
+			for i, im := range imgs {
+				calls = append(calls, schemas.Call{EpisodeID: e.EpisodeID, CallIndex: int32(i), Trainable: true,
+					PromptTokenIDs: []int32{1, 2}, CompletionTokenIDs: []int32{3}, CompletionLogprobs: []float32{-1},
+					PromptTokens: 2, CompletionTokens: 1, Images: im})
+			}
+			if _, err := store.WriteParquet(ctx, s, l.Calls(1, schemas.PhaseTrain, e.EpisodeID), calls); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := store.WriteParquet(ctx, s, l.Episodes(1, schemas.PhaseTrain, e.EpisodeID), []schemas.Episode{e}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var env testsuite.WorkflowTestSuite
+	aenv := env.NewTestActivityEnvironment()
+	aenv.RegisterActivity(&activities.Control{Store: s})
+	var ctrl *activities.Control
+
+	store1("vlm", true)
+	v, err := aenv.ExecuteActivity(ctrl.BuildBatch, activities.BatchInput{Run: "vlm", Round: 1, MaxCallsPerEpisode: 16, Selection: "first", Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum schemas.BatchSummary
+	if err := v.Get(&sum); err != nil {
+		t.Fatal(err)
+	}
+	if sum.Samples != 3 || sum.Images != 3 || sum.ImageRefs != 6 {
+		t.Fatalf("samples %d images %d refs %d, want 3, 3, 6", sum.Samples, sum.Images, sum.ImageRefs)
+	}
+	local := filepath.Join(t.TempDir(), "batch.npz")
+	if err := s.GetFile(ctx, sum.BatchKey, local); err != nil {
+		t.Fatal(err)
+	}
+	arrs, err := npz.ReadFile(local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := arrs[schemas.BatchImages].([]string)
+	index := arrs[schemas.BatchImageIndex].([]int32)
+	off := arrs[schemas.BatchImageOffsets].([]int64)
+	var got [][]string
+	for i := 0; i+1 < len(off); i++ {
+		var im []string
+		for _, j := range index[off[i]:off[i+1]] {
+			im = append(im, names[j])
+		}
+		got = append(got, im)
+	}
+	if want := [][]string{{a, b}, {a, b, a}, {c}}; !reflect.DeepEqual(got, want) || len(names) != 3 {
+		t.Errorf("per-sample images %v (names %v), want %v", got, names, want)
+	}
+
+	store1("text", false)
+	_, err = aenv.ExecuteActivity(ctrl.BuildBatch, activities.BatchInput{Run: "text", Round: 1, MaxCallsPerEpisode: 16, Selection: "first", Seed: 1})
+	if err == nil || !strings.Contains(err.Error(), "text-only") || !strings.Contains(err.Error(), "model_server.vision: true") ||
+		!strings.Contains(err.Error(), schemas.EpisodeID(1, schemas.PhaseTrain, 0, 0)) {
+		t.Fatalf("text-only harness with images: %v", err)
+	}
+}

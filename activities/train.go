@@ -106,6 +106,17 @@ func (t *Trainer) Train(ctx context.Context, in TrainInput) (schemas.TrainerMetr
 	if err := t.Store.GetFile(ctx, in.BatchKey, vars["batch"]); err != nil {
 		return m, err
 	}
+	// Images by content, kept for the round's retries (trainimages.go).
+	runDir := filepath.Join(t.WorkDir, "train", in.Run)
+	dropOlderImages(runDir, in.Round)
+	vars["images"] = filepath.Join(runDir, fmt.Sprintf("round-%d-images", in.Round))
+	fetched, err := t.fetchImages(ctx, in.Run, in.Round, vars["batch"], vars["images"])
+	if err != nil {
+		return m, err
+	}
+	if fetched.Images > 0 {
+		activity.GetLogger(ctx).Info("trainer images", "images", fetched.Images, "downloaded", fetched.Downloaded, "bytes", fetched.Bytes)
+	}
 	if _, err := weights.Fetch(ctx, t.Store, l.Weights(in.WeightsIn), inDir); err != nil {
 		return m, err
 	}
@@ -179,6 +190,15 @@ func (t *Trainer) Train(ctx context.Context, in TrainInput) (schemas.TrainerMetr
 	files, err := weights.Dir(outDir)
 	if err != nil {
 		return m, fmt.Errorf("trainer of round %d produced no weights: %w", in.Round, err)
+	}
+	if h.Model.Vision {
+		names := make([]string, len(files))
+		for i, f := range files {
+			names[i] = f.Name
+		}
+		if err := weights.CheckVision(names, "written by the trainer of round "+strconv.Itoa(int(in.Round))); err != nil {
+			return m, temporal.NewNonRetryableApplicationError(err.Error(), "BadWeights", err)
+		}
 	}
 	if h.Model.WeightsFile != "" {
 		if _, err := os.Stat(vars["weights_out"]); err != nil {

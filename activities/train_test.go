@@ -1,21 +1,30 @@
 package activities_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/roundhouse-rl/roundhouse/activities"
 	"github.com/roundhouse-rl/roundhouse/internal/itest"
+	"github.com/roundhouse-rl/roundhouse/internal/npz"
 	"github.com/roundhouse-rl/roundhouse/internal/ports"
+	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/internal/weights"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 )
@@ -38,7 +47,7 @@ func TestTrainPublishesAndVerifies(t *testing.T) {
 			Trainer: schemas.Trainer{Command: []string{"sh", "-c", script, "trainer", "{weights_in}", "{weights_out}", "{metrics_out}", "{batch}", "{rdzv_port}"}}}
 		b, _ := json.Marshal(h)
 		l := schemas.Layout{Run: run}
-		for key, body := range map[string]string{l.Harness(): string(b), l.Batch(1): "npz"} {
+		for key, body := range map[string]string{l.Harness(): string(b), l.Batch(1): imageBatch(t, nil)} {
 			if err := s.Put(ctx, key, []byte(body)); err != nil {
 				t.Fatal(err)
 			}
@@ -171,3 +180,114 @@ func TestTrainPublishesAndVerifies(t *testing.T) {
 		t.Fatalf("published directory: %v %v", names, err)
 	}
 }
+
+// imageBatch is a batch.npz body holding only the image arrays: one sample
+// per entry of images, each sending those blob names.
+func imageBatch(t *testing.T, images [][]string) string {
+	t.Helper()
+	var names []string
+	var index []int32
+	off := []int64{0}
+	for _, im := range images {
+		for _, n := range im {
+			j := slices.Index(names, n)
+			if j < 0 {
+				j = len(names)
+				names = append(names, n)
+			}
+			index = append(index, int32(j))
+		}
+		off = append(off, int64(len(index)))
+	}
+	var buf bytes.Buffer
+	w := npz.NewWriter(&buf)
+	if err := w.WriteStrings(schemas.BatchImages, names); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.WriteInt32(schemas.BatchImageIndex, index); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.WriteInt64(schemas.BatchImageOffsets, off); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.String()
+}
+
+// TestTrainFetchesImages: the trainer gets the batch's images as verified
+// files in {images}; a missing blob or one whose content does not match its
+// name stops the round without a retry, naming the key and the episode.
+func TestTrainFetchesImages(t *testing.T) {
+	stack := itest.Start(t)
+	ctx := context.Background()
+	s := stack.Store
+	dir := t.TempDir()
+	blob := func(body string) string {
+		sum := sha256.Sum256([]byte(body))
+		return hex.EncodeToString(sum[:]) + ".png"
+	}
+	red, blue := blob("red pixels"), blob("blue pixels")
+	listing := filepath.Join(dir, "listing.txt")
+	run := func(name string, images [][]string, blobs map[string]string) error {
+		t.Helper()
+		l := schemas.Layout{Run: name}
+		h := schemas.Harness{Name: "fake", Dir: dir, Model: schemas.ModelServer{WeightsFile: "policy.json"},
+			Trainer: schemas.Trainer{Command: []string{"sh", "-c",
+				`ls "$1" > ` + listing + ` && cat "$1"/* >> ` + listing + ` && echo '{"w":1}' > "$2" && echo '{"loss":1}' > "$3"`,
+				"trainer", "{images}", "{weights_out}", "{metrics_out}"}}}
+		b, _ := json.Marshal(h)
+		objs := map[string]string{l.Harness(): string(b), l.Batch(1): imageBatch(t, images)}
+		for k, v := range blobs {
+			objs[l.Blob(k)] = v
+		}
+		for key, body := range objs {
+			if err := s.Put(ctx, key, []byte(body)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		samples := make([]schemas.Sample, len(images))
+		for i := range samples {
+			samples[i] = schemas.Sample{Run: name, Round: 1, EpisodeID: fmt.Sprintf("ep-%d", i), CallIndex: int32(2 * i)}
+		}
+		if _, err := store.WriteParquet(ctx, s, l.Samples(1), samples); err != nil {
+			t.Fatal(err)
+		}
+		w0 := t.TempDir()
+		os.WriteFile(filepath.Join(w0, "policy.json"), []byte(`{"w":0}`), 0o644)
+		wf, _ := weights.Dir(w0)
+		if _, err := weights.Publish(ctx, s, l.Weights("w0"), wf, schemas.WeightsManifest{WeightsID: "w0"}); err != nil {
+			t.Fatal(err)
+		}
+		var env testsuite.WorkflowTestSuite
+		aenv := env.NewTestActivityEnvironment()
+		aenv.RegisterActivity(&activities.Trainer{Store: s, WorkDir: filepath.Join(dir, "work")})
+		var tr *activities.Trainer
+		_, err := aenv.ExecuteActivity(tr.Train, activities.TrainInput{Run: name, Round: 1, BatchKey: l.Batch(1), WeightsIn: "w0", WeightsOut: "r1"})
+		return err
+	}
+
+	if err := run("ok", [][]string{{red, blue}, {red}}, map[string]string{red: "red pixels", blue: "blue pixels"}); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := os.ReadFile(listing)
+	if want := []string{blue, red}; !strings.HasPrefix(string(got), strings.Join(sorted(want), "\n")+"\n") ||
+		!strings.Contains(string(got), "red pixels") || !strings.Contains(string(got), "blue pixels") {
+		t.Errorf("the trainer saw in {images}:\n%s", got)
+	}
+
+	var appErr *temporal.ApplicationError
+	err := run("missing", [][]string{{red}, {blue}}, map[string]string{red: "red pixels"})
+	if !errors.As(err, &appErr) || !appErr.NonRetryable() || !strings.Contains(err.Error(), "runs/missing/blobs/"+blue) ||
+		!strings.Contains(err.Error(), "episode ep-1 call 2") {
+		t.Fatalf("missing blob: %v", err)
+	}
+	err = run("forged", [][]string{{red}}, map[string]string{red: "not red at all"})
+	if !errors.As(err, &appErr) || !appErr.NonRetryable() || !strings.Contains(err.Error(), "refused") ||
+		!strings.Contains(err.Error(), "episode ep-0 call 0") {
+		t.Fatalf("forged blob: %v", err)
+	}
+}
+
+func sorted(s []string) []string { s = slices.Clone(s); slices.Sort(s); return s }

@@ -62,6 +62,12 @@ type ModelServer struct {
 	// model server and trainer use: {weights}, {weights_in} and
 	// {weights_out} then name that file instead of the directory.
 	WeightsFile string `yaml:"weights_file" json:"weights_file"`
+	// Vision says the model reads images: the batch takes each request's
+	// images to the trainer, and a weights directory (one with config.json)
+	// must carry its processor (preprocessor_config.json). False, the
+	// default, declares a text-only model: a selected call that sent images
+	// stops the batch rather than train on a prompt with its pictures gone.
+	Vision bool `yaml:"vision" json:"vision"`
 }
 
 // EpisodeSpec is the command that runs one episode as a subprocess.
@@ -163,6 +169,7 @@ var RuntimeVars = map[string]string{
 	"seed":        "init state id of the episode",
 	"output_dir":  "the episode's output directory",
 	"batch":       "local path of the training batch (batch.npz)",
+	"images":      "local folder holding the batch's images as <sha256>.<ext> files, each checked against its name",
 	"weights_in":  "local path of the input weights file",
 	"weights_out": "local path where the trainer writes new weights",
 	"metrics_out": "local path where the trainer writes metrics.json",

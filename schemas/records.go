@@ -37,8 +37,14 @@ type Call struct {
 	HTTPStatus  int32   `parquet:"http_status" json:"http_status"`
 	Error       string  `parquet:"error" json:"error"`
 	Stream      bool    `parquet:"stream" json:"stream"`
-	// Request is the JSON body exactly as the harness sent it.
-	Request            string    `parquet:"request" json:"request"`
+	// Request is the JSON body exactly as the harness sent it, except that
+	// each inline base64 image is replaced by its blob reference
+	// (blob://sha256/<name>, the bytes stored once under blobs/).
+	Request string `parquet:"request" json:"request"`
+	// Images are the blob names (<sha256>.<ext>) of the request's inline
+	// images in the order they appear in it, which is prompt order; an image
+	// sent twice is listed twice. The batch hands them to the trainer.
+	Images             []string  `parquet:"images,list" json:"images"`
 	PromptTokenIDs     []int32   `parquet:"prompt_token_ids,list" json:"prompt_token_ids"`
 	CompletionTokenIDs []int32   `parquet:"completion_token_ids,list" json:"completion_token_ids"`
 	CompletionLogprobs []float32 `parquet:"completion_logprobs,list" json:"completion_logprobs"`
@@ -70,6 +76,7 @@ type CallTokens struct {
 	PromptTokenIDs     []int32   `parquet:"prompt_token_ids,list"`
 	CompletionTokenIDs []int32   `parquet:"completion_token_ids,list"`
 	CompletionLogprobs []float32 `parquet:"completion_logprobs,list"`
+	Images             []string  `parquet:"images,list"`
 }
 
 // Episode is the outcome of one episode

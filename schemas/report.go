@@ -92,11 +92,15 @@ type BatchSummary struct {
 	Calls            int            `json:"calls"`
 	UntrainableCalls int            `json:"untrainable_calls"`
 	// Calls dropped by the selection filters (schemas.Filters), before selection.
-	DroppedLength      int    `json:"dropped_length"`
-	DroppedPostSuccess int    `json:"dropped_post_success"`
-	Samples            int    `json:"samples"`
-	ZeroWeightSamples  int    `json:"zero_weight_samples"`
-	BatchKey           string `json:"batch_key"` // S3 key of batch.npz ("" when no sample)
+	DroppedLength      int `json:"dropped_length"`
+	DroppedPostSuccess int `json:"dropped_post_success"`
+	Samples            int `json:"samples"`
+	ZeroWeightSamples  int `json:"zero_weight_samples"`
+	// Images the samples' requests sent: distinct blobs, and summed over
+	// samples (an image every turn repeats counts each time).
+	Images    int    `json:"images,omitempty"`
+	ImageRefs int    `json:"image_refs,omitempty"`
+	BatchKey  string `json:"batch_key"` // S3 key of batch.npz ("" when no sample)
 }
 
 // State is runs/<run>/state.json: where a run stands, for people and tools

@@ -24,6 +24,7 @@ import (
 	"github.com/roundhouse-rl/roundhouse/internal/report"
 	"github.com/roundhouse-rl/roundhouse/internal/runs"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
+	"github.com/roundhouse-rl/roundhouse/internal/weights"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 	"github.com/roundhouse-rl/roundhouse/workflows/api"
 )
@@ -128,6 +129,13 @@ func train(ctx context.Context, out io.Writer, e *connect.Endpoints, f trainFlag
 	src, err := runs.ParseWeights(f.weights, h.Model.WeightsFile)
 	if err != nil && (f.weights != "" || f.replace) {
 		return err
+	}
+	if err == nil && h.Model.Vision {
+		// Before anything is uploaded: the rollout host would refuse to
+		// serve these weights later anyway.
+		if err := weights.CheckVision(src.Names(), f.weights); err != nil {
+			return fmt.Errorf("--weights: %w", err)
+		}
 	}
 	if f.stopFile == "" {
 		f.stopFile = filepath.Join("runs", f.run, "STOP")

@@ -102,8 +102,14 @@ func (h *Host) Acquire(ctx context.Context, hr schemas.Harness, run, weightsID s
 		spec.Name = modelName
 		local := filepath.Join(h.WorkDir, "weights", filepath.FromSlash(modelKey))
 		err := h.ensure(ctx, hr, spec, modelKey, vars, func() (map[string]string, error) {
-			if _, err := weights.Fetch(ctx, h.Store, remote, local); err != nil {
+			man, err := weights.Fetch(ctx, h.Store, remote, local)
+			if err != nil {
 				return nil, err
+			}
+			if hr.Model.Vision {
+				if err := weights.CheckVision(manifestNames(man), remote); err != nil {
+					return nil, err
+				}
 			}
 			pruneWeights(filepath.Join(h.WorkDir, "weights"), modelKey)
 			return map[string]string{"weights": filepath.Join(local, hr.Model.WeightsFile), "served_name": hr.Model.ServedName}, nil
@@ -289,4 +295,12 @@ func pruneWeights(root, keep string) {
 			os.RemoveAll(d)
 		}
 	}
+}
+
+func manifestNames(m schemas.WeightsManifest) []string {
+	out := make([]string, len(m.Files))
+	for i, f := range m.Files {
+		out[i] = f.Name
+	}
+	return out
 }

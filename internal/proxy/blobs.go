@@ -6,7 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
-	"mime"
+	"regexp"
 	"strings"
 )
 
@@ -83,12 +83,30 @@ func decodeDataURL(s string) (string, []byte) {
 	if err != nil {
 		return "", nil
 	}
-	ext := "bin"
-	if exts, _ := mime.ExtensionsByType(mediaType); len(exts) > 0 {
-		ext = strings.TrimPrefix(exts[len(exts)-1], ".")
-	} else if _, sub, ok := strings.Cut(mediaType, "/"); ok && sub != "" {
-		ext = sub
-	}
 	sum := sha256.Sum256(data)
-	return hex.EncodeToString(sum[:]) + "." + ext, data
+	return hex.EncodeToString(sum[:]) + "." + imageExt(mediaType), data
 }
+
+// imageExt is a blob's extension. A fixed table, not the machine's MIME
+// database: the same picture must get the same name on every host (one
+// Debian host answered "pjpeg" for image/jpeg).
+func imageExt(mediaType string) string {
+	mediaType = strings.ToLower(strings.TrimSpace(mediaType))
+	switch mediaType {
+	case "image/jpeg", "image/jpg", "image/pjpeg":
+		return "jpg"
+	case "image/svg+xml":
+		return "svg"
+	case "image/x-icon", "image/vnd.microsoft.icon":
+		return "ico"
+	}
+	if _, sub, ok := strings.Cut(mediaType, "/"); ok {
+		if sub = strings.TrimPrefix(sub, "x-"); validExt.MatchString(sub) {
+			return sub
+		}
+	}
+	return "bin"
+}
+
+// validExt keeps names within what blob references match (host.blobRef).
+var validExt = regexp.MustCompile(`^[a-z0-9]{1,16}$`)

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -85,8 +86,10 @@ func TestImagesAndOnCall(t *testing.T) {
 	})
 	p.SetUpstream(up.URL)
 	prefix := p.Begin(named("img"))
-	img := dataURL("image/png", []byte("pixels"))
-	body := []byte(`{"model":"toy","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"` + img + `"}}]}]}`)
+	img, img2 := dataURL("image/png", []byte("pixels")), dataURL("image/jpeg", []byte("other"))
+	part := func(u string) string { return `{"type":"image_url","image_url":{"url":"` + u + `"}}` }
+	body := []byte(`{"model":"toy","messages":[{"role":"user","content":[` + part(img) + `,` + part(img2) + `]},` +
+		`{"role":"user","content":[` + part(img) + `]}]}`)
 	if status, _, b := post(t, srv.URL+prefix+"/chat/completions", body); status != 200 {
 		t.Fatalf("status %d: %s", status, b)
 	}
@@ -100,8 +103,14 @@ func TestImagesAndOnCall(t *testing.T) {
 		t.Fatalf("OnCall saw %d records before End, want 1", n)
 	}
 	recs := p.End(idOf("img"))
-	if len(blobs) != 1 || !strings.HasPrefix(blobs[0], idOf("img")+"/") {
+	if len(blobs) != 3 || !strings.HasPrefix(blobs[0], idOf("img")+"/") {
 		t.Fatalf("blobs %v", blobs)
+	}
+	// The record lists the images in prompt order, the repeat included: the
+	// trainer pairs them with the prompt's image placeholders one by one.
+	a, b := sha(t, "pixels")+".png", sha(t, "other")+".jpg"
+	if want := []string{a, b, a}; !slices.Equal(recs[0].Images, want) {
+		t.Errorf("recorded images %v, want %v", recs[0].Images, want)
 	}
 	if strings.Contains(recs[0].Request, "base64") || !strings.Contains(recs[0].Request, BlobPrefix) {
 		t.Errorf("recorded request %s", recs[0].Request)
@@ -156,4 +165,10 @@ func TestRootEndpointsPassThrough(t *testing.T) {
 	if recs := p.End(idOf("root")); len(recs) != 0 {
 		t.Errorf("pass-through recorded: %v", recs)
 	}
+}
+
+func sha(t *testing.T, s string) string {
+	t.Helper()
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
 }

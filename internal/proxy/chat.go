@@ -217,7 +217,10 @@ func (p *Proxy) handleChat(w http.ResponseWriter, r *http.Request, rec *schemas.
 	if p.opts.OnBlob != nil {
 		key := schemas.EpisodeKey{Run: rec.Run, Round: rec.Round, Phase: rec.Phase, Group: rec.Group,
 			Attempt: rec.Attempt, Retry: rec.Retry}
-		onBlob = func(name string, data []byte) { p.opts.OnBlob(key, name, data) }
+		onBlob = func(name string, data []byte) {
+			rec.Images = append(rec.Images, name)
+			p.opts.OnBlob(key, name, data)
+		}
 	}
 	rec.Request = string(extractImages(body, onBlob))
 	req, err := parseChatRequest(body)

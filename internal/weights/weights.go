@@ -327,3 +327,32 @@ func Copy(ctx context.Context, s *store.Store, from, to, id string) (schemas.Wei
 	}
 	return man, nil
 }
+
+// ProcessorFile is what a vision-language model directory must hold beside
+// its weights: the image processor's settings (resize, patch size,
+// normalisation). Without it the model server and the trainer would each
+// fall back to their own defaults and turn the same picture into different
+// inputs.
+const ProcessorFile = "preprocessor_config.json"
+
+// CheckVision refuses a Hugging Face model directory (one with config.json)
+// that lacks ProcessorFile when the harness declares a vision-language
+// model (model_server.vision); where names the weights in the error. Other
+// weights (the toy's policy.json) carry their own image settings.
+func CheckVision(names []string, where string) error {
+	hasConfig, hasProcessor := false, false
+	for _, n := range names {
+		switch n {
+		case "config.json":
+			hasConfig = true
+		case ProcessorFile:
+			hasProcessor = true
+		}
+	}
+	if !hasConfig || hasProcessor {
+		return nil
+	}
+	return fmt.Errorf("weights %s: a vision-language model directory (the harness sets model_server.vision) without %s: "+
+		"the model server and the trainer would build different image inputs; copy the processor files "+
+		"(%s, chat_template.json or chat_template.jinja, tokenizer files) from the base model's directory", where, ProcessorFile, ProcessorFile)
+}

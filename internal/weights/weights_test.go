@@ -113,3 +113,22 @@ func TestDirRefuses(t *testing.T) {
 		t.Fatalf("missing dir: %v", err)
 	}
 }
+
+func TestCheckVision(t *testing.T) {
+	for _, c := range []struct {
+		names []string
+		ok    bool
+	}{
+		{[]string{"policy.json"}, true}, // not a Hugging Face directory
+		{[]string{"config.json", "model.safetensors", "preprocessor_config.json", "tokenizer.json"}, true},
+		{[]string{"config.json", "model.safetensors", "tokenizer.json"}, false},
+	} {
+		err := weights.CheckVision(c.names, "/ckpt/w0")
+		if (err == nil) != c.ok {
+			t.Errorf("%v: %v", c.names, err)
+		}
+		if err != nil && (!strings.Contains(err.Error(), "/ckpt/w0") || !strings.Contains(err.Error(), weights.ProcessorFile)) {
+			t.Errorf("error names neither the weights nor the file: %v", err)
+		}
+	}
+}
