@@ -617,10 +617,11 @@ def is_vlm(cfg):
     return isinstance(cfg.get("vision_config"), dict)
 
 
-def load_hf(path, a, device):
+def load_hf(path, a, device, dtype=None):
     """The model at path: AutoModelForImageTextToText for a vision-language
     model (AutoModelForVision2Seq on transformers older than 4.46), else
-    AutoModelForCausalLM. Dropout stays off, so pi_old and pi_theta are the
+    AutoModelForCausalLM, with parameters of dtype (default --torch-dtype).
+    Dropout stays off, so pi_old and pi_theta are the
     same deterministic function; with gradient checkpointing the model is in
     training mode (transformers checkpoints only there) with every dropout
     module's rate set to 0."""
@@ -637,7 +638,7 @@ def load_hf(path, a, device):
     else:
         cls = transformers.AutoModelForCausalLM
     try:
-        model = cls.from_pretrained(path, torch_dtype=hf_dtype(a))
+        model = cls.from_pretrained(path, torch_dtype=dtype or hf_dtype(a))
     except (OSError, ValueError) as e:
         raise InputError(f"weights {path}: {e}") from e
     model.to(device)
@@ -798,12 +799,23 @@ def hf_logprobs(model, B, idx, device, micro=None):
     return torch.cat(out) if out else torch.zeros(0, dtype=torch.float64)
 
 
-def hf_prepare(a, device, rank, world):
+def hf_prepare(a, device, rank, world, train=False):
     """The model at --weights-in (pi_old) and the batch with per token the
     pi_old log prob and the truncated importance weight. Each rank computes
     pi_old of its own samples and the ranks sum them (every token has one
-    owner), so all hold the same figures."""
-    model = load_hf(a.weights_in, a, device)
+    owner), so all hold the same figures.
+
+    To train with a low-precision --torch-dtype, the weights load in float32
+    and stay there as master weights: returned as a list beside the model
+    (--parallel ddp, the model cast to --torch-dtype for compute), or kept
+    by FSDP's mixed precision (the model returned wrapped). bfloat16 cannot
+    hold an update of lr 1e-6 to a weight of 0.02 (its step there is
+    1.2e-4), so AdamW on bfloat16 parameters would round the updates away.
+    pi_old is computed by the compute-precision model, as pi_theta is."""
+    dtype = hf_dtype(a)
+    keep32 = train and dtype != torch.float32
+    fsdp = train and a.parallel == "fsdp" and world > 1
+    model = load_hf(a.weights_in, a, device, torch.float32 if keep32 else dtype)
     arr, n = load_arrays(a.batch, hf_vocab_size(model))
     po, co = arr["prompt_offsets"].astype(np.int64), arr["completion_offsets"].astype(np.int64)
     B = {
@@ -819,16 +831,54 @@ def hf_prepare(a, device, rank, world):
     # Padding never reaches a logit we read, but it must not be an image
     # token: the model counts those over the whole micro-batch.
     B["pad"] = 1 if int(getattr(model.config, "image_token_id", -1)) == 0 else 0
-    mine = np.arange(n)[rank::world]
+    B["model"] = model
+    master = None
+    if fsdp:
+        model = wrap_fsdp(model, device, dtype)
+    elif keep32:
+        master = [p.detach().clone() for p in model.parameters() if p.requires_grad]
+        model.to(dtype)
+    mine, k = np.arange(n)[rank::world], a.micro_batch or 1
+    # FSDP gathers parameters collectively in every forward: each rank runs
+    # as many as rank 0 (the rounded-up share), extra ones on sample 0.
+    chunks = -(-len(np.arange(n)[0::world]) // k) if fsdp else -(-len(mine) // k)
     old = torch.zeros(len(B["roll"]), dtype=torch.float64)
-    if len(mine):
-        with torch.no_grad():
-            old[torch.from_numpy(tokens_of(B, mine))] = hf_logprobs(model, B, mine, device, a.micro_batch or 1)
+    with torch.no_grad():
+        for c in range(chunks):
+            part = mine[c * k:(c + 1) * k]
+            if len(part):
+                old[torch.from_numpy(tokens_of(B, part))] = hf_logprobs(model, B, part, device)
+            else:
+                hf_logprobs(model, B, np.arange(1), device)
     if world > 1:
         all_reduce_cpu(old, device)
     B["old_tok"] = old.numpy()
     B["w_tok"] = np.minimum(np.exp(B["old_tok"] - B["roll"]), a.is_cap)
-    return model, B
+    return model, B, master
+
+
+class MasterAdamW:
+    """AdamW on float32 master copies of low-precision parameters: the
+    gradients (already summed over the ranks) are copied up, AdamW steps the
+    masters, and the parameters get the masters rounded to their dtype, so
+    updates smaller than a bfloat16 step accumulate instead of vanishing."""
+
+    def __init__(self, params, master, lr):
+        self.params, self.master = params, master
+        self.opt = torch.optim.AdamW(master, lr=lr)
+
+    def zero_grad(self):
+        for p in self.params:
+            p.grad = None
+
+    def step(self):
+        for p, m in zip(self.params, self.master):
+            m.grad = p.grad.float() if p.grad is not None else torch.zeros_like(m)
+        self.opt.step()
+        with torch.no_grad():
+            for p, m in zip(self.params, self.master):
+                p.copy_(m)
+                m.grad = None
 
 
 def tokens_of(B, idx):
@@ -838,11 +888,16 @@ def tokens_of(B, idx):
 def all_reduce_grads(params, world):
     """Data parallel by hand: sum the ranks' gradients (each rank's loss is
     already divided by the global batch's weight). Unlike DDP's hooks this
-    works when a rank's shard of a global batch is empty."""
+    works when a rank's shard of a global batch is empty. Low-precision
+    gradients are summed in float32 and rounded once."""
     for p in params:
         if p.grad is None:
             p.grad = torch.zeros_like(p)
-        if world > 1:
+        if world > 1 and p.grad.dtype in (torch.bfloat16, torch.float16):
+            g = p.grad.float()
+            dist.all_reduce(g)
+            p.grad.copy_(g)
+        elif world > 1:
             dist.all_reduce(p.grad)
 
 
@@ -867,17 +922,23 @@ def fsdp_module():
     return fsdp
 
 
-def wrap_fsdp(model, device):
-    """FullyShardedDataParallel over model, one unit per transformer block
-    (the model's _no_split_modules: decoder layers and vision blocks), so a
-    rank holds whole parameters of one block at a time."""
+def wrap_fsdp(model, device, dtype):
+    """FullyShardedDataParallel over the float32 model, one unit per
+    transformer block (the model's _no_split_modules: decoder layers and
+    vision blocks), so a rank holds whole parameters of one block at a time;
+    forward and backward run in dtype (FSDP's mixed precision), the sharded
+    float32 parameters are the master weights AdamW steps, and gradients are
+    reduced in float32."""
     import functools
     fsdp = fsdp_module()
     from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
     names = set(getattr(model, "_no_split_modules", None) or [])
     blocks = {type(m) for m in model.modules() if type(m).__name__ in names}
     policy = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls=blocks) if blocks else None
-    return fsdp.FullyShardedDataParallel(model, auto_wrap_policy=policy,
+    mp = None
+    if dtype != torch.float32:
+        mp = fsdp.MixedPrecision(param_dtype=dtype, reduce_dtype=torch.float32, buffer_dtype=dtype)
+    return fsdp.FullyShardedDataParallel(model, auto_wrap_policy=policy, mixed_precision=mp,
                                          device_id=device if device.type == "cuda" else None)
 
 
@@ -921,20 +982,25 @@ def save_hf(model, a, vision, state_dict=None):
 
 def hf_train(a, rank, world):
     device = hf_device()
-    model, B = hf_prepare(a, device, rank, world)
-    inner, fsdp = model, a.parallel == "fsdp" and world > 1
-    if fsdp:
-        model = wrap_fsdp(model, device)
+    a.micro_batch = a.micro_batch or 1
+    model, B, master = hf_prepare(a, device, rank, world, train=True)
+    inner, fsdp = B["model"], a.parallel == "fsdp" and world > 1
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=a.lr)
+    opt = MasterAdamW(params, master, a.lr) if master else torch.optim.AdamW(params, lr=a.lr)
 
     def loss(part, total_weight):
         lp = hf_logprobs(model, B, part, device)
         return loss_of_logprobs(lp, B, part, tokens_of(B, part), total_weight, a)
 
-    a.micro_batch = a.micro_batch or 1
     metrics = optimize(a, rank, world, B, params, opt, device, loss, fsdp=fsdp)
+    # The output keeps float32 master weights (the model server casts them
+    # to its own dtype): rounding them at every save would lose, round after
+    # round, every update smaller than a bfloat16 step.
     state = full_state_dict(model, rank) if fsdp else None
+    if master:
+        with torch.no_grad():
+            for p, m in zip(params, master):
+                p.data = m
     if rank == 0:
         save_hf(inner, a, B["vision"], state)
         write_json(a.metrics_out, metrics)
@@ -947,7 +1013,7 @@ def hf_evaluate(a, rank, world):
     directory --weights-theta; reports the per-token log pi_old and log
     pi_theta as well (no parameter gradients)."""
     device = hf_device()
-    _, B = hf_prepare(a, device, rank, world)
+    _, B, _ = hf_prepare(a, device, rank, world)
     theta = load_hf(a.weights_theta or a.weights_in, a, device)
     tok_n = len(B["roll"])
     mine = np.arange(len(B["adv"]))[rank::world]

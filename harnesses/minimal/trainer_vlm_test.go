@@ -37,11 +37,17 @@ const (
 // image is a 4×4 patch grid, 4 image tokens after the 2×2 merge.
 func fakeVLM(t *testing.T, dir string, seed int) string {
 	t.Helper()
+	return fakeVLMOf(t, dir, seed, "")
+}
+
+// fakeVLMOf is fakeVLM with extra config.json fields (`"key": value, `).
+func fakeVLMOf(t *testing.T, dir string, seed int, extra string) string {
+	t.Helper()
 	if err := mkdir(dir); err != nil {
 		t.Fatal(err)
 	}
 	files := map[string]string{
-		"config.json": fmt.Sprintf(`{"model_type": "qwen2_5_vl", "architectures": ["Qwen2_5_VLForConditionalGeneration"],
+		"config.json": fmt.Sprintf(`{`+extra+`"model_type": "qwen2_5_vl", "architectures": ["Qwen2_5_VLForConditionalGeneration"],
  "vocab_size": 16, "hidden_size": 6, "seed": %d, "image_token_id": %d, "vision_start_token_id": %d,
  "vision_end_token_id": %d, "vision_config": {"patch_size": 14, "temporal_patch_size": 2, "spatial_merge_size": 2, "hidden_size": 8}}`,
 			seed, imagePad, visionStart, visionEnd),
@@ -384,5 +390,77 @@ func TestTrainerVLMRefuses(t *testing.T) {
 				t.Error("a refused run wrote --weights-out")
 			}
 		})
+	}
+}
+
+// TestTrainerHFMasterWeights trains the fake Qwen2.5-VL, its weights
+// bfloat16 values as in a real checkpoint, in bfloat16 at a learning rate
+// whose updates are far below a bfloat16 step (AdamW moves each weight by
+// about lr = 1e-5; bfloat16's step is 2^-8 of the weight): the trainer
+// steps float32 master weights and saves them, so the update survives (on
+// bfloat16 parameters it rounds away and log π stays put), with one rank
+// and two alike; pi_old and pi_theta are the same bfloat16 model at the step.
+func TestTrainerHFMasterWeights(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts torchrun several times")
+	}
+	needTorch(t)
+	dir := t.TempDir()
+	old := fakeVLMOf(t, filepath.Join(dir, "old"), 1, `"init_dtype": "bfloat16", `)
+	images := filepath.Join(dir, "images")
+	if err := mkdir(images); err != nil {
+		t.Fatal(err)
+	}
+	a := writeImage(t, images, 56, 56, 1, opaque)
+	train := []sample{
+		{imagePrompt([]int{1}, []int{4}, 2), []int{3}, []float64{-2}, 1, 1, []string{a}},
+		{[]int{4, 5}, []int{6}, []float64{-2}, -1, 1, nil},
+	}
+	trainPath := filepath.Join(dir, "train.npz")
+	if err := writeBatch(trainPath, train); err != nil {
+		t.Fatal(err)
+	}
+	f32 := []string{"--images", images, "--torch-dtype", "float32"}
+	before := hfEvaluate(t, 1, trainPath, old, old, f32...)
+	// step trains once and returns how far log π of the two tokens moved,
+	// evaluated in float32.
+	step := func(n int, dtype string) [2]float64 {
+		out := filepath.Join(dir, fmt.Sprintf("out-%s-%d", dtype, n))
+		metrics := filepath.Join(dir, fmt.Sprintf("metrics-%s-%d.json", dtype, n))
+		if err := runHF(t, n, "--batch", trainPath, "--images", images, "--weights-in", old, "--weights-out", out,
+			"--metrics-out", metrics, "--lr", "1e-5", "--torch-dtype", dtype); err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(metrics)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m schemas.TrainerMetrics
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatal(err)
+		}
+		if m.Steps != 1 || m.MeanRatio != 1 {
+			t.Errorf("%s, %d ranks: %d steps, mean ratio %v: want 1 step at ratio exactly 1", dtype, n, m.Steps, m.MeanRatio)
+		}
+		ev := hfEvaluate(t, 1, trainPath, out, out, f32...)
+		d := [2]float64{ev.LogpOld[0] - before.LogpOld[0], ev.LogpOld[1] - before.LogpOld[1]}
+		t.Logf("%s, %d ranks: log π(positive) %+.4g, log π(negative) %+.4g", dtype, n, d[0], d[1])
+		return d
+	}
+	// The same step in float32 throughout is the reference: bfloat16
+	// compute changes the gradients a little, losing the update changes
+	// the result entirely (measured: positive token +0.0068 instead of
+	// +0.054, negative -5e-6 instead of -1.5e-4).
+	want := step(1, "float32")
+	if want[0] <= 0 || want[1] >= 0 {
+		t.Fatalf("float32: log π moved by %g (positive advantage) and %g (negative)", want[0], want[1])
+	}
+	for _, n := range []int{1, 2} {
+		got := step(n, "bfloat16")
+		for i := range got {
+			if math.Abs(got[i]-want[i]) > 0.2*math.Abs(want[i]) {
+				t.Errorf("bfloat16, %d ranks: token %d: log π moved %g, in float32 %g: the update was lost", n, i, got[i], want[i])
+			}
+		}
 	}
 }

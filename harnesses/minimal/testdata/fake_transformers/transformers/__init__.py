@@ -39,7 +39,8 @@ save_pretrained(dir) writes preprocessor_config.json, chat_template.json,
 tokenizer.json and tokenizer_config.json.
 
 Models take their parameters from dir/model.pt when present, else from
-torch.manual_seed(config seed); save_pretrained(dir, state_dict=None) writes
+torch.manual_seed(config seed), rounded to config "init_dtype" when
+given (as a checkpoint saved in bfloat16 holds them); save_pretrained(dir, state_dict=None) writes
 config.json, generation_config.json and model.pt (a state dict; the real
 library writes *.safetensors). gradient_checkpointing_enable() makes
 training-mode forwards recompute activations through torch.utils.checkpoint.
@@ -117,6 +118,11 @@ class _PreTrained(torch.nn.Module):
         weights = os.path.join(path, WEIGHTS)
         if os.path.isfile(weights):
             model.load_state_dict(torch.load(weights))
+        elif config.get("init_dtype"):
+            # Seeded weights as a checkpoint saved in that dtype holds them.
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.copy_(p.to(getattr(torch, config["init_dtype"])).float())
         if torch_dtype is not None:
             model.to(torch_dtype)
         return model
@@ -151,7 +157,7 @@ class Qwen2_5_VisionTransformer(torch.nn.Module):
         with torch.no_grad():
             self.patch_embed.weight.copy_(torch.randn(hid, patch_dim, generator=g) / patch_dim ** 0.5)
             self.merger.weight.copy_(torch.randn(out, hid * self.spatial_merge_size ** 2, generator=g))
-            self.merger.bias.zero_()
+            self.merger.bias.copy_(torch.randn(out, generator=g) * 0.1)
 
     def forward(self, pixel_values, grid_thw):
         if pixel_values.shape[0] != int(grid_thw.prod(-1).sum()):
