@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/roundhouse-rl/roundhouse/internal/harness"
+	"github.com/roundhouse-rl/roundhouse/schemas"
 )
 
 // standin.yaml must test harness.yaml's wiring: the same episode and
@@ -92,9 +93,50 @@ func TestStandinMirrorsTheRealHarness(t *testing.T) {
 	if !slices.Contains(real.Trainer.Command, "--nproc_per_node") || real.Trainer.Command[slices.Index(real.Trainer.Command, "--nproc_per_node")+1] != "8" {
 		t.Errorf("trainer must run 8 processes: %q", real.Trainer.Command)
 	}
+	checkTrainer(t, real, stand)
 	for _, task := range real.Tasks {
 		if task.Suite != real.Vars["suite"] {
 			t.Errorf("task %d suite %q, but --suite is %q", task.ID, task.Suite, real.Vars["suite"])
+		}
+	}
+}
+
+// checkTrainer: the planner reads images in both files; the real trainer
+// is the repository's own (harnesses/minimal/trainer.py --model hf), and
+// both trainers get the batch's images, the round as seed and the drift
+// limit. Every flag the real command passes is one trainer.py accepts.
+func checkTrainer(t *testing.T, real, stand schemas.Harness) {
+	t.Helper()
+	if !real.Model.Vision || !stand.Model.Vision {
+		t.Errorf("model_server.vision: real %v, standin %v; the planner reads the camera image", real.Model.Vision, stand.Model.Vision)
+	}
+	flag := func(cmd []string, name string) string {
+		if i := slices.Index(cmd, name); i >= 0 && i+1 < len(cmd) {
+			return cmd[i+1]
+		}
+		return ""
+	}
+	script := real.Dir + "/../minimal/trainer.py" // {harness_dir} is filled at load
+	cmd := real.Trainer.Command
+	if !slices.Contains(cmd, script) || flag(cmd, "--model") != "hf" {
+		t.Fatalf("real trainer must run {harness_dir}/../minimal/trainer.py --model hf: %q", cmd)
+	}
+	if _, err := os.Stat(script); err != nil {
+		t.Errorf("real trainer script: %v", err)
+	}
+	for _, c := range [][]string{cmd, stand.Trainer.Command} {
+		if flag(c, "--images") != "{images}" || flag(c, "--seed") != "{round}" || flag(c, "--drift-limit") == "" {
+			t.Errorf("trainer command lacks --images {images}, --seed {round} or --drift-limit: %q", c)
+		}
+	}
+	help, err := exec.Command("/usr/bin/python3", script, "--help").Output()
+	if err != nil {
+		t.Logf("trainer.py --help: %v; flags not checked", err)
+		return
+	}
+	for _, a := range cmd[slices.Index(cmd, script)+1:] {
+		if strings.HasPrefix(a, "--") && !strings.Contains(string(help), a+" ") {
+			t.Errorf("real trainer command passes %s, which trainer.py --help does not list", a)
 		}
 	}
 }
