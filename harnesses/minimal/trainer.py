@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Dual-clip PPO trainer for the minimal harness's toy policy.
+"""Dual-clip PPO trainer: the minimal harness's toy policy, and Hugging Face causal and vision-language models.
 
 Launched by the train activity as
 
@@ -12,8 +12,9 @@ Launched by the train activity as
 With Debian's torch 1.13 under Python 3.11 `-m torch.distributed.run` itself
 crashes; use `python3 harnesses/minimal/torchrun.py` (same flags) there.
 Plain `python3 trainer.py ...` runs it as a single process. Only torch and
-numpy are used. The batch is schemas/batch.go's batch.npz; the weights are
-policy.json ("roundhouse-toy-policy/v1"); metrics.json has the fields of
+numpy are used (with --model hf, PIL and transformers too). The batch is
+schemas/batch.go's batch.npz; the weights are policy.json
+("roundhouse-toy-policy/v1"); metrics.json has the fields of
 schemas.TrainerMetrics.
 
 The model is the Go package harnesses/minimal/policy, recomputed from token
@@ -38,17 +39,72 @@ makes the toy's step size independent of the advantage scale. Rank 0 writes
 the outputs, atomically.
 
 Hugging Face path (--model hf, or --model auto with --weights-in a directory
-holding config.json and `transformers` importable): the model is
-AutoModelForCausalLM.from_pretrained(--weights-in, torch_dtype=--torch-dtype:
-float32 on CPU, bfloat16 on CUDA by default). Per selected call, one forward
-pass over prompt+completion; log_softmax at positions len(prompt)-1 .. end-1
-gathered at the completion ids gives log pi_theta (pi_old: the same before
-training), and the same loss as the toy applies. Ranks sum gradients by
-all_reduce (gloo on CPU, NCCL on CUDA), AdamW steps, and rank 0 writes
-model.save_pretrained(--weights-out) plus --weights-in's tokenizer files and
-metrics.json. --eval-out works there too (per-token logp_theta, logp_old and
-grad_logp; no parameter gradients). trainer_hf_test.go checks it with a fake
-transformers package (testdata/fake_transformers).
+holding config.json and `transformers` importable). The recorded token ids
+are used exactly as the rollout engine returned them; nothing is templated
+or tokenized again. Per forward of --micro-batch samples (default 1;
+right-padded under an attention mask), log_softmax at positions
+len(prompt)-1 .. end-1 gathered at the completion ids gives log pi_theta
+(pi_old: the same before training), and the same loss as the toy applies.
+
+- Causal LMs load with AutoModelForCausalLM.
+- Vision-language models (config.json has vision_config): Qwen2-VL and
+  Qwen2.5-VL through AutoModelForImageTextToText (transformers >= 4.49, the
+  first with Qwen2.5-VL; AutoModelForVision2Seq where the newer name is
+  missing), Qwen3-VL the same way from transformers 4.57. The directory
+  must hold preprocessor_config.json (else exit 2, naming it); the
+  processor is AutoProcessor.from_pretrained(--weights-in). Each sample's
+  images (files under --images, each checked against its name) are loaded
+  with PIL as vLLM loads them (RGBA composited onto white, any other mode
+  through convert("RGB")), processor.image_processor turns them into
+  pixel_values and image_grid_thw, and the model's forward gets those with
+  the ids (position_ids left to the model, which builds its M-RoPE from
+  ids and grids). Before any forward, every sample's runs of
+  config.image_token_id must equal, in order, the processor's count per
+  image, prod(image_grid_thw) // merge_size**2: vLLM expanded each image
+  into that many tokens with its own copy of the processor (exit 2 naming
+  sample, image and both counts otherwise). A text-only model given a batch
+  with images stops (exit 2) rather than train on prompts whose pictures
+  are gone. --drop-images here passes the ids without pixel_values (the
+  placeholders keep their plain token embeddings): the ablation of a
+  text-only pipeline, which the drift guard is there to stop.
+- Precision: --torch-dtype (auto: bfloat16 on CUDA, float32 on CPU) is the
+  compute dtype. Training in bfloat16 or float16 loads the weights in
+  float32 and keeps them as master weights: AdamW steps them, the model
+  computes with them rounded, and the output saves them in float32 (lr 1e-6
+  on a weight of 0.02 is far below bfloat16's step there, 1.2e-4, and would
+  round away). The model server casts them to its dtype (rpent_libero passes
+  vLLM --dtype bfloat16). float16 has no loss scaling: use bfloat16.
+- Memory: --gradient-checkpointing (auto: on with CUDA; the model then runs
+  in training mode, as transformers checkpoints only there, with dropout
+  rates set to 0); --micro-batch K samples per forward/backward, gradients
+  accumulating over a rank's share of a global batch before the all-reduce
+  and the step, so N=1 and N=2 ranks take the same steps.
+- Data parallelism: --parallel ddp (default) sums the ranks' gradients by
+  all_reduce (gloo on CPU, NCCL on CUDA; DDP's result, and it works when a
+  rank's share of a global batch is empty). --parallel fsdp wraps the model
+  in FullyShardedDataParallel, one unit per transformer block
+  (_no_split_modules), with bfloat16 compute over float32 sharded
+  parameters; every rank runs as many forwards and backwards as rank 0.
+  Each rank computes pi_old for its own samples; the ranks sum them.
+- Output: rank 0 writes --weights-out atomically as a directory vLLM
+  serves: save_pretrained (config, float32 weights), the processor's
+  save_pretrained, then --weights-in's tokenizer, chat template,
+  generation_config.json and processor files copied byte for byte, so the
+  next round formats, tokenizes, processes images and samples as this one.
+
+--eval-out works there too (per-token logp_theta, logp_old and grad_logp;
+no parameter gradients). How it was checked: trainer_hf_test.go and
+trainer_vlm_test.go run it on 1 and 2 CPU ranks (gloo) against a stand-in
+transformers package (testdata/fake_transformers) that mirrors the API used
+here as the real library's source has it (Qwen2VLImageProcessor's
+smart_resize and patch layout, Qwen2.5-VL's scatter of image features and
+its count check): loss and gradients against internal/rl.PPOLoss, images
+changing the logprobs, RGBA on white, every refusal, micro-batches,
+gradient checkpointing, a bfloat16 step equal to the float32 one, the
+output directory loading again. Not run here: real transformers and
+models, CUDA, NCCL, bfloat16 kernels on a GPU (torch >= 2.1 is the
+target there), and FSDP, which Debian's torch 1.13 cannot even import
+under Python 3.11.
 
 With --eval-out FILE (and --weights-theta, default --weights-in) nothing is
 trained: the same loss code evaluates the whole batch as one global batch at
