@@ -893,7 +893,11 @@ def hf_prepare(a, device, rank, world, train=False):
         model = wrap_fsdp(model, device, dtype)
     elif keep32:
         master = [p.detach().clone() for p in model.parameters() if p.requires_grad]
-        model.to(dtype)
+        # Parameters only: model.to(dtype) would round float buffers too,
+        # RoPE's inv_freq among them, whose error grows with the position.
+        with torch.no_grad():
+            for p in model.parameters():
+                p.data = p.data.to(dtype)
     mine, k = np.arange(n)[rank::world], a.micro_batch or 1
     # FSDP gathers parameters collectively in every forward: each rank runs
     # as many as rank 0 (the rounded-up share), extra ones on sample 0.
@@ -993,7 +997,8 @@ def wrap_fsdp(model, device, dtype):
     policy = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls=blocks) if blocks else None
     mp = None
     if dtype != torch.float32:
-        mp = fsdp.MixedPrecision(param_dtype=dtype, reduce_dtype=torch.float32, buffer_dtype=dtype)
+        # Buffers keep their float32 (RoPE's inv_freq, see hf_prepare).
+        mp = fsdp.MixedPrecision(param_dtype=dtype, reduce_dtype=torch.float32)
     return fsdp.FullyShardedDataParallel(model, auto_wrap_policy=policy, mixed_precision=mp,
                                          device_id=device if device.type == "cuda" else None)
 
