@@ -835,21 +835,43 @@ def hf_inputs(B, idx, device, pad):
     return kw
 
 
+def keep_arg(model):
+    """The forward argument that limits the logits to the last positions:
+    logits_to_keep (transformers >= 4.50 where the model has it),
+    num_logits_to_keep (4.45-4.49), or None. A prompt of 10k tokens times a
+    vocabulary of 150k is gigabytes of logits, of which a completion needs a
+    few hundred rows."""
+    import inspect
+    inner = getattr(model, "module", model)  # FSDP's wrapped module
+    try:
+        names = inspect.signature(inner.forward).parameters
+    except (TypeError, ValueError):
+        return None
+    return next((n for n in ("logits_to_keep", "num_logits_to_keep") if n in names), None)
+
+
 def hf_logprobs(model, B, idx, device, micro=None):
     """log pi(completion token | prompt, earlier completion) of samples idx,
     concatenated in sample order, float64 on the CPU (with the graph to the
     model when grad is enabled): per micro samples one forward pass over
     prompt+completion, log_softmax at positions len(prompt)-1 .. end-1,
-    gathered at the completion ids."""
+    gathered at the completion ids. Logits are computed from the earliest
+    of those positions on when the model can (keep_arg)."""
     micro = micro or max(len(idx), 1)
+    arg = B.get("keep_arg")
     out = []
     for lo in range(0, len(idx), micro):
         part = idx[lo:lo + micro]
-        res = model(**hf_inputs(B, part, device, B["pad"]))
+        kw = hf_inputs(B, part, device, B["pad"])
+        first = 0
+        if arg:
+            first = min(len(B["prompts"][i]) - 1 for i in part)
+            kw[arg] = kw["input_ids"].shape[1] - first
+        res = model(**kw)
         logits = res.logits if hasattr(res, "logits") else res[0]
         for r, i in enumerate(part):
             p, c = B["prompts"][i], B["completions"][i]
-            lg = logits[r, len(p) - 1:len(p) + len(c) - 1].float()
+            lg = logits[r, len(p) - 1 - first:len(p) + len(c) - 1 - first].float()
             lp = torch.log_softmax(lg, dim=-1).gather(1, torch.from_numpy(c).to(device)[:, None])[:, 0]
             out.append(lp.double().cpu())
     return torch.cat(out) if out else torch.zeros(0, dtype=torch.float64)
@@ -888,6 +910,7 @@ def hf_prepare(a, device, rank, world, train=False):
     # token: the model counts those over the whole micro-batch.
     B["pad"] = 1 if int(getattr(model.config, "image_token_id", -1)) == 0 else 0
     B["model"] = model
+    B["keep_arg"] = keep_arg(model)
     master = None
     if fsdp:
         model = wrap_fsdp(model, device, dtype)

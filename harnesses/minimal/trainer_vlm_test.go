@@ -217,6 +217,23 @@ func TestTrainerVLM(t *testing.T) {
 				i, micro.LogpOld[i], micro.LogpTheta[i], first.LogpOld[i], first.LogpTheta[i])
 		}
 	}
+	// The same weights as a model without logits_to_keep (the fake's
+	// Qwen2-VL): all logits computed, the same logprobs.
+	oldV2 := fakeVLM(t, filepath.Join(dir, "old-qwen2vl"), 1)
+	cfg, err := os.ReadFile(filepath.Join(oldV2, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg = bytes.Replace(cfg, []byte(`"qwen2_5_vl"`), []byte(`"qwen2_vl"`), 1)
+	if err := os.WriteFile(filepath.Join(oldV2, "config.json"), cfg, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	all := hfEvaluate(t, 1, imgPath, oldV2, oldV2, "--images", images, "--micro-batch", "3")
+	for i := range all.LogpOld {
+		if math.Abs(all.LogpOld[i]-micro.LogpOld[i]) > 1e-9 {
+			t.Errorf("token %d: log π_old %v from all logits, %v from the kept ones", i, all.LogpOld[i], micro.LogpOld[i])
+		}
+	}
 	// The images matter: without pixels (the ablation) the calls with
 	// images get other logprobs, the call without the same.
 	dropped := hfEvaluate(t, 1, imgPath, old, theta, "--drop-images")

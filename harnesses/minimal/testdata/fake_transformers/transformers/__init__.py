@@ -25,8 +25,12 @@ config.image_token_id and raises ValueError("Image features and image
 tokens do not match: ...") when the counts differ, as the real one does (it
 checks only the totals). Then hidden state t = embedding t + the mean of
 embeddings 0..t (causal, so an image changes the logits of later tokens)
-and a linear head. position_ids is accepted and, as 3-D M-RoPE has no
-counterpart here, ignored.
+and a linear head, over the last logits_to_keep positions when that is
+given (transformers >= 4.50 models take it). position_ids is accepted and,
+as 3-D M-RoPE has no counterpart here, ignored. TinyLM has no
+logits_to_keep, as the older models, nor does Qwen2VLForConditionalGeneration
+(model_type qwen2_vl, otherwise the same model), so the trainer's fallback
+runs too.
 
 AutoProcessor.from_pretrained(dir) needs dir/preprocessor_config.json and
 returns a processor with .image_processor (Qwen2VLImageProcessor: convert to
@@ -186,7 +190,8 @@ class Qwen2_5_VLForConditionalGeneration(_PreTrained):
         return torch.split(embeds, split)
 
     def forward(self, input_ids=None, attention_mask=None, position_ids=None, past_key_values=None,
-                inputs_embeds=None, use_cache=None, pixel_values=None, image_grid_thw=None, **kwargs):
+                inputs_embeds=None, use_cache=None, pixel_values=None, image_grid_thw=None, logits_to_keep=0,
+                **kwargs):
         if inputs_embeds is None:
             inputs_embeds = self.embed(input_ids)
         if pixel_values is not None:
@@ -205,9 +210,21 @@ class Qwen2_5_VLForConditionalGeneration(_PreTrained):
             m = m.to(e.dtype).unsqueeze(-1)
             csum = torch.cumsum(e * m, dim=1)
             count = torch.cumsum(m, dim=1).clamp(min=1)
-            return self.head(e + csum / count)
+            h = e + csum / count
+            # As transformers >= 4.50: logits of the last logits_to_keep positions (0: all).
+            return self.head(h[:, -logits_to_keep:] if logits_to_keep else h)
 
         return types.SimpleNamespace(logits=self._maybe_checkpoint(mix, inputs_embeds, attention_mask))
+
+
+class Qwen2VLForConditionalGeneration(Qwen2_5_VLForConditionalGeneration):
+    """Qwen2-VL (model_type qwen2_vl) with a forward that, as in the
+    transformers versions that lack it, takes no logits_to_keep."""
+
+    def forward(self, input_ids=None, attention_mask=None, position_ids=None, past_key_values=None,
+                inputs_embeds=None, use_cache=None, pixel_values=None, image_grid_thw=None, **kwargs):
+        return super().forward(input_ids, attention_mask, position_ids, past_key_values, inputs_embeds, use_cache,
+                               pixel_values, image_grid_thw)
 
 
 def _load_config(path):
@@ -231,7 +248,8 @@ class AutoModelForImageTextToText:
         if "vision_config" not in config:
             raise ValueError(f"Unrecognized configuration class for this kind of AutoModel: {cls.__name__} "
                              f"(model_type {config.get('model_type')!r})")
-        return Qwen2_5_VLForConditionalGeneration._load(path, config, torch_dtype)
+        cls_ = Qwen2VLForConditionalGeneration if config.get("model_type") == "qwen2_vl" else Qwen2_5_VLForConditionalGeneration
+        return cls_._load(path, config, torch_dtype)
 
 
 class AutoModelForVision2Seq(AutoModelForImageTextToText):
