@@ -74,8 +74,10 @@ len(prompt)-1 .. end-1 gathered at the completion ids gives log pi_theta
   on a weight of 0.02 is far below bfloat16's step there, 1.2e-4, and would
   round away). The model server casts them to its dtype (rpent_libero passes
   vLLM --dtype bfloat16). float16 has no loss scaling: use bfloat16.
-- Memory: --gradient-checkpointing (auto: on with CUDA; the model then runs
-  in training mode, as transformers checkpoints only there, with dropout
+- Memory: logits only from each forward's first completion position on
+  (logits_to_keep, where the model's forward takes it);
+  --gradient-checkpointing (auto: on with CUDA; the model then runs in
+  training mode, as transformers checkpoints only there, with dropout
   rates set to 0); --micro-batch K samples per forward/backward, gradients
   accumulating over a rank's share of a global batch before the all-reduce
   and the step, so N=1 and N=2 ranks take the same steps.
@@ -858,7 +860,7 @@ def hf_logprobs(model, B, idx, device, micro=None):
     gathered at the completion ids. Logits are computed from the earliest
     of those positions on when the model can (keep_arg)."""
     micro = micro or max(len(idx), 1)
-    arg = B.get("keep_arg")
+    arg = keep_arg(model)
     out = []
     for lo in range(0, len(idx), micro):
         part = idx[lo:lo + micro]
@@ -910,7 +912,6 @@ def hf_prepare(a, device, rank, world, train=False):
     # token: the model counts those over the whole micro-batch.
     B["pad"] = 1 if int(getattr(model.config, "image_token_id", -1)) == 0 else 0
     B["model"] = model
-    B["keep_arg"] = keep_arg(model)
     master = None
     if fsdp:
         model = wrap_fsdp(model, device, dtype)
@@ -1098,7 +1099,11 @@ def hf_evaluate(a, rank, world):
     pi_theta as well (no parameter gradients)."""
     device = hf_device()
     _, B, _ = hf_prepare(a, device, rank, world)
-    theta = load_hf(a.weights_theta or a.weights_in, a, device)
+    path = a.weights_theta or a.weights_in
+    if is_vlm(hf_config(path)) != (is_vlm(hf_config(a.weights_in))):
+        raise InputError(f"weights {path}: pi_theta and pi_old ({a.weights_in}) must both be vision-language "
+                         "models or both text-only")
+    theta = load_hf(path, a, device)
     tok_n = len(B["roll"])
     mine = np.arange(len(B["adv"]))[rank::world]
     grad_tok = torch.zeros(tok_n, dtype=torch.float64)
