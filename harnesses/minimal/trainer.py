@@ -677,12 +677,12 @@ def is_vlm(cfg):
 
 def load_hf(path, a, device, dtype=None):
     """The model at path: AutoModelForImageTextToText for a vision-language
-    model (AutoModelForVision2Seq on transformers older than 4.46), else
+    model (AutoModelForVision2Seq where that name is missing), else
     AutoModelForCausalLM, with parameters of dtype (default --torch-dtype).
-    Dropout stays off, so pi_old and pi_theta are the
-    same deterministic function; with gradient checkpointing the model is in
-    training mode (transformers checkpoints only there) with every dropout
-    module's rate set to 0."""
+    Dropout stays off, so pi_old and pi_theta are the same deterministic
+    function; with gradient checkpointing the model is in training mode
+    (transformers checkpoints only there) with every dropout module's rate
+    set to 0."""
     cfg = hf_config(path)
     import transformers
     if is_vlm(cfg):
@@ -789,10 +789,13 @@ def hf_vision(a, arr, n, model, prompts):
     # = prod(image_grid_thw) // merge_size²; the model then scatters the
     # image features into those positions in order and checks only the
     # total. Per sample, the runs of image tokens in the recorded ids must
-    # therefore be the images' counts in prompt order. Equal counts and
-    # equal pixels (image_files checked each file's hash) mean the same
-    # input as the rollout; any other processor setting (min/max_pixels,
-    # patch size) changes a count and is refused here, naming it.
+    # therefore be the images' counts in prompt order: then every image's
+    # features land on its own placeholders, and with the same pixels
+    # (image_files checked each file's hash) the model sees the rollout's
+    # input. A different resize (min/max_pixels, patch or merge size)
+    # changes a count and is refused here, naming sample and image; what a
+    # count cannot show (normalisation, resampling, the fast or slow
+    # processor) moves the logprobs, and the drift guard catches that.
     for i in range(n):
         for name in names[i]:
             if name not in counts:
