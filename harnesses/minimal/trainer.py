@@ -105,8 +105,9 @@ changing the logprobs, RGBA on white, every refusal, micro-batches,
 gradient checkpointing, a bfloat16 step equal to the float32 one, the
 output directory loading again. Not run here: real transformers and
 models, CUDA, NCCL, bfloat16 kernels on a GPU (torch >= 2.1 is the
-target there), and FSDP, which Debian's torch 1.13 cannot even import
-under Python 3.11.
+target there), and FSDP: Debian's torch 1.13 cannot import it under
+Python 3.11, and with the import worked around (in a throwaway script) its
+first forward on CPU/gloo asserts "Torch not compiled with CUDA enabled".
 
 With --eval-out FILE (and --weights-theta, default --weights-in) nothing is
 trained: the same loss code evaluates the whole batch as one global batch at
