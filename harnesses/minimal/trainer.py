@@ -84,8 +84,9 @@ len(prompt)-1 .. end-1 gathered at the completion ids gives log pi_theta
 - Data parallelism: --parallel ddp (default) sums the ranks' gradients by
   all_reduce (gloo on CPU, NCCL on CUDA; DDP's result, and it works when a
   rank's share of a global batch is empty). --parallel fsdp wraps the model
-  in FullyShardedDataParallel, one unit per transformer block
-  (_no_split_modules), with bfloat16 compute over float32 sharded
+  in FullyShardedDataParallel, one unit per language-model block
+  (_no_split_modules; the vision tower stays in the root unit, as calls
+  without images skip it), with bfloat16 compute over float32 sharded
   parameters; every rank runs as many forwards and backwards as rank 0.
   Each rank computes pi_old for its own samples; the ranks sum them.
 - Output: rank 0 writes --weights-out atomically as a directory vLLM
@@ -103,7 +104,8 @@ smart_resize and patch layout, Qwen2.5-VL's scatter of image features and
 its count check): loss and gradients against internal/rl.PPOLoss, images
 changing the logprobs, RGBA on white, every refusal, micro-batches,
 gradient checkpointing, a bfloat16 step equal to the float32 one, the
-output directory loading again. Not run here: real transformers and
+output directory loading again, and --parallel fsdp's lockstep and gradient
+scale through testdata/fsdp_standin.py (FSDP's collectives without FSDP). Not run here: real transformers and
 models, CUDA, NCCL, bfloat16 kernels on a GPU (torch >= 2.1 is the
 target there), and FSDP: Debian's torch 1.13 cannot import it under
 Python 3.11, and with the import worked around (in a throwaway script) its
@@ -1012,16 +1014,22 @@ def fsdp_module():
 
 def wrap_fsdp(model, device, dtype):
     """FullyShardedDataParallel over the float32 model, one unit per
-    transformer block (the model's _no_split_modules: decoder layers and
-    vision blocks), so a rank holds whole parameters of one block at a time;
-    forward and backward run in dtype (FSDP's mixed precision), the sharded
-    float32 parameters are the master weights AdamW steps, and gradients are
-    reduced in float32."""
+    language-model block (the model's _no_split_modules, decoder layers),
+    so a rank holds whole parameters of one block at a time; forward and
+    backward run in dtype (FSDP's mixed precision), the sharded float32
+    parameters are the master weights AdamW steps, and gradients are
+    reduced in float32. The vision tower stays in the root unit, which
+    every forward gathers: a micro-batch without images never calls it, and
+    a unit that one rank calls while another does not hangs both."""
     import functools
     fsdp = fsdp_module()
     from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
     names = set(getattr(model, "_no_split_modules", None) or [])
-    blocks = {type(m) for m in model.modules() if type(m).__name__ in names}
+    visual = getattr(model, "visual", None)
+    if not isinstance(visual, torch.nn.Module):
+        visual = getattr(getattr(model, "model", None), "visual", None)
+    vision = {type(m) for m in visual.modules()} if isinstance(visual, torch.nn.Module) else set()
+    blocks = {type(m) for m in model.modules() if type(m).__name__ in names} - vision
     policy = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls=blocks) if blocks else None
     mp = None
     if dtype != torch.float32:

@@ -2,6 +2,7 @@ package minimal_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -9,7 +10,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/roundhouse-rl/roundhouse/internal/itest"
 	"github.com/roundhouse-rl/roundhouse/internal/rl"
@@ -44,6 +47,16 @@ func fakeHFModel(t *testing.T, dir string, seed int) string {
 // fake transformers package on PYTHONPATH.
 func runHF(t *testing.T, nproc int, args ...string) error {
 	t.Helper()
+	_, err := runTorchrun(t, nproc, "trainer.py", args...)
+	return err
+}
+
+// runTorchrun runs script --model hf under torchrun with nproc workers and
+// the fake transformers package on PYTHONPATH, and returns its output. A
+// run that outlives 5 minutes (ranks waiting on each other's collectives)
+// gets SIGTERM, which torchrun passes to its workers.
+func runTorchrun(t *testing.T, nproc int, script string, args ...string) (string, error) {
+	t.Helper()
 	fake, err := filepath.Abs(filepath.Join("testdata", "fake_transformers"))
 	if err != nil {
 		t.Fatal(err)
@@ -52,15 +65,19 @@ func runHF(t *testing.T, nproc int, args ...string) error {
 		"--nnodes", "1", "--nproc_per_node", strconv.Itoa(nproc),
 		"--rdzv_backend", "c10d", "--rdzv_endpoint", fmt.Sprintf("127.0.0.1:%d", itest.Port(t)),
 		"--monitor_interval", "0.2",
-		"trainer.py", "--model", "hf"}
-	cmd := exec.Command(python, append(cmdArgs, args...)...)
+		script, "--model", "hf"}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, python, append(cmdArgs, args...)...)
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 30 * time.Second
 	cmd.Env = append(os.Environ(), "PYTHONPATH="+fake, "OMP_NUM_THREADS=1")
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("trainer --model hf: %w\n%s", err, out.String())
+		return out.String(), fmt.Errorf("%s --model hf: %w\n%s", script, err, out.String())
 	}
-	return nil
+	return out.String(), nil
 }
 
 // hfEvaluate runs --eval-out under torchrun; args are extra trainer flags.

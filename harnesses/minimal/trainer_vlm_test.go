@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -480,4 +481,88 @@ func TestTrainerHFMasterWeights(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestTrainerVLMFSDPStandin runs --parallel fsdp with 2 ranks through
+// testdata/fsdp_standin.py, a stand-in with FSDP's collectives (one per
+// forward, gradients averaged over the ranks after every backward, unused
+// parameters included), since torch 1.13 here cannot run FSDP itself. Three
+// calls, two with images, split 2/1 over the ranks in micro-batches of one:
+// every rank runs as many forwards as the other, and two epochs of
+// training end where one plain rank does.
+func TestTrainerVLMFSDPStandin(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts torchrun several times")
+	}
+	needTorch(t)
+	dir := t.TempDir()
+	old := fakeVLM(t, filepath.Join(dir, "old"), 1)
+	images := filepath.Join(dir, "images")
+	if err := mkdir(images); err != nil {
+		t.Fatal(err)
+	}
+	a := writeImage(t, images, 56, 56, 1, opaque)
+	b := writeImage(t, images, 84, 56, 2, opaque)
+	train := []sample{
+		{imagePrompt([]int{1}, []int{4}, 2), []int{3, 5}, []float64{-2, -1}, 1, 1, []string{a}},
+		{[]int{4, 5}, []int{6}, []float64{-2}, -1, 1, nil},
+		{imagePrompt([]int{8}, []int{6}), []int{2}, []float64{-3}, 0.5, 0.5, []string{b}},
+	}
+	trainPath := filepath.Join(dir, "train.npz")
+	if err := writeBatch(trainPath, train); err != nil {
+		t.Fatal(err)
+	}
+	common := []string{"--batch", trainPath, "--images", images, "--weights-in", old, "--lr", "0.002", "--epochs", "2",
+		"--micro-batch", "1"}
+	standin := filepath.Join("testdata", "fsdp_standin.py")
+	ref := filepath.Join(dir, "ref")
+	refLog, err := runTorchrun(t, 1, standin, append(common, "--weights-out", ref, "--metrics-out", filepath.Join(dir, "m-ref.json"))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "fsdp")
+	log, err := runTorchrun(t, 2, standin,
+		append(common, "--parallel", "fsdp", "--weights-out", out, "--metrics-out", filepath.Join(dir, "m-fsdp.json"))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The summed gradient of each step, which AdamW's step would not show
+	// (it is invariant to the gradients' scale).
+	norms := func(log string) []float64 {
+		var v []float64
+		for _, line := range strings.Split(log, "\n") {
+			if _, rest, ok := strings.Cut(line, "fsdp-standin: grad L1 "); ok {
+				f, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+				if err != nil {
+					t.Fatal(err)
+				}
+				v = append(v, f)
+			}
+		}
+		return v
+	}
+	wantN, gotN := norms(refLog), norms(log)
+	if len(wantN) != 2 || len(gotN) != 2 {
+		t.Fatalf("gradient norms of 2 steps: 1 rank %v, FSDP %v", wantN, gotN)
+	}
+	for i := range wantN {
+		if math.Abs(gotN[i]-wantN[i]) > 1e-5*wantN[i] {
+			t.Errorf("step %d: gradient L1 %v with FSDP on 2 ranks, %v with 1 rank", i+1, gotN[i], wantN[i])
+		}
+	}
+	// pi_old: 2 forwards a rank (rank 1's second on a stand-in sample);
+	// each epoch 2 more.
+	for _, r := range []int{0, 1} {
+		if want := fmt.Sprintf("fsdp-standin: rank %d: 6 forwards", r); !strings.Contains(log, want) {
+			t.Errorf("output lacks %q:\n%s", want, log)
+		}
+	}
+	want := hfEvaluate(t, 1, trainPath, ref, ref, "--images", images)
+	got := hfEvaluate(t, 1, trainPath, out, out, "--images", images)
+	for i := range want.LogpOld {
+		if math.Abs(got.LogpOld[i]-want.LogpOld[i]) > 1e-5*math.Max(1, math.Abs(want.LogpOld[i])) {
+			t.Errorf("token %d after training: log π %v with FSDP on 2 ranks, %v with 1 rank", i, got.LogpOld[i], want.LogpOld[i])
+		}
+	}
+	t.Logf("log π after training, 1 rank vs FSDP stand-in on 2: %v vs %v", want.LogpOld, got.LogpOld)
 }
