@@ -31,7 +31,7 @@ func firstPrompt(t *testing.T, p *policy.Policy, task, seed int) []int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prompt, err := p.Render([]policy.Message{{Role: "system", Content: env.SystemPrompt}, {Role: "user", Content: e.Instruction()}}, episode.Tools())
+	prompt, _, err := p.Render([]policy.Message{{Role: "system", Content: env.SystemPrompt}, {Role: "user", Content: e.Instruction()}}, episode.Tools())
 	if err != nil {
 		t.Fatal(err)
 	}
