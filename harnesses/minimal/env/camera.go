@@ -11,7 +11,7 @@ import (
 const CameraSize = 32
 
 var (
-	red    = color.NRGBA{200, 30, 30, 255}
+	red    = color.NRGBA{230, 20, 20, 255}
 	gray   = color.NRGBA{120, 120, 120, 255}
 	wood   = color.NRGBA{150, 110, 70, 255}
 	bg     = color.NRGBA{235, 235, 235, 255}

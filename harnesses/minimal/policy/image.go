@@ -20,20 +20,23 @@ import (
 //   - Patch: an image of w×h pixels becomes ceil(w/Patch)·ceil(h/Patch)
 //     <|image_pad|> tokens (Patches), as Qwen2-VL's processor expands an
 //     image into merged patches.
-//   - Bands: the fixed "vision encoder" cuts the image into Bands horizontal
-//     bands and measures each band's redness, mean over its pixels of
-//     (R − (G+B)/2)/255 in 8-bit RGB (ImageFeatures).
+//   - Bands, Scale: the fixed "vision encoder" cuts the image into Bands
+//     horizontal bands and measures each band's redness, Scale times the
+//     mean over its pixels of (R − (G+B)/2)/255 in 8-bit RGB
+//     (ImageFeatures). Scale sets how far one optimizer step moves the
+//     image's logits, as a real encoder's output norm does.
 //   - V (Bands × actions): the trainable projection. The features of the
 //     last image of the prompt add Σ_k f_k·V[k][a] to action a's logit.
 type Vision struct {
 	Patch int         `json:"patch"`
 	Bands int         `json:"bands"`
+	Scale float64     `json:"scale"`
 	V     [][]float64 `json:"V"`
 }
 
 func (v *Vision) check(actions int) error {
-	if v.Patch < 1 || v.Bands < 1 {
-		return fmt.Errorf("policy: vision patch %d and bands %d must be ≥ 1", v.Patch, v.Bands)
+	if v.Patch < 1 || v.Bands < 1 || !(v.Scale > 0) || math.IsInf(v.Scale, 0) {
+		return fmt.Errorf("policy: vision patch %d and bands %d must be ≥ 1 and scale %v > 0", v.Patch, v.Bands, v.Scale)
 	}
 	if len(v.V) != v.Bands {
 		return fmt.Errorf("policy: vision V has %d rows, want one per band (%d)", len(v.V), v.Bands)
@@ -73,7 +76,7 @@ func (p *Policy) ImageFeatures(img image.Image) []float64 {
 			}
 		}
 		if n := (hi - lo) * w; n > 0 {
-			out[k] = sum / float64(n)
+			out[k] = p.Vision.Scale * sum / float64(n)
 		}
 	}
 	return out

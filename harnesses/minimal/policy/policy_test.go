@@ -212,7 +212,7 @@ func TestImages(t *testing.T) {
 	for range VisionSpecials {
 		f.W = append(f.W, []float64{0, 0})
 	}
-	f.Vision = &Vision{Patch: 8, Bands: 3, V: [][]float64{{2, -1}, {0, 0}, {0, 0}}}
+	f.Vision = &Vision{Patch: 8, Bands: 3, Scale: 1, V: [][]float64{{2, -1}, {0, 0}, {0, 0}}}
 	vp, err := New(f)
 	if err != nil {
 		t.Fatal(err)

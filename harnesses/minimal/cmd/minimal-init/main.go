@@ -31,10 +31,13 @@ import (
 var targets = []float64{0.25, 0.2, 0.45, 0.35, 0.2, 0.5, 0.25}
 
 // The toy's image pathway (policy.Vision): 8-pixel patches (16 per camera
-// image) and one redness feature per band of the scene.
+// image), one redness feature per band of the scene, scaled so that the
+// marked band's feature is about 5 and a round of Adam steps at the
+// harness's lr moves its logits by about one.
 const (
 	patch = 8
 	bands = 3
+	scale = 8
 )
 
 func main() {
@@ -82,7 +85,7 @@ func build(seed uint64, noise, finish float64) (*policy.Policy, error) {
 		f.Actions = append(f.Actions, index[s.Name])
 	}
 	f.B = make([]float64, len(f.Actions))
-	f.Vision = &policy.Vision{Patch: patch, Bands: bands, V: make([][]float64, bands)}
+	f.Vision = &policy.Vision{Patch: patch, Bands: bands, Scale: scale, V: make([][]float64, bands)}
 	for k := range f.Vision.V {
 		f.Vision.V[k] = make([]float64, len(f.Actions))
 	}
