@@ -151,4 +151,24 @@ func TestPrintSuccess(t *testing.T) {
 	if s := (runs.Counts{Episodes: 3}).String(); s != "0/0 valid of 3" {
 		t.Errorf("no valid episode: %q", s)
 	}
+
+	// Two suites: the table splits by suite as well, so a family that does
+	// not learn shows.
+	mixed := []runs.RoundSuccess{{Round: 1,
+		Train: runs.Counts{Episodes: 6, Valid: 6, Successes: 3}, Val: runs.Counts{Episodes: 2, Valid: 2, Successes: 1},
+		TrainBySuite: map[string]runs.Counts{"toy": {Episodes: 4, Valid: 4, Successes: 3}, "vision": {Episodes: 2, Valid: 2}},
+		ValBySuite:   map[string]runs.Counts{"toy": {Episodes: 1, Valid: 1, Successes: 1}, "vision": {Episodes: 1, Valid: 1}},
+	}}
+	out.Reset()
+	printSuccess(&out, mixed, 0)
+	lines = strings.Split(strings.TrimSpace(out.String()), "\n")
+	if n := len(lines); n != 5 || strings.Join(strings.Fields(lines[3]), " ") != "round toy collection toy validation vision collection vision validation" ||
+		strings.Join(strings.Fields(lines[4]), " ") != "1 3/4 (75.0%) 1/1 (100.0%) 0/2 (0.0%) 0/1 (0.0%)" {
+		t.Errorf("by suite:\n%s", out.String())
+	}
+	out.Reset()
+	printSuccess(&out, testSuccess, 3)
+	if strings.Contains(out.String(), "collection\t") || strings.Count(out.String(), "round") != 1 {
+		t.Errorf("one suite printed a suite table:\n%s", out.String())
+	}
 }
