@@ -123,7 +123,11 @@ func (t *Trainer) fetchImages(ctx context.Context, run string, round int32, batc
 				os.Remove(tmp.Name())
 				return fmt.Errorf("image %s: %w", name, werr)
 			}
-			downloaded.Add(1)
+			// A large round's images take a while: keep the heartbeat
+			// (2 min timeout) alive while they arrive.
+			if n := downloaded.Add(1); n%64 == 0 {
+				heartbeat(ctx, fmt.Sprintf("images %d/%d", n, len(names)))
+			}
 			bytes.Add(int64(len(data)))
 			return nil
 		})

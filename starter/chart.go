@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"maps"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -31,6 +33,41 @@ func printSuccess(out io.Writer, rs []runs.RoundSuccess, final int32) {
 	fmt.Fprintln(tw, "round\tcollection success\tvalidation success\t")
 	for _, r := range rs {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t\n", roundLabel(r.Round, final), r.Train, r.Val)
+	}
+	tw.Flush()
+	printBySuite(out, rs, final)
+}
+
+// printBySuite splits the success table by task suite when the run has
+// more than one (the minimal harness's vision task is suite "vision"), so
+// a task family that does not learn is not hidden in the mean.
+func printBySuite(out io.Writer, rs []runs.RoundSuccess, final int32) {
+	set := map[string]bool{}
+	for _, r := range rs {
+		for s := range r.TrainBySuite {
+			set[s] = true
+		}
+		for s := range r.ValBySuite {
+			set[s] = true
+		}
+	}
+	if len(set) < 2 {
+		return
+	}
+	suites := slices.Sorted(maps.Keys(set))
+	fmt.Fprintln(out)
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprint(tw, "round\t")
+	for _, s := range suites {
+		fmt.Fprintf(tw, "%s collection\t%s validation\t", s, s)
+	}
+	fmt.Fprintln(tw)
+	for _, r := range rs {
+		fmt.Fprintf(tw, "%s\t", roundLabel(r.Round, final))
+		for _, s := range suites {
+			fmt.Fprintf(tw, "%s\t%s\t", r.TrainBySuite[s], r.ValBySuite[s])
+		}
+		fmt.Fprintln(tw)
 	}
 	tw.Flush()
 }

@@ -102,7 +102,7 @@ func printDiagnostics(out io.Writer, sums []schemas.RoundSummary, st schemas.Sta
 	printSummaries(out, sums)
 	fmt.Fprintln(out)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "round\tgroups w/o signal\tinvalid by cause\tzero-weight\ttoken capture\tlogprob Δ mean\tmax\tdrift share\tloss\tclip frac\tsteps\t")
+	fmt.Fprintln(tw, "round\tgroups w/o signal\tinvalid by cause\tzero-weight\ttoken capture\timages\tlogprob Δ mean\tmax\tdrift share\tloss\tclip frac\tsteps\t")
 	for _, r := range sums {
 		causes := "-"
 		if len(r.InvalidByCause) > 0 {
@@ -117,8 +117,13 @@ func printDiagnostics(out io.Writer, sums []schemas.RoundSummary, st schemas.Sta
 		if r.Calls > 0 {
 			capture = fmt.Sprintf("%.1f%%", 100*float64(r.Calls-r.UntrainableCalls)/float64(r.Calls))
 		}
-		fmt.Fprintf(tw, "%d\t%d\t%s\t%d\t%s\t%.2g\t%.2g\t%.1f%%\t%.4f\t%.3f\t%d\t\n", r.Round, r.Groups-r.GroupsWithSignal, causes,
-			r.ZeroWeightSamples, capture, r.Trainer.LogprobMismatch, r.Trainer.LogprobMismatchMax, 100*r.Trainer.DriftShare,
+		// Distinct images the batch took to the trainer, and their uses.
+		images := "-"
+		if r.ImageRefs > 0 {
+			images = fmt.Sprintf("%d (%d uses)", r.Images, r.ImageRefs)
+		}
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%d\t%s\t%s\t%.2g\t%.2g\t%.1f%%\t%.4f\t%.3f\t%d\t\n", r.Round, r.Groups-r.GroupsWithSignal, causes,
+			r.ZeroWeightSamples, capture, images, r.Trainer.LogprobMismatch, r.Trainer.LogprobMismatchMax, 100*r.Trainer.DriftShare,
 			r.Trainer.Loss, r.Trainer.ClipFraction, r.Trainer.Steps)
 	}
 	tw.Flush()

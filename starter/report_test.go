@@ -18,14 +18,14 @@ func TestPrintDiagnostics(t *testing.T) {
 	sums := []schemas.RoundSummary{
 		{Round: 1, WeightsIn: "w0", WeightsOut: "r1", ValSuccess: 0.3,
 			BatchSummary: schemas.BatchSummary{Episodes: 36, Valid: 34, Invalid: 2, InvalidByCause: map[string]int{"timeout": 1, "infrastructure": 1},
-				Groups: 6, GroupsWithSignal: 4, Calls: 200, UntrainableCalls: 10, Samples: 90},
+				Groups: 6, GroupsWithSignal: 4, Calls: 200, UntrainableCalls: 10, Samples: 90, Images: 12, ImageRefs: 90},
 			Trainer: schemas.TrainerMetrics{Loss: 0.0123, LogprobMismatch: 1e-8, LogprobMismatchMax: 3.5e-7, DriftShare: 0.25, Steps: 2}},
 		{Round: 2, WeightsIn: "r1", WeightsOut: "r2", ValSuccess: 0.5},
 	}
 	var out bytes.Buffer
 	printDiagnostics(&out, sums, schemas.State{Rounds: 2, RoundsDone: 2, FinalValSuccess: 0.7})
 	got := out.String()
-	for _, want := range []string{"95.0%", "infrastructure:1 timeout:1", "0.0123", "30.0% → 50.0% → 70.0% (final)", "logprob Δ mean", "3.5e-07", "25.0%"} {
+	for _, want := range []string{"95.0%", "infrastructure:1 timeout:1", "0.0123", "30.0% → 50.0% → 70.0% (final)", "logprob Δ mean", "3.5e-07", "25.0%", "12 (90 uses)"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("report lacks %q:\n%s", want, got)
 		}
@@ -150,5 +150,25 @@ func TestPrintSuccess(t *testing.T) {
 	}
 	if s := (runs.Counts{Episodes: 3}).String(); s != "0/0 valid of 3" {
 		t.Errorf("no valid episode: %q", s)
+	}
+
+	// Two suites: the table splits by suite as well, so a family that does
+	// not learn shows.
+	mixed := []runs.RoundSuccess{{Round: 1,
+		Train: runs.Counts{Episodes: 6, Valid: 6, Successes: 3}, Val: runs.Counts{Episodes: 2, Valid: 2, Successes: 1},
+		TrainBySuite: map[string]runs.Counts{"toy": {Episodes: 4, Valid: 4, Successes: 3}, "vision": {Episodes: 2, Valid: 2}},
+		ValBySuite:   map[string]runs.Counts{"toy": {Episodes: 1, Valid: 1, Successes: 1}, "vision": {Episodes: 1, Valid: 1}},
+	}}
+	out.Reset()
+	printSuccess(&out, mixed, 0)
+	lines = strings.Split(strings.TrimSpace(out.String()), "\n")
+	if n := len(lines); n != 5 || strings.Join(strings.Fields(lines[3]), " ") != "round toy collection toy validation vision collection vision validation" ||
+		strings.Join(strings.Fields(lines[4]), " ") != "1 3/4 (75.0%) 1/1 (100.0%) 0/2 (0.0%) 0/1 (0.0%)" {
+		t.Errorf("by suite:\n%s", out.String())
+	}
+	out.Reset()
+	printSuccess(&out, testSuccess, 3)
+	if strings.Contains(out.String(), "collection\t") || strings.Count(out.String(), "round") != 1 {
+		t.Errorf("one suite printed a suite table:\n%s", out.String())
 	}
 }

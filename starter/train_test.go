@@ -26,6 +26,13 @@ func TestTrainBadInput(t *testing.T) {
 	broken := filepath.Join(dir, "broken.yaml")
 	os.WriteFile(broken, []byte("name: [\n"), 0o644)
 	os.Mkdir(filepath.Join(dir, "empty"), 0o755)
+	// A vision-language checkpoint without its processor (rpent_libero
+	// declares model_server.vision).
+	noProcessor := filepath.Join(dir, "vlm")
+	os.Mkdir(noProcessor, 0o755)
+	for _, f := range []string{"config.json", "model.safetensors", "tokenizer.json"} {
+		os.WriteFile(filepath.Join(noProcessor, f), []byte("{}"), 0o644)
+	}
 	port := itest.Port(t)
 	// An endpoint nothing listens on: reaching it would fail the test differently.
 	e := connect.Endpoints{Temporal: "127.0.0.1:" + strconv.Itoa(port), Namespace: "default"}
@@ -42,6 +49,7 @@ func TestTrainBadInput(t *testing.T) {
 		{"weights dir without file", trainFlags{config: good, run: "r", weights: dir, rounds: 1}, []string{"policy.json"}},
 		{"a file for directory weights", trainFlags{config: "../harnesses/rpent_libero/harness.yaml", run: "r", weights: weights + "/policy.json", rounds: 1}, []string{"policy.json is a file", "checkpoint directory"}},
 		{"empty weights dir", trainFlags{config: "../harnesses/rpent_libero/harness.yaml", run: "r", weights: dir + "/empty", rounds: 1}, []string{"holds no files"}},
+		{"VLM weights without processor", trainFlags{config: "../harnesses/rpent_libero/harness.yaml", run: "r", weights: noProcessor, rounds: 1}, []string{"--weights", noProcessor, "preprocessor_config.json"}},
 		{"bad run name", trainFlags{config: good, run: "a b", weights: weights, rounds: 1}, []string{"--run", "a b"}},
 		{"bad pool report", trainFlags{config: good, run: "r", weights: weights, rounds: 1, poolReport: broken}, []string{"--pool-report", "report.json"}},
 	}

@@ -101,7 +101,7 @@ func needs(what string, extra []string) ([]prereq.Need, error) {
 	if err != nil {
 		return nil, err
 	}
-	ns := []prereq.Need{prereq.Python(python, "the minimal harness's trainer", "torch", "numpy")}
+	ns := []prereq.Need{prereq.Python(python, "the minimal harness's trainer", "torch", "numpy", "PIL")}
 	if what == "test" {
 		ns = append(ns,
 			prereq.Command("node", "the proxy's client tests", "nodejs"),

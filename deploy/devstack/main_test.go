@@ -22,7 +22,7 @@ func TestDemoStopsOnTrainerPythonWithoutTorch(t *testing.T) {
 	if err == nil {
 		t.Fatal("a trainer python without torch passed the demo's check")
 	}
-	for _, want := range []string{py + " with torch and numpy", "No module named 'torch'", py + " -m pip install torch numpy"} {
+	for _, want := range []string{py + " with torch, numpy and PIL", "No module named 'torch'", py + " -m pip install torch numpy pillow"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error lacks %q:\n%v", want, err)
 		}
@@ -34,7 +34,7 @@ func TestNeeds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(demo) != 1 || demo[0].Name != "Python at /usr/bin/python3 with torch and numpy" {
+	if len(demo) != 1 || demo[0].Name != "Python at /usr/bin/python3 with torch, numpy and PIL" {
 		t.Errorf("demo needs %+v", demo)
 	}
 	all, err := needs("test", []string{"--config", testConfig})
@@ -45,7 +45,7 @@ func TestNeeds(t *testing.T) {
 	for _, n := range all {
 		names = append(names, n.Name)
 	}
-	if got := strings.Join(names, ", "); got != "Python at /usr/bin/python3 with torch and numpy, node, npm, chromium" {
+	if got := strings.Join(names, ", "); got != "Python at /usr/bin/python3 with torch, numpy and PIL, node, npm, chromium" {
 		t.Errorf("test needs %s", got)
 	}
 	if _, err := needs("demo", []string{"--config", "no/such/harness.yaml"}); err == nil || !strings.Contains(err.Error(), "no/such/harness.yaml") {

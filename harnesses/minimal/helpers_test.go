@@ -2,6 +2,9 @@ package minimal_test
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -101,6 +104,7 @@ func runTrainer(t *testing.T, nproc int, batch, in, out string, args ...string) 
 		"trainer.py", "--batch", batch, "--weights-in", in, "--weights-out", out, "--metrics-out", metricsPath,
 		"--clip-low", "0.2", "--clip-high", "0.28", "--dual-clip", "3.0", "--is-cap", "2.0", "--global-batch", "128",
 	}
+	cmdArgs = append(cmdArgs, imagesNextTo(batch)...)
 	cmd := exec.Command(python, append(cmdArgs, args...)...)
 	var output bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &output, &output
@@ -124,3 +128,37 @@ func runTrainer(t *testing.T, nproc int, batch, in, out string, args ...string) 
 }
 
 func mkdir(dir string) error { return os.MkdirAll(dir, 0o755) }
+
+// storeImages writes each data-URL image into dir as <sha256>.png, as the
+// trainer activity lays them out, and returns their names in order.
+func storeImages(t *testing.T, dir string, urls []string) []string {
+	t.Helper()
+	var names []string
+	for _, u := range urls {
+		_, payload, ok := strings.Cut(u, ";base64,")
+		data, err := base64.StdEncoding.DecodeString(payload)
+		if !ok || err != nil {
+			t.Fatalf("image URL %.40q: %v", u, err)
+		}
+		sum := sha256.Sum256(data)
+		name := hex.EncodeToString(sum[:]) + ".png"
+		if err := mkdir(dir); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, name)
+	}
+	return names
+}
+
+// imagesNextTo passes --images when the batch has an images folder beside
+// it (storeImages'); explicit --images flags given later win.
+func imagesNextTo(batch string) []string {
+	dir := filepath.Join(filepath.Dir(batch), "images")
+	if st, err := os.Stat(dir); err == nil && st.IsDir() {
+		return []string{"--images", dir}
+	}
+	return nil
+}

@@ -231,7 +231,66 @@ def load_weights(path):
         raise InputError(f"weights {path}: W is {W.shape}, b is {b.shape}; want ({len(vocab)}, {len(actions)}) and ({len(actions)},)")
     if not (np.isfinite(W).all() and np.isfinite(b).all()):
         raise InputError(f"weights {path}: W or b is not finite")
-    return w, W, b
+    return w, W, b, load_vision(path, w)
+
+
+VISION_TOKENS = ("<|vision_start|>", "<|image_pad|>", "<|vision_end|>")
+
+
+def load_vision(path, w):
+    """The image projection V (bands x actions) of policy.json's vision
+    section; a (0, actions) array for a text-only toy, whose image term is
+    then zero."""
+    v = w.get("vision")
+    if v is None:
+        return np.zeros((0, len(w["actions"])))
+    try:
+        patch, bands, scale = int(v["patch"]), int(v["bands"]), float(v["scale"])
+        V = np.array(v["V"], dtype=np.float64)
+    except (KeyError, ValueError, TypeError) as e:
+        raise InputError(f"weights {path}: vision: {e}") from e
+    if patch < 1 or bands < 1 or not 0 < scale < np.inf or V.shape != (bands, len(w["actions"])) or not np.isfinite(V).all():
+        raise InputError(f"weights {path}: vision needs patch >= 1, bands >= 1, scale > 0 and a finite V of "
+                         f"({bands}, {len(w['actions'])}), got V {V.shape}")
+    if any(t not in w["vocab"] for t in VISION_TOKENS):
+        raise InputError(f"weights {path}: a vision model's vocabulary needs {', '.join(VISION_TOKENS)}")
+    return V
+
+
+def image_runs(p, start, pad, end):
+    """The image placeholder runs of prompt p: per image, its number of
+    <|image_pad|> tokens between <|vision_start|> and <|vision_end|>; None
+    when the markers do not pair up."""
+    runs = []
+    for s in np.flatnonzero(p == start):
+        k = s + 1
+        while k < len(p) and p[k] == pad:
+            k += 1
+        if k >= len(p) or p[k] != end:
+            return None
+        runs.append(k - s - 1)
+    return runs if len(runs) == int((p == end).sum()) else None
+
+
+def toy_image_features(path, patch, bands, scale):
+    """The toy's vision encoder, as harnesses/minimal/policy/image.go
+    computes it: the number of placeholder tokens (ceil(w/patch) *
+    ceil(h/patch)) and the redness of each horizontal band, scale times the
+    mean over its pixels of (R - (G+B)/2)/255 on the 8-bit RGB values."""
+    from PIL import Image  # Debian's python3-pil; only batches with images need it
+    try:
+        with Image.open(path) as im:
+            rgb = np.asarray(im.convert("RGB"), dtype=np.float64)
+    except OSError as e:
+        raise InputError(f"image {path}: {e}") from e
+    h, w = rgb.shape[:2]
+    red = (rgb[:, :, 0] - (rgb[:, :, 1] + rgb[:, :, 2]) / 2) / 255
+    f = np.zeros(bands)
+    for k in range(bands):
+        lo, hi = k * h // bands, (k + 1) * h // bands
+        if hi > lo and w > 0:
+            f[k] = scale * red[lo:hi].mean()
+    return -(-w // patch) * -(-h // patch), f
 
 
 def load_arrays(path, vocab_size):
@@ -337,14 +396,43 @@ def image_files(a, arr):
     return out
 
 
-def load_batch(path, vocab_size, actions, im_start):
-    """Returns per-sample features, action index, completion length, rollout
-    logprobs, advantage and weight, all validated."""
-    arr, n = load_arrays(path, vocab_size)
+def load_batch(a, wfile, V):
+    """Returns per-sample features, image features (of the prompt's last
+    image; zeros without one), action index, completion length, rollout
+    logprobs, advantage and weight, all validated. Every image must match
+    its placeholders: as many runs as the sample lists images, each as long
+    as the toy's processor makes that image (what the model server did)."""
+    path, vocab, actions = a.batch, wfile["vocab"], wfile["actions"]
+    im_start = vocab.index(IM_START)
+    arr, n = load_arrays(path, len(vocab))
+    files = image_files(a, arr)
+    vision = wfile.get("vision")
+    if len(arr["image_index"]) and vision is None and not a.drop_images:
+        raise InputError(f"batch {path}: its requests carry images but the weights {a.weights_in} have no vision "
+                         "section: this is a text-only model")
+    tokens = [vocab.index(t) for t in VISION_TOKENS] if vision else None
+    cache = {}
+    phi = np.zeros((n, V.shape[0]))
     action_index = {t: k for k, t in enumerate(actions)}
     po, co = arr["prompt_offsets"], arr["completion_offsets"]
     feats, act, ntok = [], np.zeros(n, np.int64), np.zeros(n, np.int64)
     for i in range(n):
+        names = sample_images(arr, i)
+        if tokens and not a.drop_images:
+            p = arr["prompt_ids"][po[i]:po[i + 1]]
+            runs = image_runs(p, *tokens)
+            if runs is None or len(runs) != len(names):
+                raise InputError(f"batch {path}: sample {i}: the prompt holds {'unpaired image markers' if runs is None else f'{len(runs)} images'}, "
+                                 f"the batch lists {len(names)}")
+            for j, (name, got) in enumerate(zip(names, runs)):
+                if name not in cache:
+                    cache[name] = toy_image_features(files[name], int(vision["patch"]), int(vision["bands"]), float(vision["scale"]))
+                want, f = cache[name]
+                if got != want:
+                    raise InputError(f"batch {path}: sample {i} image {j} ({name}): the prompt has {got} placeholder tokens, "
+                                     f"this model's processor makes {want}: the processor differs from the model server's")
+            if names:
+                phi[i] = cache[names[-1]][1]
         p = arr["prompt_ids"][po[i]:po[i + 1]].astype(np.int64)
         c = arr["completion_ids"][co[i]:co[i + 1]]
         if len(c) == 0:
@@ -358,7 +446,7 @@ def load_batch(path, vocab_size, actions, im_start):
         ntok[i] = len(c)
     roll = arr["rollout_logprobs"].astype(np.float64)
     return {
-        "feats": feats, "act": act, "ntok": ntok, "first": co[:-1].astype(np.int64),
+        "feats": feats, "phi": phi, "act": act, "ntok": ntok, "first": co[:-1].astype(np.int64),
         "roll": roll, "co": co.astype(np.int64),
         "adv": arr["advantages"].astype(np.float64), "weight": arr["weights"].astype(np.float64),
     }
@@ -375,12 +463,13 @@ def ppo_objective(rho, A, clip_low, clip_high, dual_clip):
     return L, clip, dual
 
 
-def action_logprobs(W, b, feats, act, idx):
-    """log pi(action) of samples idx under (W, b)."""
+def action_logprobs(W, b, V, B, idx):
+    """log pi(action) of samples idx under (W, b, V)."""
+    feats, act = B["feats"], B["act"]
     flat = torch.from_numpy(np.concatenate([feats[i] for i in idx]))
     lens = torch.tensor([len(feats[i]) for i in idx], dtype=torch.int64)
     offsets = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(lens, 0)[:-1]])
-    logits = torch.nn.functional.embedding_bag(flat, W, offsets, mode="sum") + b
+    logits = torch.nn.functional.embedding_bag(flat, W, offsets, mode="sum") + b + torch.from_numpy(B["phi"][idx]) @ V
     lp = torch.log_softmax(logits, dim=1)
     return lp[torch.arange(len(idx)), torch.from_numpy(act[idx])]
 
@@ -400,20 +489,19 @@ def prepare(a):
     """Loads the weights and the batch and adds to the batch what does not
     depend on theta: per token, the pi_old log prob (0 for forced tokens) and
     the truncated importance weight against what the rollout engine reported."""
-    wfile, W0, b0 = load_weights(a.weights_in)
-    vocab, actions = wfile["vocab"], wfile["actions"]
-    B = load_batch(a.batch, len(vocab), actions, vocab.index(IM_START))
+    wfile, W0, b0, V0 = load_weights(a.weights_in)
+    B = load_batch(a, wfile, V0)
     n = len(B["adv"])
     with torch.no_grad():
-        old = action_logprobs(torch.from_numpy(W0), torch.from_numpy(b0), B["feats"], B["act"], np.arange(n)).numpy()
+        old = action_logprobs(torch.from_numpy(W0), torch.from_numpy(b0), torch.from_numpy(V0), B, np.arange(n)).numpy()
     old_tok = np.zeros_like(B["roll"])
     old_tok[B["first"]] = old
     B["old_tok"] = old_tok
     B["w_tok"] = np.minimum(np.exp(old_tok - B["roll"]), a.is_cap)
-    return wfile, W0, b0, B
+    return wfile, (W0, b0, V0), B
 
 
-def batch_loss(W, b, B, idx, total_weight, a):
+def batch_loss(W, b, V, B, idx, total_weight, a):
     """The section-4 loss of samples idx divided by total_weight, the weight
     of their whole global batch, so that the ranks' shards add up to it.
     Every completion token goes through the objective; forced tokens have
@@ -423,7 +511,7 @@ def batch_loss(W, b, B, idx, total_weight, a):
     co, ntok = B["co"], B["ntok"][idx]
     tok = np.concatenate([np.arange(co[i], co[i + 1]) for i in idx])
     first = torch.from_numpy(np.concatenate([[0], np.cumsum(ntok)[:-1]]).astype(np.int64))
-    lp = torch.zeros(len(tok), dtype=torch.float64).index_put((first,), action_logprobs(W, b, B["feats"], B["act"], idx))
+    lp = torch.zeros(len(tok), dtype=torch.float64).index_put((first,), action_logprobs(W, b, V, B, idx))
     return loss_of_logprobs(lp, B, idx, tok, total_weight, a)
 
 
@@ -545,16 +633,17 @@ def optimize(a, rank, world, B, params, opt, device, loss_of, fsdp=False):
 
 
 def train(a, rank, world):
-    wfile, W0, b0, B = prepare(a)
-    W = torch.tensor(W0, requires_grad=True)
-    b = torch.tensor(b0, requires_grad=True)
-    opt = torch.optim.Adam([W, b], lr=a.lr)
-    metrics = optimize(a, rank, world, B, [W, b], opt, torch.device("cpu"),
-                       lambda mine, total_weight: batch_loss(W, b, B, mine, total_weight, a))
+    wfile, params0, B = prepare(a)
+    W, b, V = (torch.tensor(x, requires_grad=True) for x in params0)
+    opt = torch.optim.Adam([W, b, V], lr=a.lr)
+    metrics = optimize(a, rank, world, B, [W, b, V], opt, torch.device("cpu"),
+                       lambda mine, total_weight: batch_loss(W, b, V, B, mine, total_weight, a))
     if rank == 0:
         out = dict(wfile)
         out["W"] = W.detach().numpy().tolist()
         out["b"] = b.detach().numpy().tolist()
+        if "vision" in out:
+            out["vision"] = dict(out["vision"], V=V.detach().numpy().tolist())
         write_json(a.weights_out, out)
         write_json(a.metrics_out, metrics)
         print(f"trainer: {json.dumps(metrics)}", flush=True)
@@ -583,27 +672,27 @@ def evaluate(a, rank, world):
     respect to every completion token's log pi_theta and to W and b, and the
     clip fractions, computed by the code that trains and without a step.
     The golden test in trainer_test.go compares it with internal/rl.PPOLoss."""
-    wfile, _, _, B = prepare(a)
-    tfile, Wt, bt = load_weights(a.weights_theta or a.weights_in)
-    if tfile["vocab"] != wfile["vocab"] or tfile["actions"] != wfile["actions"]:
-        raise InputError(f"weights {a.weights_theta}: vocab or actions differ from {a.weights_in}")
-    W = torch.tensor(Wt, requires_grad=True)
-    b = torch.tensor(bt, requires_grad=True)
+    wfile, _, B = prepare(a)
+    tfile, Wt, bt, Vt = load_weights(a.weights_theta or a.weights_in)
+    if tfile["vocab"] != wfile["vocab"] or tfile["actions"] != wfile["actions"] or tfile.get("vision", {}).get("bands") != wfile.get("vision", {}).get("bands"):
+        raise InputError(f"weights {a.weights_theta}: vocab, actions or vision bands differ from {a.weights_in}")
+    W, b, V = (torch.tensor(x, requires_grad=True) for x in (Wt, bt, Vt))
     mine = np.arange(len(B["adv"]))[rank::world]
     grad_tok = torch.zeros(len(B["roll"]), dtype=torch.float64)
     stats = torch.zeros(3, dtype=torch.float64)  # loss, clipped, dual
     if len(mine):
-        loss, lp, tok, _, clip, dual = batch_loss(W, b, B, mine, B["weight"].sum(), a)
+        loss, lp, tok, _, clip, dual = batch_loss(W, b, V, B, mine, B["weight"].sum(), a)
         lp.retain_grad()
         loss.backward()
         grad_tok[torch.from_numpy(tok)] = lp.grad
         stats += torch.tensor([loss.item(), float(clip.sum()), float(dual.sum())], dtype=torch.float64)
-    grads = [grad_tok, stats] + [p.grad if p.grad is not None else torch.zeros_like(p) for p in (W, b)]
+    grads = [grad_tok, stats] + [p.grad if p.grad is not None else torch.zeros_like(p) for p in (W, b, V)]
     if world > 1:
         for g in grads:
             dist.all_reduce(g)
     if rank == 0:
-        write_eval(a, B, stats, grad_tok, world, grad_W=grads[2].tolist(), grad_b=grads[3].tolist())
+        write_eval(a, B, stats, grad_tok, world, grad_W=grads[2].tolist(), grad_b=grads[3].tolist(),
+                   grad_V=grads[4].tolist(), logp_old=B["old_tok"].tolist())
 
 
 # ---------------------------------------------------------------------------
@@ -755,7 +844,7 @@ def load_rgb(path):
         return im.convert("RGB")
 
 
-def image_runs(ids, token):
+def token_runs(ids, token):
     """Lengths of the maximal runs of token in ids, in order."""
     hit = np.concatenate([[False], ids == token, [False]])
     edges = np.flatnonzero(np.diff(hit.astype(np.int8)))
@@ -804,7 +893,7 @@ def hf_vision(a, arr, n, model, prompts):
             if name not in counts:
                 feat = ip(images=[load_rgb(files[name])], return_tensors="pt")
                 counts[name] = int(torch.as_tensor(feat["image_grid_thw"])[0].prod()) // merge ** 2
-        runs, want = image_runs(prompts[i], token), [counts[x] for x in names[i]]
+        runs, want = token_runs(prompts[i], token), [counts[x] for x in names[i]]
         if runs == want:
             continue
         if len(runs) != len(want):

@@ -31,7 +31,7 @@ func firstPrompt(t *testing.T, p *policy.Policy, task, seed int) []int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prompt, err := p.Render([]policy.Message{{Role: "system", Content: env.SystemPrompt}, {Role: "user", Content: e.Instruction()}}, episode.Tools())
+	prompt, _, err := p.Render([]policy.Message{{Role: "system", Content: env.SystemPrompt}, {Role: "user", Content: e.Instruction()}}, episode.Tools())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,15 +185,16 @@ func TestTrainerDistributed(t *testing.T) {
 	}
 	rng := rand.New(rand.NewPCG(5, 5))
 	var batch []sample
+	dir := t.TempDir()
+	images := filepath.Join(dir, "images") // runTrainer passes it
 	for task := range env.NumTasks() {
 		e, _ := env.New(task, 11+task)
 		pl := &episode.Local{Policy: p, Rand: rng}
 		out, _ := episode.Run(context.Background(), pl, e, env.DefaultMaxTurns)
 		for _, c := range pl.Calls {
-			batch = append(batch, sample{c.Prompt, c.Completion, c.Logprobs, out.Reward - 0.4, 1 / float64(len(pl.Calls)), nil})
+			batch = append(batch, sample{c.Prompt, c.Completion, c.Logprobs, out.Reward - 0.4, 1 / float64(len(pl.Calls)), storeImages(t, images, c.Images)})
 		}
 	}
-	dir := t.TempDir()
 	path := filepath.Join(dir, "batch.npz")
 	if err := writeBatch(path, batch); err != nil {
 		t.Fatal(err)
@@ -289,12 +290,12 @@ type evalResult struct {
 func runEval(t *testing.T, nproc int, batch, old, theta string) evalResult {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "eval.json")
-	cmd := exec.Command(python, "torchrun.py",
+	cmd := exec.Command(python, append([]string{"torchrun.py",
 		"--nnodes", "1", "--nproc_per_node", strconv.Itoa(nproc),
 		"--rdzv_backend", "c10d", "--rdzv_endpoint", fmt.Sprintf("127.0.0.1:%d", itest.Port(t)),
 		"--monitor_interval", "0.2",
 		"trainer.py", "--batch", batch, "--weights-in", old, "--weights-theta", theta, "--eval-out", out,
-		"--clip-low", "0.2", "--clip-high", "0.28", "--dual-clip", "3.0", "--is-cap", "2.0")
+		"--clip-low", "0.2", "--clip-high", "0.28", "--dual-clip", "3.0", "--is-cap", "2.0"}, imagesNextTo(batch)...)...)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("trainer --eval-out: %v\n%s", err, b)
 	}
@@ -328,6 +329,8 @@ func TestTrainerGolden(t *testing.T) {
 	f32 := func(x float64) float64 { return float64(float32(x)) } // as batch.npz stores it
 	advs := []float64{0.6, -0.6, 1, -1, -0.4, 0.25, 0}
 	var batch []sample
+	dir := t.TempDir()
+	images := filepath.Join(dir, "images") // runEval passes it
 	for task := range env.NumTasks() {
 		e, _ := env.New(task, 3+task)
 		pl := &episode.Local{Policy: p, Rand: rng}
@@ -340,7 +343,7 @@ func TestTrainerGolden(t *testing.T) {
 			for k, lp := range c.Logprobs {
 				lps[k] = f32(lp + 2.4*(rng.Float64()-0.5))
 			}
-			batch = append(batch, sample{c.Prompt, c.Completion, lps, f32(adv), f32(1 / float64(len(pl.Calls))), nil})
+			batch = append(batch, sample{c.Prompt, c.Completion, lps, f32(adv), f32(1 / float64(len(pl.Calls))), storeImages(t, images, c.Images)})
 		}
 	}
 	// A longer completion, so mean_t runs over different token counts.
@@ -380,7 +383,6 @@ func TestTrainerGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
 	batchPath, thetaPath := filepath.Join(dir, "batch.npz"), filepath.Join(dir, "theta.json")
 	if err := writeBatch(batchPath, batch); err != nil {
 		t.Fatal(err)

@@ -5,11 +5,13 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/roundhouse-rl/roundhouse/internal/itest"
 	"github.com/roundhouse-rl/roundhouse/internal/spool"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
+	"github.com/roundhouse-rl/roundhouse/internal/weights"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 )
 
@@ -85,5 +87,40 @@ func TestRecoverOrphansSkipsCompletedTries(t *testing.T) {
 	}
 	if left, _ := next.Orphans(); len(left) != 0 {
 		t.Errorf("spool still holds %d tries", len(left))
+	}
+}
+
+// A vision-language harness's weights without preprocessor_config.json are
+// refused before the model server starts: its command never runs.
+func TestAcquireRefusesVLMWithoutProcessor(t *testing.T) {
+	stack := itest.Start(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	w := filepath.Join(dir, "w0")
+	os.Mkdir(w, 0o755)
+	for _, f := range []string{"config.json", "model.safetensors", "tokenizer.json"} {
+		os.WriteFile(filepath.Join(w, f), []byte("{}"), 0o644)
+	}
+	files, err := weights.Dir(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := weights.Publish(ctx, stack.Store, schemas.Layout{Run: "vlm"}.Weights("w0"), files, schemas.WeightsManifest{WeightsID: "w0"}); err != nil {
+		t.Fatal(err)
+	}
+	marker := filepath.Join(dir, "started")
+	hr := schemas.Harness{Name: "vlm", Dir: dir, Digest: "d"}
+	hr.Model.Vision = true
+	hr.Model.Command = []string{"sh", "-c", "touch " + marker + "; sleep 30"}
+	h := &Host{Store: stack.Store, WorkDir: dir}
+	_, release, err := h.Acquire(ctx, hr, "vlm", "w0")
+	if release != nil {
+		release()
+	}
+	if err == nil || !strings.Contains(err.Error(), weights.ProcessorFile) || !strings.Contains(err.Error(), "runs/vlm/weights/w0") {
+		t.Fatalf("want the missing processor named, got %v", err)
+	}
+	if _, serr := os.Stat(marker); serr == nil {
+		t.Error("the model server started on weights without a processor")
 	}
 }

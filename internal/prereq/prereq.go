@@ -35,25 +35,39 @@ type Need struct {
 // seconds on a cold cache, never minutes.
 const checkTimeout = 60 * time.Second
 
+// packages names the Debian and pip packages of a module whose names are
+// not python3-<module> and <module>.
+var packages = map[string]struct{ debian, pip string }{
+	"PIL": {"python3-pil", "pillow"},
+}
+
 // Python needs interpreter python to import the given modules.
 func Python(python, forWhom string, modules ...string) Need {
+	list := strings.Join(modules, " and ")
+	if len(modules) > 2 {
+		list = strings.Join(modules[:len(modules)-1], ", ") + " and " + modules[len(modules)-1]
+	}
 	n := Need{
-		Name: fmt.Sprintf("Python at %s with %s", python, strings.Join(modules, " and ")),
+		Name: fmt.Sprintf("Python at %s with %s", python, list),
 		For:  forWhom,
 		Check: func(ctx context.Context) error {
 			return importCheck(ctx, python, modules)
 		},
 	}
-	var debian []string // Debian names its Python modules python3-<module>
+	var debian, pip []string // Debian names most Python modules python3-<module>
 	for _, m := range modules {
-		debian = append(debian, "python3-"+m)
+		d, p := "python3-"+m, m
+		if k, ok := packages[m]; ok {
+			d, p = k.debian, k.pip
+		}
+		debian, pip = append(debian, d), append(pip, p)
 	}
 	if python == DebianPython {
 		n.Debian = debian
 	} else {
 		// Someone else's interpreter: apt would install into the wrong one.
 		n.Fix = fmt.Sprintf("%s -m pip install %s  (or use Debian's: --var python=%s after `sudo apt-get install %s`)",
-			python, strings.Join(modules, " "), DebianPython, strings.Join(debian, " "))
+			python, strings.Join(pip, " "), DebianPython, strings.Join(debian, " "))
 	}
 	return n
 }

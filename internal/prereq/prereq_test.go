@@ -42,10 +42,10 @@ func TestMissingNamesCauseAndFix(t *testing.T) {
 }
 
 func TestDebianPythonFixIsApt(t *testing.T) {
-	n := Python(DebianPython, "the trainer", "torch", "numpy")
+	n := Python(DebianPython, "the trainer", "torch", "numpy", "PIL")
 	n.Check = func(context.Context) error { return errors.New("No module named 'torch'") }
 	msg := Ensure(context.Background(), []Need{n, Command("no-such-program-xyz", "a test", "xyz-pkg")}, Options{Out: io.Discard}).Error()
-	if !strings.Contains(msg, "apt-get install python3-torch python3-numpy xyz-pkg") {
+	if !strings.Contains(msg, "apt-get install python3-torch python3-numpy python3-pil xyz-pkg") || !strings.Contains(msg, "with torch, numpy and PIL") {
 		t.Errorf("want one apt-get line with every package:\n%s", msg)
 	}
 }

@@ -90,14 +90,27 @@ func (c Counts) String() string {
 type RoundSuccess struct {
 	Round      int32
 	Train, Val Counts
+	// By task suite (the harness's tasks[].suite), for runs that mix them.
+	TrainBySuite, ValBySuite map[string]Counts
 }
 
 // successRow is the part of schemas.Episode the chart needs: ScanTable
 // decodes only these columns.
 type successRow struct {
 	EpisodeID string `parquet:"episode_id"`
+	Suite     string `parquet:"suite"`
 	Success   bool   `parquet:"success"`
 	Valid     bool   `parquet:"valid"`
+}
+
+func (c *Counts) add(r successRow) {
+	c.Episodes++
+	if r.Valid {
+		c.Valid++
+		if r.Success {
+			c.Successes++
+		}
+	}
 }
 
 // Success counts successes per round and phase from the run's episode
@@ -126,19 +139,19 @@ func Success(ctx context.Context, s *store.Store, run string) ([]RoundSuccess, e
 			rs = &RoundSuccess{Round: round}
 			byRound[round] = rs
 		}
-		c := &rs.Train
+		c, by := &rs.Train, &rs.TrainBySuite
 		if phase == schemas.PhaseVal {
-			c = &rs.Val
+			c, by = &rs.Val, &rs.ValBySuite
+		}
+		if *by == nil {
+			*by = map[string]Counts{}
 		}
 		err := store.ScanTable(ctx, s, dir, func(r successRow) string { return r.EpisodeID }, nil, func(rows []successRow) error {
 			for _, r := range rows {
-				c.Episodes++
-				if r.Valid {
-					c.Valid++
-					if r.Success {
-						c.Successes++
-					}
-				}
+				c.add(r)
+				sc := (*by)[r.Suite]
+				sc.add(r)
+				(*by)[r.Suite] = sc
 			}
 			return nil
 		})

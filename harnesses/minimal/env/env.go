@@ -18,6 +18,7 @@ package env
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -77,12 +78,22 @@ var where = [...]string{
 type State struct {
 	DrawerOpen, CabinetOpen bool
 	Cube, Bowl              loc
+	// Marked is the container (drawer or cabinet) painted red in the
+	// camera image of the vision task; table (zero) elsewhere. No text
+	// names it: observations describe the visible state only.
+	Marked loc
 }
+
+// visible is what the text observations can tell apart.
+func (s State) visible() State { s.Marked = table; return s }
 
 type task struct {
 	name     string
 	goal     func(State) bool
 	variants []State
+	// camera: every request of the episode carries the camera image
+	// (Image), the only place the marked container shows.
+	camera bool
 }
 
 var closed = State{Cube: table, Bowl: table}
@@ -99,31 +110,43 @@ var tasks = []task{
 		with(func(s *State) { s.DrawerOpen = true }),
 		with(func(s *State) { s.Cube = plate }),
 		with(func(s *State) { s.Cube, s.DrawerOpen = plate, true }),
-	}},
+	}, false},
 	{"put the cube in the drawer and close the drawer", func(s State) bool { return s.Cube == drawer && !s.DrawerOpen }, []State{
 		closed,
 		with(func(s *State) { s.DrawerOpen = true }),
-	}},
+	}, false},
 	{"put the bowl on the plate", func(s State) bool { return s.Bowl == plate }, []State{
 		closed,
 		with(func(s *State) { s.Bowl = cabinet }),
 		with(func(s *State) { s.Bowl, s.CabinetOpen = cabinet, true }),
-	}},
+	}, false},
 	{"put the bowl in the cabinet", func(s State) bool { return s.Bowl == cabinet }, []State{
 		closed,
 		with(func(s *State) { s.CabinetOpen = true }),
 		with(func(s *State) { s.Bowl = plate }),
-	}},
+	}, false},
 	{"put the cube in the cabinet and close the cabinet", func(s State) bool { return s.Cube == cabinet && !s.CabinetOpen }, []State{
 		closed,
 		with(func(s *State) { s.CabinetOpen = true }),
-	}},
+	}, false},
 	{"put the cube on the plate", func(s State) bool { return s.Cube == plate }, []State{
 		closed,
 		with(func(s *State) { s.Cube = drawer }),
 		with(func(s *State) { s.Cube, s.DrawerOpen = drawer, true }),
-	}},
+	}, false},
+	// The vision task: which container is right exists only in the image.
+	// The unmarked one has no bottom: the cube falls through and breaks, so
+	// guessing caps success at one half.
+	{"put the cube in the marked container", func(s State) bool { return s.Cube == s.Marked }, []State{
+		with(func(s *State) { s.Marked, s.DrawerOpen, s.CabinetOpen = drawer, true, true }),
+		with(func(s *State) { s.Marked, s.DrawerOpen, s.CabinetOpen = cabinet, true, true }),
+		with(func(s *State) { s.Marked = drawer }),
+		with(func(s *State) { s.Marked = cabinet }),
+	}, true},
 }
+
+// Camera reports whether task i's episodes send the camera image.
+func Camera(i int) bool { return tasks[i].camera }
 
 // NumTasks is the number of tasks; tasks are numbered from 0.
 func NumTasks() int { return len(tasks) }
@@ -172,6 +195,9 @@ func step(s State, skill string) (State, string) {
 		if obj == nil {
 			return "nothing happened: the gripper is empty."
 		}
+		if ok && s.Marked != table && (to == drawer || to == cabinet) && to != s.Marked {
+			ok, why = false, "that is not the marked container"
+		}
 		if !ok {
 			*obj = floor
 			return fmt.Sprintf("%s: the %s fell to the floor and broke.", why, name)
@@ -205,18 +231,29 @@ func step(s State, skill string) (State, string) {
 	return s, msg
 }
 
-// situations numbers the reachable states of each task in breadth-first
-// order from its initial states, which makes the tokens deterministic.
+// situations maps the reachable states of each task to their situation
+// numbers, given in breadth-first order from its initial states, which
+// makes the tokens deterministic. States that differ only in what the text
+// cannot show (the marked container) share a number.
 var situations = func() []map[State]int {
 	out := make([]map[State]int, len(tasks))
 	for i, t := range tasks {
-		seen := map[State]int{}
-		queue := []State{}
-		for _, v := range t.variants {
-			if _, ok := seen[v]; !ok {
-				seen[v] = len(seen)
-				queue = append(queue, v)
+		seen, ids := map[State]int{}, map[State]int{}
+		var queue []State
+		add := func(s State) {
+			if _, ok := seen[s]; ok {
+				return
 			}
+			id, ok := ids[s.visible()]
+			if !ok {
+				id = len(ids)
+				ids[s.visible()] = id
+			}
+			seen[s] = id
+			queue = append(queue, s)
+		}
+		for _, v := range t.variants {
+			add(v)
 		}
 		for len(queue) > 0 {
 			s := queue[0]
@@ -226,10 +263,7 @@ var situations = func() []map[State]int {
 			}
 			for _, sk := range Skills[:len(Skills)-1] {
 				n, _ := step(s, sk.Name)
-				if _, ok := seen[n]; !ok {
-					seen[n] = len(seen)
-					queue = append(queue, n)
-				}
+				add(n)
 			}
 		}
 		out[i] = seen
@@ -283,7 +317,19 @@ func (e *Env) State() State { return e.state }
 
 // Instruction is the user message that opens the episode.
 func (e *Env) Instruction() string {
+	if tasks[e.task].camera {
+		return fmt.Sprintf("task: %s. the camera image shows it in red. %s", tasks[e.task].name, describe(e.task, e.state))
+	}
 	return fmt.Sprintf("task: %s. %s", tasks[e.task].name, describe(e.task, e.state))
+}
+
+// Image is the camera image (PNG) the episode's requests carry, nil for
+// tasks without a camera.
+func (e *Env) Image() []byte {
+	if !tasks[e.task].camera {
+		return nil
+	}
+	return render(e.state)
 }
 
 // Terminated reports whether the goal state was reached.
@@ -363,12 +409,19 @@ func Best(task int, s State) []string {
 }
 
 // States lists the states of task the episode can reach, in situation-token
-// order.
+// order (states sharing a token, which differ in the marked container
+// only, ordered by it).
 func States(task int) []State {
-	out := make([]State, len(situations[task]))
-	for s, i := range situations[task] {
-		out[i] = s
+	out := make([]State, 0, len(situations[task]))
+	for s := range situations[task] {
+		out = append(out, s)
 	}
+	slices.SortFunc(out, func(a, b State) int {
+		if d := situations[task][a] - situations[task][b]; d != 0 {
+			return d
+		}
+		return int(a.Marked) - int(b.Marked)
+	})
 	return out
 }
 
@@ -381,6 +434,7 @@ func Texts() []string {
 	for _, sk := range Skills {
 		out = append(out, sk.Name, sk.Description)
 	}
+	out = append(out, "the camera image shows it in red.")
 	for i, t := range tasks {
 		out = append(out, "task: "+t.name+".")
 		for s := range situations[i] {

@@ -93,14 +93,15 @@ func TestNoOpsAndIrreversibleFailures(t *testing.T) {
 	}
 }
 
-// TestSituations checks the situation token names (task, state) one to one
-// and appears in every observation.
+// TestSituations checks the situation token names (task, visible state)
+// one to one — states differing only in the marked container share it, so
+// no text tells them apart — and appears in every observation.
 func TestSituations(t *testing.T) {
 	for task := range NumTasks() {
 		seen := map[string]State{}
 		for _, s := range States(task) {
 			tok := Situation(task, s)
-			if prev, dup := seen[tok]; dup {
+			if prev, dup := seen[tok]; dup && prev.visible() != s.visible() {
 				t.Fatalf("%s names both %+v and %+v", tok, prev, s)
 			}
 			seen[tok] = s
@@ -109,5 +110,51 @@ func TestSituations(t *testing.T) {
 		if r := e.Step("pick_bowl"); !strings.Contains(r.Text, "situation "+Situation(task, e.State())+".") {
 			t.Errorf("result %q lacks its situation token", r.Text)
 		}
+	}
+}
+
+// TestVisionTask: the marked container shows in the camera image and
+// nowhere in the text; placing into the other one breaks the cube.
+func TestVisionTask(t *testing.T) {
+	const task = 6
+	if !Camera(task) || Camera(0) {
+		t.Fatal("only the vision task has a camera")
+	}
+	images := map[loc]map[string]bool{drawer: {}, cabinet: {}}
+	for seed := 11; seed <= 49; seed++ {
+		e, _ := New(task, seed)
+		m := e.State().Marked
+		if images[m] == nil {
+			t.Fatalf("seed %d marks %v", seed, m)
+		}
+		images[m][string(e.Image())] = true
+	}
+	for img := range images[drawer] {
+		if images[cabinet][img] {
+			t.Error("the same camera image shows either container marked")
+		}
+	}
+	if len(images[drawer]) == 0 || len(images[cabinet]) == 0 {
+		t.Fatalf("init ids 11-49 do not mark both containers: %v", images)
+	}
+	for _, v := range tasks[task].variants {
+		w := v
+		w.Marked = drawer + cabinet - v.Marked
+		if describe(task, v) != describe(task, w) {
+			t.Errorf("the text tells the marked container: %q vs %q", describe(task, v), describe(task, w))
+		}
+	}
+	e := &Env{task: task, state: with(func(s *State) { s.Marked, s.DrawerOpen, s.CabinetOpen = drawer, true, true })}
+	e.Step("pick_cube")
+	if r := e.Step("place_in_cabinet"); !strings.Contains(r.Text, "not the marked container") || e.State().Cube != floor || r.Terminated {
+		t.Fatalf("placing into the unmarked cabinet: %+v", r)
+	}
+	e = &Env{task: task, state: with(func(s *State) { s.Marked, s.DrawerOpen, s.CabinetOpen = drawer, true, true })}
+	e.Step("pick_cube")
+	if r := e.Step("place_in_drawer"); !r.Terminated {
+		t.Fatalf("placing into the marked drawer: %+v", r)
+	}
+	if Image := (&Env{task: 0}).Image(); Image != nil {
+		t.Error("a task without a camera sends an image")
 	}
 }

@@ -56,16 +56,24 @@ func Tools() []policy.Tool {
 	return out
 }
 
+// FirstUser is the message that opens the episode: the instruction, with
+// the camera image for tasks that have one. The chat keeps it, so every
+// later request sends the image again (stored once, by content).
+func FirstUser(e *env.Env) policy.Message {
+	m := policy.Message{Role: "user", Content: e.Instruction()}
+	if png := e.Image(); png != nil {
+		m.Images = []string{policy.ImageURL(png)}
+	}
+	return m
+}
+
 // Run plays one episode of e with at most maxTurns model calls. It returns
 // the outcome and the transcript. A planner error ends the episode with
 // termination model_error; it is reported in the outcome, not as an error,
 // because the transcript up to that point is still worth writing.
 func Run(ctx context.Context, pl Planner, e *env.Env, maxTurns int) (Outcome, []policy.Message) {
 	tools := Tools()
-	msgs := []policy.Message{
-		{Role: "system", Content: env.SystemPrompt},
-		{Role: "user", Content: e.Instruction()},
-	}
+	msgs := []policy.Message{{Role: "system", Content: env.SystemPrompt}, FirstUser(e)}
 	var out Outcome
 	end := func(reason string) (Outcome, []policy.Message) {
 		out.Termination = reason

@@ -21,6 +21,7 @@ type Call struct {
 	Prompt     []int
 	Completion []int
 	Logprobs   []float64
+	Images     []string // the request's image URLs, in prompt order
 }
 
 // Local samples from a policy in process (temperature 1) and records every
@@ -33,12 +34,16 @@ type Local struct {
 
 // Complete renders the chat, samples an action and returns it as a tool call.
 func (l *Local) Complete(_ context.Context, msgs []policy.Message, tools []policy.Tool) (policy.Message, error) {
-	prompt, err := l.Policy.Render(msgs, tools)
+	prompt, images, err := l.Policy.Render(msgs, tools)
 	if err != nil {
 		return policy.Message{}, err
 	}
-	c := l.Policy.Sample(prompt, 1, -1, l.Rand)
-	l.Calls = append(l.Calls, Call{Prompt: prompt, Completion: c.IDs, Logprobs: c.Logprobs})
+	c := l.Policy.Sample(prompt, 1, -1, l.Rand, images...)
+	var urls []string
+	for _, m := range msgs {
+		urls = append(urls, m.Images...)
+	}
+	l.Calls = append(l.Calls, Call{Prompt: prompt, Completion: c.IDs, Logprobs: c.Logprobs, Images: urls})
 	return policy.Message{Role: "assistant", ToolCalls: []policy.ToolCall{{
 		ID:       fmt.Sprintf("chatcmpl-tool-%016x", l.Rand.Uint64()),
 		Type:     "function",
@@ -123,6 +128,15 @@ func SuccessProb(p *policy.Policy, task, seed, maxTurns int) (float64, error) {
 	}
 	memo := map[key]float64{}
 	dists := map[string][]float64{} // log π per last message
+	// The camera image is the same all episode: its features join every
+	// decision (the policy reads the prompt's last image).
+	var images [][]float64
+	if first := FirstUser(e); len(first.Images) > 0 {
+		var err error
+		if _, images, err = p.Render([]policy.Message{first}, nil); err != nil {
+			return 0, err
+		}
+	}
 	var value func(e *env.Env, last policy.Message, left int) (float64, error)
 	value = func(e *env.Env, last policy.Message, left int) (float64, error) {
 		if left == 0 {
@@ -137,11 +151,11 @@ func SuccessProb(p *policy.Policy, task, seed, maxTurns int) (float64, error) {
 		if !ok {
 			// The features are the last message and the generation prompt,
 			// so the earlier turns need not be rendered.
-			prompt, err := p.Render([]policy.Message{last}, nil)
+			prompt, _, err := p.Render([]policy.Message{{Role: last.Role, Content: last.Content}}, nil)
 			if err != nil {
 				return 0, err
 			}
-			dist = p.LogProbs(prompt)
+			dist = p.LogProbs(prompt, images...)
 			dists[text] = dist
 		}
 		var v float64
@@ -165,5 +179,5 @@ func SuccessProb(p *policy.Policy, task, seed, maxTurns int) (float64, error) {
 		memo[k] = v
 		return v, nil
 	}
-	return value(e, policy.Message{Role: "user", Content: e.Instruction()}, maxTurns)
+	return value(e, FirstUser(e), maxTurns)
 }

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"regexp"
 	"strings"
@@ -20,12 +21,27 @@ const (
 // Specials lists the special tokens every vocabulary starts with.
 var Specials = []string{Unk, ImStart, ImEnd, ToolsOpen, ToolsClose}
 
+// Image placeholder tokens, as Qwen2-VL's tokenizer spells them: an image
+// renders as <|vision_start|>, one <|image_pad|> per patch, <|vision_end|>
+// (vLLM returns prompt token ids with the pads expanded the same way). Only
+// weights with a vision section need them.
+const (
+	VisionStart = "<|vision_start|>"
+	ImagePad    = "<|image_pad|>"
+	VisionEnd   = "<|vision_end|>"
+)
+
+// VisionSpecials are the tokens a vision-capable vocabulary adds.
+var VisionSpecials = []string{VisionStart, ImagePad, VisionEnd}
+
 // Message is an OpenAI chat message. Content is the text; on the wire it is a
-// string, null, or an array of {"type":"text","text":…} parts (joined with a
-// space here).
+// string, null, or an array of parts: {"type":"text","text":…} parts are
+// joined with a space into Content, {"type":"image_url","image_url":{"url":…}}
+// parts are Images, in order. Images render after the text.
 type Message struct {
 	Role       string
 	Content    string
+	Images     []string // image URLs (data:image/png;base64,… for the toy)
 	ToolCalls  []ToolCall
 	ToolCallID string
 	Name       string
@@ -69,6 +85,21 @@ type wireMessage struct {
 // calls tools, as OpenAI and vLLM do, and as a string otherwise.
 func (m Message) MarshalJSON() ([]byte, error) {
 	w := wireMessage{Role: m.Role, ToolCalls: m.ToolCalls, ToolCallID: m.ToolCallID, Name: m.Name}
+	if len(m.Images) > 0 {
+		var parts []any
+		if m.Content != "" {
+			parts = append(parts, map[string]string{"type": "text", "text": m.Content})
+		}
+		for _, u := range m.Images {
+			parts = append(parts, map[string]any{"type": "image_url", "image_url": map[string]string{"url": u}})
+		}
+		b, err := json.Marshal(parts)
+		if err != nil {
+			return nil, err
+		}
+		w.Content = b
+		return json.Marshal(w)
+	}
 	if m.Content == "" && len(m.ToolCalls) > 0 {
 		w.Content = json.RawMessage("null")
 	} else {
@@ -95,16 +126,22 @@ func (m *Message) UnmarshalJSON(b []byte) error {
 		return json.Unmarshal(w.Content, &m.Content)
 	case c[0] == '[':
 		var parts []struct {
-			Type string `json:"type"`
-			Text string `json:"text"`
+			Type     string `json:"type"`
+			Text     string `json:"text"`
+			ImageURL struct {
+				URL string `json:"url"`
+			} `json:"image_url"`
 		}
 		if err := json.Unmarshal(w.Content, &parts); err != nil {
 			return fmt.Errorf("content parts: %w", err)
 		}
 		var texts []string
 		for _, p := range parts {
-			if p.Type == "text" {
+			switch p.Type {
+			case "text":
 				texts = append(texts, p.Text)
+			case "image_url":
+				m.Images = append(m.Images, p.ImageURL.URL)
 			}
 		}
 		m.Content = strings.Join(texts, " ")
@@ -138,9 +175,14 @@ func (p *Policy) Encode(text string) []int {
 }
 
 // Render applies the chat template to messages and tools and appends the
-// generation prompt. Every message renders on its own as
+// generation prompt. It returns the token ids and, per image in prompt
+// order, its features (ImageFeatures). Every message renders on its own as
 //
-//	<|im_start|> role content-words <|im_end|>
+//	<|im_start|> role content-words images <|im_end|>
+//
+// where each image is <|vision_start|> <|image_pad|>×patches <|vision_end|>
+// (Patches); weights without a vision section refuse images, as a
+// text-only model server does.
 //
 // The system turn (first, or synthesised when tools are given) also lists
 // the tools between <tools> and </tools> (name and description words). An
@@ -148,8 +190,28 @@ func (p *Policy) Encode(text string) []int {
 // by the function name and, unless they are empty or "{}", the argument
 // words; so a prompt plus the completion [name, <|im_end|>] is a prefix of
 // the next prompt. The generation prompt is "<|im_start|> assistant".
-func (p *Policy) Render(msgs []Message, tools []Tool) ([]int, error) {
+func (p *Policy) Render(msgs []Message, tools []Tool) ([]int, [][]float64, error) {
 	var out []int
+	var feats [][]float64
+	images := func(i int, m Message) ([]int, error) {
+		var ids []int
+		for j, u := range m.Images {
+			img, err := DecodeImageURL(u)
+			if err != nil {
+				return nil, fmt.Errorf("message %d image %d: %w", i, j, err)
+			}
+			if p.Vision == nil {
+				return nil, fmt.Errorf("message %d image %d: this model reads no images (its weights have no vision section)", i, j)
+			}
+			ids = append(ids, p.index[VisionStart])
+			for range p.Patches(img.Bounds().Dx(), img.Bounds().Dy()) {
+				ids = append(ids, p.index[ImagePad])
+			}
+			ids = append(ids, p.index[VisionEnd])
+			feats = append(feats, p.ImageFeatures(img))
+		}
+		return ids, nil
+	}
 	turn := func(role string, body ...[]int) {
 		out = append(out, p.imStart)
 		out = append(out, p.Encode(role)...)
@@ -162,6 +224,9 @@ func (p *Policy) Render(msgs []Message, tools []Tool) ([]int, error) {
 	if (len(msgs) > 0 && msgs[0].Role == "system") || len(tools) > 0 {
 		var sys []int
 		if len(msgs) > 0 && msgs[0].Role == "system" {
+			if len(msgs[0].Images) > 0 {
+				return nil, nil, errors.New("message 0: the system message cannot carry images")
+			}
 			sys = p.Encode(msgs[0].Content)
 			rest = msgs[1:]
 		}
@@ -177,9 +242,13 @@ func (p *Policy) Render(msgs []Message, tools []Tool) ([]int, error) {
 		turn("system", sys, tl)
 	}
 	for i, m := range rest {
+		img, err := images(i, m)
+		if err != nil {
+			return nil, nil, err
+		}
 		switch m.Role {
 		case "system", "user", "tool":
-			turn(m.Role, p.Encode(m.Content))
+			turn(m.Role, p.Encode(m.Content), img)
 		case "assistant":
 			body := p.Encode(m.Content)
 			for _, tc := range m.ToolCalls {
@@ -188,12 +257,12 @@ func (p *Policy) Render(msgs []Message, tools []Tool) ([]int, error) {
 					body = append(body, p.Encode(a)...)
 				}
 			}
-			turn("assistant", body)
+			turn("assistant", append(body, img...))
 		default:
-			return nil, fmt.Errorf("message %d: unknown role %q", i, m.Role)
+			return nil, nil, fmt.Errorf("message %d: unknown role %q", i, m.Role)
 		}
 	}
 	out = append(out, p.imStart)
 	out = append(out, p.Encode("assistant")...)
-	return out, nil
+	return out, feats, nil
 }

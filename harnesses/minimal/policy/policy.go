@@ -9,7 +9,10 @@
 //     fewer than two). Because every prompt ends with the generation prompt
 //     "<|im_start|> assistant", these are the tokens of the last message
 //     plus the generation prompt.
-//   - logits[a] = b[a] + Σ_{f ∈ features} W[f][a] over the K action tokens.
+//   - logits[a] = b[a] + Σ_{f ∈ features} W[f][a] over the K action tokens,
+//     plus, for weights with a vision section and a prompt with images,
+//     Σ_k img_k·V[k][a] over the features of the prompt's last image
+//     (image.go: pixels in, band redness out, V trainable).
 //   - Completion token ids = [action, <|im_end|>]. The action is sampled from
 //     softmax(logits / temperature); its recorded logprob is log softmax of
 //     the temperature-1 logits (vLLM's default raw logprobs). <|im_end|> is
@@ -41,6 +44,8 @@ type File struct {
 	// B is the bias per action, W the weight per (token id, action).
 	B []float64   `json:"b"`
 	W [][]float64 `json:"W"`
+	// Vision, when set, lets the model read images (image.go).
+	Vision *Vision `json:"vision,omitempty"`
 }
 
 // Policy is a loaded, validated model.
@@ -110,6 +115,16 @@ func New(f File) (*Policy, error) {
 			return nil, errors.New("policy: b is not finite")
 		}
 	}
+	if f.Vision != nil {
+		if err := f.Vision.check(len(f.Actions)); err != nil {
+			return nil, err
+		}
+		for _, w := range VisionSpecials {
+			if _, ok := p.index[w]; !ok {
+				return nil, fmt.Errorf("policy: a vision model's vocabulary lacks %q", w)
+			}
+		}
+	}
 	return p, nil
 }
 
@@ -153,6 +168,11 @@ func (p *Policy) Save(path string) error {
 		v    any
 	}{{"format", p.Format}, {"vocab", p.Vocab}, {"actions", p.Actions}, {"b", p.B}} {
 		if err := field(f.name, f.v, false); err != nil {
+			return err
+		}
+	}
+	if p.Vision != nil {
+		if err := field("vision", p.Vision, false); err != nil {
 			return err
 		}
 	}
@@ -224,8 +244,9 @@ func (p *Policy) Features(prompt []int) []int {
 	return slices.Compact(f)
 }
 
-// LogProbs returns log softmax of the logits over the actions for prompt.
-func (p *Policy) LogProbs(prompt []int) []float64 {
+// LogProbs returns log softmax of the logits over the actions for prompt,
+// whose images have the features images (Render's second result).
+func (p *Policy) LogProbs(prompt []int, images ...[]float64) []float64 {
 	z := slices.Clone(p.B)
 	for _, f := range p.Features(prompt) {
 		if f < 0 || f >= len(p.W) {
@@ -233,6 +254,13 @@ func (p *Policy) LogProbs(prompt []int) []float64 {
 		}
 		for a, w := range p.W[f] {
 			z[a] += w
+		}
+	}
+	if p.Vision != nil && len(images) > 0 {
+		for k, x := range images[len(images)-1] {
+			for a, v := range p.Vision.V[k] {
+				z[a] += x * v
+			}
 		}
 	}
 	return logSoftmax(z, 1)
@@ -264,10 +292,11 @@ type Completion struct {
 	Dist []float64
 }
 
-// Sample draws an action for prompt. temperature ≤ 0 is greedy. force ≥ 0
+// Sample draws an action for prompt (with its images' features).
+// temperature ≤ 0 is greedy. force ≥ 0
 // pins the action (a named tool_choice); its logprob is still the model's.
-func (p *Policy) Sample(prompt []int, temperature float64, force int, rng *rand.Rand) Completion {
-	lp := p.LogProbs(prompt)
+func (p *Policy) Sample(prompt []int, temperature float64, force int, rng *rand.Rand, images ...[]float64) Completion {
+	lp := p.LogProbs(prompt, images...)
 	a := force
 	switch {
 	case force >= 0:

@@ -1,7 +1,11 @@
 package policy
 
 import (
+	"bytes"
 	"encoding/json"
+	"image"
+	"image/color"
+	"image/png"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -63,7 +67,7 @@ func TestFeatures(t *testing.T) {
 
 func TestLogProbsAndSample(t *testing.T) {
 	p := tiny(t)
-	prompt, err := p.Render([]Message{{Role: "user", Content: "red light"}}, nil)
+	prompt, _, err := p.Render([]Message{{Role: "user", Content: "red light"}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +108,7 @@ func TestRenderPrefix(t *testing.T) {
 	p := tiny(t)
 	tools := []Tool{{Type: "function", Function: Function{Name: "go", Description: "go on green"}}}
 	msgs := []Message{{Role: "system", Content: "light"}, {Role: "user", Content: "green light"}}
-	prompt, err := p.Render(msgs, tools)
+	prompt, _, err := p.Render(msgs, tools)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,14 +116,14 @@ func TestRenderPrefix(t *testing.T) {
 	msgs = append(msgs,
 		Message{Role: "assistant", ToolCalls: []ToolCall{{ID: "x", Type: "function", Function: FunctionCall{Name: p.ActionName(c.Action), Arguments: "{}"}}}},
 		Message{Role: "tool", ToolCallID: "x", Content: "red light"})
-	next, err := p.Render(msgs, tools)
+	next, _, err := p.Render(msgs, tools)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(next[:len(prompt)+2], append(slices.Clone(prompt), c.IDs...)) {
 		t.Fatalf("prompt+completion is not a prefix of the next prompt")
 	}
-	if _, err := p.Render([]Message{{Role: "robot"}}, nil); err == nil {
+	if _, _, err := p.Render([]Message{{Role: "robot"}}, nil); err == nil {
 		t.Error("unknown role: want error")
 	}
 }
@@ -179,5 +183,70 @@ func TestSaveLoad(t *testing.T) {
 	}
 	if _, err := Load(path); err == nil {
 		t.Error("truncated file: want error")
+	}
+}
+
+// TestImages: an image renders as <|vision_start|>, one pad per patch,
+// <|vision_end|> after its message's words; its band features move the
+// logits through V; a model without a vision section refuses images; and
+// the JSON round trip keeps them as image_url parts.
+func TestImages(t *testing.T) {
+	p := tiny(t)
+	img := image.NewNRGBA(image.Rect(0, 0, 20, 9)) // 3×2 patches of 8
+	for y := 0; y < 3; y++ {                       // top band red, the rest black
+		for x := 0; x < 20; x++ {
+			img.SetNRGBA(x, y, color.NRGBA{255, 0, 0, 255})
+		}
+	}
+	var buf bytes.Buffer
+	if err := png.Encode(&buf, img); err != nil {
+		t.Fatal(err)
+	}
+	msg := Message{Role: "user", Content: "red light", Images: []string{ImageURL(buf.Bytes())}}
+	if _, _, err := p.Render([]Message{msg}, nil); err == nil || !strings.Contains(err.Error(), "reads no images") {
+		t.Fatalf("text-only model given an image: %v", err)
+	}
+
+	f := p.File
+	f.Vocab = slices.Concat(f.Vocab, VisionSpecials)
+	for range VisionSpecials {
+		f.W = append(f.W, []float64{0, 0})
+	}
+	f.Vision = &Vision{Patch: 8, Bands: 3, Scale: 1, V: [][]float64{{2, -1}, {0, 0}, {0, 0}}}
+	vp, err := New(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, feats, err := vp.Render([]Message{msg}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var words []string
+	for _, id := range ids {
+		words = append(words, vp.Token(id))
+	}
+	want := slices.Concat([]string{ImStart, "user", "red", "light", VisionStart}, slices.Repeat([]string{ImagePad}, 6),
+		[]string{VisionEnd, ImEnd, ImStart, "assistant"})
+	if !slices.Equal(words, want) {
+		t.Fatalf("rendered %v, want %v", words, want)
+	}
+	if len(feats) != 1 || math.Abs(feats[0][0]-1) > 1e-12 || feats[0][1] != 0 || feats[0][2] != 0 {
+		t.Fatalf("features %v, want [[1 0 0]] (top band fully red)", feats)
+	}
+	with, without := vp.LogProbs(ids, feats...), vp.LogProbs(ids)
+	if d := (with[0] - with[1]) - (without[0] - without[1]); math.Abs(d-3) > 1e-9 {
+		t.Errorf("the image moved the logit gap by %v, want V[0] difference 3", d)
+	}
+	b, err := json.Marshal(msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Message
+	if err := json.Unmarshal(b, &back); err != nil || !reflect.DeepEqual(back, msg) || !strings.Contains(string(b), `"type":"image_url"`) {
+		t.Fatalf("round trip %s → %+v (%v)", b, back, err)
+	}
+	bad := Message{Role: "user", Images: []string{"https://example.com/cam.png"}}
+	if _, _, err := vp.Render([]Message{bad}, nil); err == nil || !strings.Contains(err.Error(), "data:image") {
+		t.Errorf("a URL image: %v", err)
 	}
 }

@@ -121,6 +121,7 @@ type request struct {
 // plan is what one request asks for, checked.
 type plan struct {
 	prompt      []int
+	images      [][]float64 // features of the prompt's images, in order
 	temperature float64
 	force       int  // action index of a named tool_choice, else -1
 	callTools   bool // reply with a tool call (else content)
@@ -194,14 +195,14 @@ func (s *Server) parse(r *request) (plan, string, error) {
 		return pl, "tool_choice", fmt.Errorf("tool_choice %q needs tools", choice)
 	}
 	pl.callTools = len(r.Tools) > 0 && choice != "none"
-	prompt, err := s.p.Render(r.Messages, r.Tools)
+	prompt, images, err := s.p.Render(r.Messages, r.Tools)
 	if err != nil {
 		return pl, "messages", err
 	}
 	if len(prompt)+pl.maxTokens > MaxModelLen {
 		return pl, "messages", fmt.Errorf("this model's maximum context length is %d tokens; the messages have %d", MaxModelLen, len(prompt))
 	}
-	pl.prompt = prompt
+	pl.prompt, pl.images = prompt, images
 	if r.Seed != nil {
 		pl.rng = rand.New(rand.NewPCG(uint64(*r.Seed), 0))
 	}
@@ -210,11 +211,11 @@ func (s *Server) parse(r *request) (plan, string, error) {
 
 func (s *Server) sample(pl plan) policy.Completion {
 	if pl.rng != nil {
-		return s.p.Sample(pl.prompt, pl.temperature, pl.force, pl.rng)
+		return s.p.Sample(pl.prompt, pl.temperature, pl.force, pl.rng, pl.images...)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.p.Sample(pl.prompt, pl.temperature, pl.force, s.rng)
+	return s.p.Sample(pl.prompt, pl.temperature, pl.force, s.rng, pl.images...)
 }
 
 func (s *Server) chat(w http.ResponseWriter, r *http.Request) {

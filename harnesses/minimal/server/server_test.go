@@ -146,7 +146,7 @@ func TestCompletion(t *testing.T) {
 	if !strings.HasPrefix(out["id"].(string), "chatcmpl-") || out["object"] != "chat.completion" || out["model"] != "toy" {
 		t.Errorf("envelope: %v", out)
 	}
-	prompt, err := p.Render(msgs, episode.Tools())
+	prompt, _, err := p.Render(msgs, episode.Tools())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +229,7 @@ func actionOf(t *testing.T, out map[string]any) string {
 func TestSampling(t *testing.T) {
 	p, ts := setup(t)
 	_, msgs := chat(t, nil)
-	prompt, _ := p.Render(msgs, episode.Tools())
+	prompt, _, _ := p.Render(msgs, episode.Tools())
 	probs := p.LogProbs(prompt)
 	const n = 1500
 	counts := map[string]int{}

@@ -107,6 +107,7 @@ func expectedColumns() []duckColumn {
 		reflect.TypeFor[float64]():   "DOUBLE",
 		reflect.TypeFor[[]int32]():   "INTEGER[]",
 		reflect.TypeFor[[]float32](): "FLOAT[]",
+		reflect.TypeFor[[]string]():  "VARCHAR[]",
 	}
 	hive := map[string]string{"round": "BIGINT", "phase": "VARCHAR"}
 	var out []duckColumn

@@ -24,8 +24,21 @@ import (
 	"github.com/roundhouse-rl/roundhouse/harnesses/minimal/policy"
 )
 
-// targets is the intended initial success rate per task (mean 0.325).
-var targets = []float64{0.25, 0.2, 0.45, 0.35, 0.2, 0.5}
+// targets is the intended initial success rate per task (mean 0.314). The
+// vision task (6) starts blind: V is zero, so the prior cannot tell the
+// marked container and its success is capped at one half until the image
+// pathway learns.
+var targets = []float64{0.25, 0.2, 0.45, 0.35, 0.2, 0.5, 0.25}
+
+// The toy's image pathway (policy.Vision): 8-pixel patches (16 per camera
+// image), one redness feature per band of the scene, scaled so that the
+// marked band's feature is about 5 and a round of Adam steps at the
+// harness's lr moves its logits by about one.
+const (
+	patch = 8
+	bands = 3
+	scale = 8
+)
 
 func main() {
 	out := flag.String("out", "harnesses/minimal/weights/w0/policy.json", "weights file to write")
@@ -53,10 +66,10 @@ func build(seed uint64, noise, finish float64) (*policy.Policy, error) {
 	for _, r := range []string{"system", "user", "assistant", "tool"} {
 		words[r] = true
 	}
-	for _, s := range policy.Specials {
+	for _, s := range slices.Concat(policy.Specials, policy.VisionSpecials) {
 		delete(words, s)
 	}
-	vocab := slices.Concat(policy.Specials, slices.Sorted(func(yield func(string) bool) {
+	vocab := slices.Concat(policy.Specials, policy.VisionSpecials, slices.Sorted(func(yield func(string) bool) {
 		for w := range words {
 			if !yield(w) {
 				return
@@ -72,6 +85,10 @@ func build(seed uint64, noise, finish float64) (*policy.Policy, error) {
 		f.Actions = append(f.Actions, index[s.Name])
 	}
 	f.B = make([]float64, len(f.Actions))
+	f.Vision = &policy.Vision{Patch: patch, Bands: bands, Scale: scale, V: make([][]float64, bands)}
+	for k := range f.Vision.V {
+		f.Vision.V[k] = make([]float64, len(f.Actions))
+	}
 	f.B[len(f.B)-1] = finish
 	for i := range f.W {
 		f.W[i] = make([]float64, len(f.Actions))
