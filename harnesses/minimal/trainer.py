@@ -934,8 +934,8 @@ def hf_inputs(B, idx, device, pad):
 
 def keep_arg(model):
     """The forward argument that limits the logits to the last positions:
-    logits_to_keep (transformers >= 4.50 where the model has it),
-    num_logits_to_keep (4.45-4.49), or None. A prompt of 10k tokens times a
+    logits_to_keep (recent transformers, where the model has it),
+    num_logits_to_keep (its earlier name), or None. A prompt of 10k tokens times a
     vocabulary of 150k is gigabytes of logits, of which a completion needs a
     few hundred rows."""
     import inspect

@@ -26,7 +26,7 @@ tokens do not match: ...") when the counts differ, as the real one does (it
 checks only the totals). Then hidden state t = embedding t + the mean of
 embeddings 0..t (causal, so an image changes the logits of later tokens)
 and a linear head, over the last logits_to_keep positions when that is
-given (transformers >= 4.50 models take it). position_ids is accepted and,
+given (recent transformers' models take it). position_ids is accepted and,
 as 3-D M-RoPE has no counterpart here, ignored. TinyLM has no
 logits_to_keep, as the older models, nor does Qwen2VLForConditionalGeneration
 (model_type qwen2_vl, otherwise the same model), so the trainer's fallback
@@ -211,7 +211,7 @@ class Qwen2_5_VLForConditionalGeneration(_PreTrained):
             csum = torch.cumsum(e * m, dim=1)
             count = torch.cumsum(m, dim=1).clamp(min=1)
             h = e + csum / count
-            # As transformers >= 4.50: logits of the last logits_to_keep positions (0: all).
+            # As recent transformers: logits of the last logits_to_keep positions (0: all).
             return self.head(h[:, -logits_to_keep:] if logits_to_keep else h)
 
         return types.SimpleNamespace(logits=self._maybe_checkpoint(mix, inputs_embeds, attention_mask))
