@@ -2,7 +2,7 @@
 
 No real transformers package can be installed on the test machine, so this
 one mirrors the parts of its API that harnesses/minimal/trainer.py calls,
-shaped after transformers' own source (4.49-4.57: models/qwen2_vl/
+shaped after transformers' own source (the 4.5x releases: models/qwen2_vl/
 image_processing_qwen2_vl.py, models/qwen2_5_vl/modeling_qwen2_5_vl.py,
 processing_utils.py). The trainer's loading code is the code that runs
 against the real library; only the models here are tiny.
@@ -253,7 +253,7 @@ class AutoModelForImageTextToText:
 
 
 class AutoModelForVision2Seq(AutoModelForImageTextToText):
-    """The older name (deprecated in the real library from 4.54)."""
+    """The older name of the same Auto class (the real library deprecates it)."""
 
 
 class BatchFeature(dict):
