@@ -2,10 +2,10 @@
 
 No real transformers package can be installed on the test machine, so this
 one mirrors the parts of its API that harnesses/minimal/trainer.py calls,
-shaped after transformers' own source (the 4.5x releases: models/qwen2_vl/
-image_processing_qwen2_vl.py, models/qwen2_5_vl/modeling_qwen2_5_vl.py,
-processing_utils.py). The trainer's loading code is the code that runs
-against the real library; only the models here are tiny.
+shaped after transformers' own source (models/qwen2_vl/
+image_processing_qwen2_vl.py and models/qwen2_5_vl/modeling_qwen2_5_vl.py).
+The trainer's loading code is the code that runs against the real
+library; only the models here are tiny.
 
 Text-only: AutoModelForCausalLM.from_pretrained(dir) reads dir/config.json
 ({"vocab_size": V, "hidden_size": H, "seed": S}) and returns TinyLM: an
