@@ -11,17 +11,28 @@ Launched by the train activity as
 
 With Debian's torch 1.13 under Python 3.11 `-m torch.distributed.run` itself
 crashes; use `python3 harnesses/minimal/torchrun.py` (same flags) there.
-Plain `python3 trainer.py ...` runs it as a single process. Only torch and
-numpy are used (with --model hf, PIL and transformers too). The batch is
-schemas/batch.go's batch.npz; the weights are policy.json
+Plain `python3 trainer.py ...` runs it as a single process. torch and
+numpy are used, PIL for batches with images (and transformers with --model
+hf). The batch is schemas/batch.go's batch.npz, its images files named by
+content under --images (the trainer activity fills {images}; each is
+checked against its name); the weights are policy.json
 ("roundhouse-toy-policy/v1"); metrics.json has the fields of
 schemas.TrainerMetrics.
 
-The model is the Go package harnesses/minimal/policy, recomputed from token
-ids alone: the features of a call are the unique prompt ids after the
-second-to-last <|im_start|>; logits = b + sum of W rows of the features over
-the action tokens; the first completion token is the sampled action, every
-later completion token is forced (log prob 0 under any weights).
+The model is the Go package harnesses/minimal/policy, recomputed from the
+recorded token ids and the batch's images: the features of a call are the
+unique prompt ids after the second-to-last <|im_start|>; logits = b + sum
+of W rows of the features over the action tokens, plus, with policy.json's
+vision section, the band features of the prompt's last image times V
+(policy/image.go: scale * mean redness of each horizontal band, decoded
+with PIL as Go decodes the PNG); the first completion token is the sampled
+action, every later completion token is forced (log prob 0 under any
+weights). Before that, every sample's image placeholder runs
+(<|vision_start|> <|image_pad|>... <|vision_end|>) must pair one to one
+with its listed images, each as long as the toy's processor makes that
+image (ceil(w/patch) * ceil(h/patch)); exit 2 naming sample and image
+otherwise. --drop-images zeroes the image features: the ablation the drift
+guard must stop. W, b and V are trained.
 
 Objective (docs/design.md §4), per completion token t of sample s with
 advantage A:
