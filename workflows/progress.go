@@ -110,8 +110,12 @@ func (t *tracker) update() {
 			t.epPhase, e.Done, e.Total, e.Valid, e.Successes, e.Lost, e.Skipped)
 	}
 	if bs := t.batch; bs != nil {
-		fmt.Fprintf(&b, "| batch | value |\n|---|---|\n| valid episodes | %d/%d |\n| groups with signal | %d/%d |\n| samples (zero-weight) | %d (%d) |\n| untrainable calls | %d/%d |\n\n",
+		fmt.Fprintf(&b, "| batch | value |\n|---|---|\n| valid episodes | %d/%d |\n| groups with signal | %d/%d |\n| samples (zero-weight) | %d (%d) |\n| untrainable calls | %d/%d |\n",
 			bs.Valid, bs.Episodes, bs.GroupsWithSignal, bs.Groups, bs.Samples, bs.ZeroWeightSamples, bs.UntrainableCalls, bs.Calls)
+		if bs.ImageRefs > 0 {
+			fmt.Fprintf(&b, "| images to the trainer (uses) | %d (%d) |\n", bs.Images, bs.ImageRefs)
+		}
+		b.WriteString("\n")
 	}
 	if len(p.Summaries) > 0 {
 		b.WriteString("| round | val success | success rate | samples | loss | logprob Δ mean / max | weights |\n|---|---|---|---|---|---|---|\n")
