@@ -298,7 +298,11 @@ func (c *Control) writeBatch(ctx context.Context, in BatchInput, samples []schem
 		return 0, 0, fmt.Errorf("%d of %d selected calls not found under %s", len(samples)-found, len(samples), dir)
 	}
 	heartbeat(ctx, "tokens")
-	names, index, offsets := batchImages(toks)
+	perSample := make([][]string, len(toks))
+	for i, t := range toks {
+		perSample[i] = t.Images
+	}
+	names, index, offsets := schemas.IndexImages(perSample)
 	if len(index) > 0 {
 		if err := c.checkVision(ctx, in.Run, toks); err != nil {
 			return 0, 0, err
@@ -341,27 +345,6 @@ func countWithImages(toks []schemas.CallTokens) int {
 		}
 	}
 	return n
-}
-
-// batchImages lists the distinct image names of the samples in order of
-// first use, and per sample its images as indexes into them (with
-// offsets, length n+1), in the layout of schemas/batch.go.
-func batchImages(toks []schemas.CallTokens) (names []string, index []int32, offsets []int64) {
-	seen := map[string]int32{}
-	offsets = make([]int64, 1, len(toks)+1)
-	for _, t := range toks {
-		for _, name := range t.Images {
-			j, ok := seen[name]
-			if !ok {
-				j = int32(len(names))
-				seen[name] = j
-				names = append(names, name)
-			}
-			index = append(index, j)
-		}
-		offsets = append(offsets, int64(len(index)))
-	}
-	return names, index, offsets
 }
 
 // encodeBatch streams the batch arrays to w, one array after another.

@@ -185,20 +185,7 @@ func TestTrainPublishesAndVerifies(t *testing.T) {
 // per entry of images, each sending those blob names.
 func imageBatch(t *testing.T, images [][]string) string {
 	t.Helper()
-	var names []string
-	var index []int32
-	off := []int64{0}
-	for _, im := range images {
-		for _, n := range im {
-			j := slices.Index(names, n)
-			if j < 0 {
-				j = len(names)
-				names = append(names, n)
-			}
-			index = append(index, int32(j))
-		}
-		off = append(off, int64(len(index)))
-	}
+	names, index, off := schemas.IndexImages(images)
 	var buf bytes.Buffer
 	w := npz.NewWriter(&buf)
 	if err := w.WriteStrings(schemas.BatchImages, names); err != nil {

@@ -88,3 +88,24 @@ func WeightsDigest(files []WeightsFile) string {
 	}
 	return hex.EncodeToString(h.Sum(nil))
 }
+
+// IndexImages lays out per-sample image lists as the batch stores them:
+// the distinct names in order of first use, each sample's images as
+// indexes into them, and offsets (length n+1) delimiting the samples.
+func IndexImages(perSample [][]string) (names []string, index []int32, offsets []int64) {
+	seen := map[string]int32{}
+	offsets = make([]int64, 1, len(perSample)+1)
+	for _, images := range perSample {
+		for _, name := range images {
+			j, ok := seen[name]
+			if !ok {
+				j = int32(len(names))
+				seen[name] = j
+				names = append(names, name)
+			}
+			index = append(index, j)
+		}
+		offsets = append(offsets, int64(len(index)))
+	}
+	return names, index, offsets
+}

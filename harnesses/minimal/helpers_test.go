@@ -41,21 +41,13 @@ type sample struct {
 func writeBatch(path string, ss []sample) error {
 	var pids, cids []int32
 	var lps, advs, ws []float32
-	poff, coff, ioff := []int64{0}, []int64{0}, []int64{0}
-	var names []string
-	var index []int32
-	seen := map[string]int32{}
+	poff, coff := []int64{0}, []int64{0}
+	perSample := make([][]string, len(ss))
+	for i, s := range ss {
+		perSample[i] = s.images
+	}
+	names, index, ioff := schemas.IndexImages(perSample)
 	for _, s := range ss {
-		for _, name := range s.images {
-			j, ok := seen[name]
-			if !ok {
-				j = int32(len(names))
-				seen[name] = j
-				names = append(names, name)
-			}
-			index = append(index, j)
-		}
-		ioff = append(ioff, int64(len(index)))
 		for _, id := range s.prompt {
 			pids = append(pids, int32(id))
 		}

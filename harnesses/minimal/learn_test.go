@@ -12,6 +12,7 @@ import (
 	"github.com/roundhouse-rl/roundhouse/harnesses/minimal/env"
 	"github.com/roundhouse-rl/roundhouse/harnesses/minimal/episode"
 	"github.com/roundhouse-rl/roundhouse/harnesses/minimal/policy"
+	"github.com/roundhouse-rl/roundhouse/schemas"
 )
 
 // The longer experiment: go test -run TestLearns -args -learn.rounds 6 -learn.groups 12
@@ -106,11 +107,28 @@ func collect(t *testing.T, p *policy.Policy, rng *rand.Rand, pool []int, groups 
 	return batch, diverse
 }
 
-// learn plays the Roundhouse loop in process: validate, select the pool
-// (only, when set), collect groups, compute advantages, train with
-// trainer.py, repeat. It returns validation success before each round and
+// trainRound writes batch into rdir and trains weights on it with the
+// learning test's flags; it returns the metrics and the new policy.json.
+func trainRound(t *testing.T, rdir string, batch []sample, weights, images string, seed uint64) (schemas.TrainerMetrics, string) {
+	t.Helper()
+	batchPath, out := filepath.Join(rdir, "batch.npz"), filepath.Join(rdir, "out", "policy.json")
+	if err := mkdir(rdir); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeBatch(batchPath, batch); err != nil {
+		t.Fatal(err)
+	}
+	m, err := runTrainer(t, 1, batchPath, weights, out, append(strings.Fields(*learnArgs), "--seed", fmt.Sprint(seed), "--images", images)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, out
+}
+
+// learn plays the Roundhouse loop in process: validate, select the pool,
+// collect groups, compute advantages, train with trainer.py, repeat. It returns validation success before each round and
 // after the last.
-func learn(t *testing.T, seed uint64, rounds, groups int, only []int) (val, exact []float64) {
+func learn(t *testing.T, seed uint64, rounds, groups int) (val, exact []float64) {
 	dir := t.TempDir()
 	rng := rand.New(rand.NewPCG(seed, 7))
 	weights := w0
@@ -135,27 +153,13 @@ func learn(t *testing.T, seed uint64, rounds, groups int, only []int) (val, exac
 				pool = append(pool, task)
 			}
 		}
-		if only != nil {
-			pool = only
-		}
 		images := filepath.Join(dir, "images")
 		batch, diverse := collect(t, p, rng, pool, groups, images)
 		if len(batch) == 0 {
 			t.Logf("seed %d round %d: no group with reward diversity, weights unchanged", seed, round)
 			continue
 		}
-		rdir := filepath.Join(dir, fmt.Sprint(round))
-		batchPath, out := filepath.Join(rdir, "batch.npz"), filepath.Join(rdir, "out", "policy.json")
-		if err := mkdir(rdir); err != nil {
-			t.Fatal(err)
-		}
-		if err := writeBatch(batchPath, batch); err != nil {
-			t.Fatal(err)
-		}
-		m, err := runTrainer(t, 1, batchPath, weights, out, append(strings.Fields(*learnArgs), "--seed", fmt.Sprint(seed*100+uint64(round)), "--images", images)...)
-		if err != nil {
-			t.Fatal(err)
-		}
+		m, out := trainRound(t, filepath.Join(dir, fmt.Sprint(round)), batch, weights, images, seed*100+uint64(round))
 		t.Logf("seed %d round %d: val %.3f (exact %.3f) pool %v, %d diverse groups, %d samples, loss %.4f clip %.3f dual %.3f mismatch %.2g",
 			seed, round, val[len(val)-1], exact[len(exact)-1], pool, diverse, m.Samples, m.Loss, m.ClipFraction, m.DualClipFraction, m.LogprobMismatch)
 		if p, err = policy.Load(out); err != nil {
@@ -176,7 +180,7 @@ func TestLearns(t *testing.T) {
 	needTorch(t)
 	var first, last, firstExact, lastExact []float64
 	for s := range *learnSeeds {
-		val, exact := learn(t, uint64(s+1), *learnRounds, *learnGroups, nil)
+		val, exact := learn(t, uint64(s+1), *learnRounds, *learnGroups)
 		t.Logf("seed %d: validation success per round %.3f, exact %.3f", s+1, val, exact)
 		first, last = append(first, val[0]), append(last, val[len(val)-1])
 		firstExact, lastExact = append(firstExact, exact[0]), append(lastExact, exact[len(exact)-1])
@@ -227,18 +231,7 @@ func TestLearnsToSee(t *testing.T) {
 	succ := []float64{exactTask(t, p, visionTask)}
 	for round := 1; round <= rounds; round++ {
 		batch, _ := collect(t, p, rng, []int{visionTask}, 12, images)
-		rdir := filepath.Join(dir, fmt.Sprint(round))
-		batchPath, out := filepath.Join(rdir, "batch.npz"), filepath.Join(rdir, "out", "policy.json")
-		if err := mkdir(rdir); err != nil {
-			t.Fatal(err)
-		}
-		if err := writeBatch(batchPath, batch); err != nil {
-			t.Fatal(err)
-		}
-		m, err := runTrainer(t, 1, batchPath, weights, out, append(strings.Fields(*learnArgs), "--seed", fmt.Sprint(round), "--images", images)...)
-		if err != nil {
-			t.Fatal(err)
-		}
+		m, out := trainRound(t, filepath.Join(dir, fmt.Sprint(round)), batch, weights, images, uint64(round))
 		if p, err = policy.Load(out); err != nil {
 			t.Fatal(err)
 		}
