@@ -154,3 +154,17 @@ func imagesNextTo(batch string) []string {
 	}
 	return nil
 }
+
+// readMetrics reads a trainer's metrics.json.
+func readMetrics(t *testing.T, path string) schemas.TrainerMetrics {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m schemas.TrainerMetrics
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}

@@ -16,7 +16,6 @@ import (
 
 	"github.com/roundhouse-rl/roundhouse/internal/itest"
 	"github.com/roundhouse-rl/roundhouse/internal/rl"
-	"github.com/roundhouse-rl/roundhouse/schemas"
 )
 
 // hfEval is what trainer.py --model hf --eval-out writes.
@@ -217,14 +216,7 @@ func TestTrainerHF(t *testing.T) {
 				t.Errorf("%d ranks: %v", n, err)
 			}
 		}
-		b, err := os.ReadFile(metrics)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var m schemas.TrainerMetrics
-		if err := json.Unmarshal(b, &m); err != nil {
-			t.Fatal(err)
-		}
+		m := readMetrics(t, metrics)
 		// The only step is taken at θ = θ_old.
 		want := goPPO(t, train, before.LogpOld, before.LogpOld)
 		if m.Steps != 1 || m.Samples != 2 || m.Tokens != 2 || math.Abs(m.Loss-want.Loss) > tol || math.Abs(m.MeanRatio-1) > 1e-12 {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"image"
@@ -18,8 +17,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-
-	"github.com/roundhouse-rl/roundhouse/schemas"
 )
 
 // Token ids of the fake vision-language model (vocabulary 16): 0-11 text,
@@ -300,14 +297,7 @@ func TestTrainerVLM(t *testing.T) {
 				t.Errorf("%d ranks: %s differs from --weights-in's:\n%s\n%s", run.n, f, got, want)
 			}
 		}
-		b, err := os.ReadFile(metrics)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var m schemas.TrainerMetrics
-		if err := json.Unmarshal(b, &m); err != nil {
-			t.Fatal(err)
-		}
+		m := readMetrics(t, metrics)
 		want := goPPO(t, withImages, first.LogpOld, first.LogpOld)
 		if m.Steps != 1 || m.Samples != 4 || m.Tokens != 6 || math.Abs(m.Loss-want.Loss) > 1e-6 || math.Abs(m.MeanRatio-1) > 1e-12 {
 			t.Errorf("%d ranks: metrics %+v, Go loss %v", run.n, m, want.Loss)
@@ -449,14 +439,7 @@ func TestTrainerHFMasterWeights(t *testing.T) {
 			"--metrics-out", metrics, "--lr", "1e-5", "--torch-dtype", dtype); err != nil {
 			t.Fatal(err)
 		}
-		b, err := os.ReadFile(metrics)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var m schemas.TrainerMetrics
-		if err := json.Unmarshal(b, &m); err != nil {
-			t.Fatal(err)
-		}
+		m := readMetrics(t, metrics)
 		if m.Steps != 1 || m.MeanRatio != 1 {
 			t.Errorf("%s, %d ranks: %d steps, mean ratio %v: want 1 step at ratio exactly 1", dtype, n, m.Steps, m.MeanRatio)
 		}
