@@ -227,7 +227,11 @@ func (r *Rollout) play(ctx context.Context, h schemas.Harness, in EpisodeInput, 
 	if runErr != nil && ctx.Err() != nil {
 		return outcome.Result{}, calls, runErr // cancelled or timed out by Temporal
 	}
-	return outcome.Decide(h.Episode.Outcome, outDir, outcome.Exit{Code: pr.ExitCode, TimedOut: pr.TimedOut, Err: runErr}), calls, nil
+	// The evidence of origin (docs/design.md §7): what the proxy saw of the
+	// model server, and whether the host's services outlived the episode.
+	health := outcome.HealthOf(calls)
+	health.ServicesDown = r.Host.Down(h)
+	return outcome.Decide(h.Episode.Outcome, outDir, outcome.Exit{Code: pr.ExitCode, TimedOut: pr.TimedOut, Err: runErr, Health: health}), calls, nil
 }
 
 // artifactFiles lists the output files matching the patterns (all files

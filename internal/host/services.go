@@ -304,3 +304,24 @@ func manifestNames(m schemas.WeightsManifest) []string {
 	}
 	return out
 }
+
+// Down names the harness's services, the model server included, that this
+// host started and that are no longer running: evidence that an episode
+// which ended badly met a component's failure, not the planner's.
+func (h *Host) Down(hr schemas.Harness) []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var down []string
+	check := func(name, slot string) {
+		if s := h.services[slot]; s != nil && !s.alive() {
+			down = append(down, name)
+		}
+	}
+	for _, spec := range hr.Services {
+		if spec.External == "" {
+			check(spec.Name, spec.Name+"@"+hr.Digest)
+		}
+	}
+	check("model server", modelName)
+	return down
+}

@@ -23,9 +23,19 @@ func TestDecide(t *testing.T) {
 			Result{Valid: true, Success: true, Reward: 1, Termination: "goal_reached"}},
 		{"the model's finish claim is not success", minimalSpec, `{"success":false,"terminated":false,"finish_claimed":true,"termination":"finish_claimed"}`, Exit{},
 			Result{Valid: true, FailureClass: schemas.FailureTask, Termination: "finish_claimed"}},
-		{"planner error", minimalSpec, `{"error":"model unreachable","termination":"model_error"}`, Exit{Code: 1},
+		{"planner error, model server healthy: the planner's own", minimalSpec, `{"error":"reply has no tool call","termination":"model_error"}`, Exit{Code: 1},
+			Result{Valid: true, FailureClass: schemas.FailureTask}},
+		{"planner error, the model server failed calls", minimalSpec, `{"error":"HTTP 502","termination":"model_error"}`,
+			Exit{Code: 1, Health: Health{ModelFailures: 2, FirstModelFailure: "call 3: HTTP 502"}}, Result{FailureClass: schemas.FailureInfra}},
+		{"out of time, all healthy: a task failure", minimalSpec, ``, Exit{TimedOut: true}, Result{Valid: true, FailureClass: schemas.FailureTask}},
+		{"out of time with a service down", minimalSpec, ``, Exit{TimedOut: true, Health: Health{ServicesDown: []string{"vla"}}},
 			Result{FailureClass: schemas.FailureInfra}},
-		{"timeout", minimalSpec, ``, Exit{TimedOut: true}, Result{FailureClass: schemas.FailureTimeout}},
+		{"success stands against later model failures", minimalSpec, `{"terminated":true,"termination":"goal_reached"}`,
+			Exit{Health: Health{ModelFailures: 1, FirstModelFailure: "call 4: HTTP 500"}}, Result{Valid: true, Success: true, Reward: 1}},
+		{"planner error before any model call: its setup", minimalSpec, `{"error":"OPENAI_API_KEY is not set","termination":"model_error"}`,
+			Exit{Code: 1, Health: Health{NoCalls: true}}, Result{FailureClass: schemas.FailureInfra}},
+		{"ran out of turns", minimalSpec, `{"terminated":false,"termination":"max_turns"}`, Exit{},
+			Result{Valid: true, FailureClass: schemas.FailureTask, Termination: "max_turns"}},
 		{"no outcome file", minimalSpec, ``, Exit{}, Result{FailureClass: schemas.FailureInfra}},
 		{"could not start", minimalSpec, ``, Exit{Err: errors.New("no such file")}, Result{FailureClass: schemas.FailureInfra}},
 		{"garbage outcome", minimalSpec, `{`, Exit{}, Result{FailureClass: schemas.FailureInfra}},
@@ -60,5 +70,18 @@ func TestDecide(t *testing.T) {
 		if !got.Valid && got.Termination == "" {
 			t.Errorf("%s: an invalid episode must say why", c.name)
 		}
+	}
+}
+
+// HealthOf counts the calls whose status shows the model server failed.
+func TestHealthOf(t *testing.T) {
+	calls := []schemas.Call{{CallIndex: 0, HTTPStatus: 200}, {CallIndex: 1, HTTPStatus: 400}, {CallIndex: 2, HTTPStatus: 502, Error: "refused"},
+		{CallIndex: 3, HTTPStatus: 404}, {CallIndex: 4, HTTPStatus: 499}, {CallIndex: 5, HTTPStatus: 429}}
+	h := HealthOf(calls)
+	if h.ModelFailures != 3 || h.FirstModelFailure != "call 2: HTTP 502 refused" || h.NoCalls {
+		t.Errorf("%+v: want 502, 404 and 429 counted, 400 (the planner's request) and 499 (the harness left) not", h)
+	}
+	if !HealthOf(nil).NoCalls {
+		t.Error("no calls: NoCalls unset")
 	}
 }

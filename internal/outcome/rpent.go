@@ -29,54 +29,62 @@ type rpentTranscript struct {
 	} `json:"messages"`
 }
 
-// rpentLibero decides an RPent/LIBERO episode from its output dir:
+// rpentLibero reads an RPent/LIBERO episode's output dir (the rules of
+// origin are classify's):
 //
-//   - infrastructure failure when the transcript is missing or unreadable,
-//     the planner errored (transcript `error`, or a non-zero exit), or any
-//     tool result is a service error `{"error": …}` — a VLA or SAM3 failure
-//     changes what the robot did, so the episode says nothing about the
-//     policy, even when it happened to succeed;
-//   - otherwise success iff some step of states.json has `terminated: true`
-//     (LIBERO's own success signal). `finish` never decides anything.
-func rpentLibero(dir string, exit Exit) Result {
+//   - success iff some step of states.json has `terminated: true`
+//     (LIBERO's own success signal), at that step's planner turn. `finish`
+//     never decides anything;
+//   - a tool result `{"error": …}` is a component's failure (VLA, SAM3,
+//     env server) reported to the planner, at its turn;
+//   - a transcript `error` or a non-zero exit is the planner's error;
+//   - a missing or unreadable transcript or states.json is a missing
+//     output (rpent stopped before it could report).
+func rpentLibero(dir string, exit Exit) finding {
 	paths, err := filepath.Glob(filepath.Join(dir, rpentTranscriptGlob))
 	if err != nil {
-		return infra(fmt.Sprintf("transcript pattern: %v", err))
-	}
-	if len(paths) == 0 {
-		return infra(fmt.Sprintf("rpent wrote no %s (exit code %d): it stopped before the episode ran; see run.log", rpentTranscriptGlob, exit.Code))
+		return finding{missing: fmt.Sprintf("transcript pattern: %v", err)}
 	}
 	// One output dir per try, so there is normally one transcript; should
-	// there be several, any of them failing fails the episode.
+	// there be several, the first error or service error of any counts.
 	sort.Strings(paths)
+	var f finding
 	var claim string
 	for _, p := range paths {
 		name := filepath.Base(p)
 		b, err := os.ReadFile(p)
 		if err != nil {
-			return infra(fmt.Sprintf("unreadable %s: %v", name, err))
+			return finding{missing: fmt.Sprintf("unreadable %s: %v", name, err)}
 		}
 		var t rpentTranscript
 		if err := json.Unmarshal(b, &t); err != nil {
-			return infra(fmt.Sprintf("%s is not a transcript: %v", name, err))
+			return finding{missing: fmt.Sprintf("%s is not a transcript: %v", name, err)}
 		}
-		if msg := errorText(t.Error); msg != "" {
-			return infra(fmt.Sprintf("planner error (exit code %d): %s", exit.Code, msg))
+		if msg := errorText(t.Error); msg != "" && f.plannerError == "" {
+			f.plannerError = fmt.Sprintf("exit code %d: %s", exit.Code, msg)
 		}
-		if n, first := serviceErrors(t); n > 0 {
-			return infra(fmt.Sprintf("%d tool result(s) carry service errors; first: %s", n, first))
+		if n, first, turn := serviceErrors(t); n > 0 && f.serviceError == "" {
+			f.serviceError = fmt.Sprintf("%d tool result(s) carry service errors; first: %s", n, first)
+			f.serviceTurn = turn
 		}
 		claim = finishClaim(t.Finish)
 	}
-	if exit.Code != 0 {
-		return infra(fmt.Sprintf("rpent exited with code %d and no transcript error; see run.log", exit.Code))
+	if exit.Code != 0 && f.plannerError == "" {
+		f.plannerError = fmt.Sprintf("rpent exited with code %d and no transcript error; see run.log", exit.Code)
 	}
 	b, err := os.ReadFile(filepath.Join(dir, rpentStates))
-	if errors.Is(err, os.ErrNotExist) {
-		return infra(fmt.Sprintf("rpent wrote a transcript but no %s: the environment's outcome is unknown", rpentStates))
-	}
-	if err != nil {
-		return infra(fmt.Sprintf("unreadable %s: %v", rpentStates, err))
+	switch {
+	case len(paths) == 0:
+		f.missing = fmt.Sprintf("rpent wrote no %s (exit code %d): it stopped before the episode ran; see run.log", rpentTranscriptGlob, exit.Code)
+		if err != nil {
+			return f
+		}
+	case errors.Is(err, os.ErrNotExist):
+		f.missing = fmt.Sprintf("rpent wrote a transcript but no %s: the environment's outcome is unknown", rpentStates)
+		return f
+	case err != nil:
+		f.missing = fmt.Sprintf("unreadable %s: %v", rpentStates, err)
+		return f
 	}
 	var states struct {
 		Steps *[]struct {
@@ -85,26 +93,29 @@ func rpentLibero(dir string, exit Exit) Result {
 		} `json:"steps"`
 	}
 	if err := json.Unmarshal(b, &states); err != nil {
-		return infra(fmt.Sprintf("%s is not valid JSON: %v", rpentStates, err))
+		f.missing = fmt.Sprintf("%s is not valid JSON: %v", rpentStates, err)
+		return f
 	}
 	if states.Steps == nil {
-		return infra(fmt.Sprintf("%s has no steps list", rpentStates))
+		f.missing = fmt.Sprintf("%s has no steps list", rpentStates)
+		return f
 	}
 	steps := *states.Steps
 	for i, s := range steps {
 		if s.Terminated {
-			r := valid(true, nil, fmt.Sprintf("terminated at step %d of %d", i+1, len(steps)))
+			f.success = true
+			f.termination = fmt.Sprintf("terminated at step %d of %d", i+1, len(steps))
 			// A step's turn is the planner call whose tool call ran it; a
 			// states.json without turns leaves the success call unknown.
-			r.SuccessTurn = max(s.Turn, 0)
-			return r
+			f.successTurn = max(s.Turn, 0)
+			return f
 		}
 	}
-	why := fmt.Sprintf("not terminated after %d steps", len(steps))
+	f.termination = fmt.Sprintf("not terminated after %d steps", len(steps))
 	if claim != "" {
-		why += "; " + claim + " (not counted)"
+		f.termination += "; " + claim + " (not counted)"
 	}
-	return valid(false, nil, why)
+	return f
 }
 
 // errorText is the message of an error field: "" for null, false, "" or {}.
@@ -136,10 +147,14 @@ func errorText(raw json.RawMessage) string {
 
 // serviceErrors counts tool results whose content is a JSON object with a
 // non-empty "error", the way RPent reports VLA/SAM3/env failures to the
-// model, and returns the first.
-func serviceErrors(t rpentTranscript) (int, string) {
-	n, first := 0, ""
+// model, and returns the first and its turn (the number of assistant
+// messages up to it: the planner call whose tool call met the error).
+func serviceErrors(t rpentTranscript) (int, string, int) {
+	n, first, turn, turns := 0, "", 0, 0
 	for _, m := range t.Messages {
+		if m.Role == "assistant" {
+			turns++
+		}
 		if m.Role != "tool" {
 			continue
 		}
@@ -152,14 +167,14 @@ func serviceErrors(t rpentTranscript) (int, string) {
 			continue
 		}
 		if n == 0 {
-			first = msg
+			first, turn = msg, turns
 			if m.ToolCallID != "" {
 				first = m.ToolCallID + ": " + msg
 			}
 		}
 		n++
 	}
-	return n, first
+	return n, first, turn
 }
 
 // contentText is a message's text: a string, or the text parts of an array.

@@ -94,28 +94,43 @@ func TestRPentLibero(t *testing.T) {
 			Result{Valid: true, Success: true, Reward: 1}, nil},
 		{"no steps at all", transcript(nil, nil), steps(), Exit{},
 			Result{Valid: true, FailureClass: schemas.FailureTask}, []string{"after 0 steps"}},
-		{"planner error", transcript(nil, "APIConnectionError: connection refused", ok), steps(false), Exit{Code: 1},
-			Result{FailureClass: schemas.FailureInfra}, []string{"planner error", "exit code 1", "connection refused"}},
-		{"planner error as an object", transcript(nil, map[string]any{"type": "RateLimitError", "message": "429 from server"}), steps(), Exit{Code: 1},
-			Result{FailureClass: schemas.FailureInfra}, []string{"429 from server"}},
-		{"exit 1 without transcript error", transcript(nil, nil, ok), steps(true), Exit{Code: 1},
-			Result{FailureClass: schemas.FailureInfra}, []string{"code 1"}},
-		{"service error in a tool result", transcript(nil, nil, ok, `{"error":"vla: POST http://127.0.0.1:18300/call: connection refused"}`), steps(false, true), Exit{},
+		{"model server unreachable: infrastructure", transcript(nil, "APIConnectionError: connection refused", ok), steps(false),
+			Exit{Code: 1, Health: Health{ModelFailures: 3, FirstModelFailure: "call 1: HTTP 502 connection refused"}},
+			Result{FailureClass: schemas.FailureInfra}, []string{"model server failed 3 call(s)", "HTTP 502"}},
+		{"planner error with a healthy model server: task", transcript(nil, "JSONDecodeError: tool arguments", ok), steps(false), Exit{Code: 1},
+			Result{Valid: true, FailureClass: schemas.FailureTask}, []string{"planner error", "exit code 1", "JSONDecodeError"}},
+		{"rate limited (429 recorded): infrastructure", transcript(nil, map[string]any{"type": "RateLimitError", "message": "429 from server"}), steps(),
+			Exit{Code: 1, Health: Health{ModelFailures: 1, FirstModelFailure: "call 0: HTTP 429"}}, Result{FailureClass: schemas.FailureInfra}, []string{"HTTP 429"}},
+		{"exit 1 after the env's success: success", transcript(nil, nil, ok), steps(true), Exit{Code: 1},
+			Result{Valid: true, Success: true, Reward: 1, SuccessTurn: 1}, []string{"terminated at step 1"}},
+		{"exit 1 without transcript error: task", transcript(nil, nil, ok), steps(false), Exit{Code: 1},
+			Result{Valid: true, FailureClass: schemas.FailureTask}, []string{"code 1"}},
+		{"service error before success", transcript(nil, nil, ok, `{"error":"vla: POST http://127.0.0.1:18300/call: connection refused"}`), steps(false, true), Exit{},
 			Result{FailureClass: schemas.FailureInfra}, []string{"1 tool result", "call_b", "vla: POST"}},
+		{"service error after success does not undo it", transcript(nil, nil, ok, `{"error":"sam3: 500"}`), steps(true, false), Exit{},
+			Result{Valid: true, Success: true, Reward: 1, SuccessTurn: 1}, []string{"after success (not counted)", "sam3: 500"}},
+		{"service down after the episode: infrastructure", transcript(nil, nil, ok), steps(false), Exit{Health: Health{ServicesDown: []string{"sam3"}}},
+			Result{FailureClass: schemas.FailureInfra}, []string{"service(s) down: sam3"}},
 		{"service error in text parts", transcript(nil, nil, []any{map[string]any{"type": "text", "text": `{"error": "sam3 timed out"}`}}), steps(false), Exit{},
 			Result{FailureClass: schemas.FailureInfra}, []string{"sam3 timed out"}},
 		{"null error field in a tool result is fine", transcript(nil, "", `{"status":"executed","error":null}`), steps(true), Exit{},
 			Result{Valid: true, Success: true, Reward: 1, SuccessTurn: 1}, nil},
 		{"plain-text tool result is fine", transcript(nil, false, "the bowl is grasped"), steps(false), Exit{},
 			Result{Valid: true, FailureClass: schemas.FailureTask}, nil},
-		{"no transcript", nil, steps(true), Exit{Code: 1},
+		{"no transcript", nil, steps(false), Exit{Code: 1},
 			Result{FailureClass: schemas.FailureInfra}, []string{"no transcript_*.json", "exit code 1", "run.log"}},
+		{"no transcript, but the env reported success", nil, steps(true), Exit{Code: 1},
+			Result{Valid: true, Success: true, Reward: 1, SuccessTurn: 1}, nil},
 		{"no states.json", transcript(nil, nil, ok), nil, Exit{},
 			Result{FailureClass: schemas.FailureInfra}, []string{"no states.json"}},
 		{"states without steps", transcript(nil, nil, ok), map[string]any{"suite": "x"}, Exit{},
 			Result{FailureClass: schemas.FailureInfra}, []string{"no steps list"}},
-		{"timeout comes first", transcript(nil, nil, ok), steps(true), Exit{TimedOut: true, Code: -1},
-			Result{FailureClass: schemas.FailureTimeout}, []string{"timed out"}},
+		{"out of time, all healthy: task", transcript(nil, nil, ok), steps(false), Exit{TimedOut: true, Code: -1},
+			Result{Valid: true, FailureClass: schemas.FailureTask}, []string{"ran out of time"}},
+		{"out of time after the env's success: success", transcript(nil, nil, ok), steps(true), Exit{TimedOut: true, Code: -1},
+			Result{Valid: true, Success: true, Reward: 1, SuccessTurn: 1}, nil},
+		{"out of time with the model server failing", nil, nil, Exit{TimedOut: true, Code: -1, Health: Health{ModelFailures: 1, FirstModelFailure: "call 2: HTTP 504"}},
+			Result{FailureClass: schemas.FailureInfra}, []string{"timed out", "HTTP 504"}},
 	}
 	spec := schemas.OutcomeSpec{Adapter: "rpent_libero"}
 	for _, c := range cases {
@@ -138,19 +153,20 @@ func TestRPentLibero(t *testing.T) {
 func TestRPentLiberoUnreadableFiles(t *testing.T) {
 	dir := rpentDir(t, nil, nil)
 	os.WriteFile(filepath.Join(dir, "transcript_x.json"), []byte(`{"finish":`), 0o644)
-	if got := rpentLibero(dir, Exit{}); got.Valid || !strings.Contains(got.Termination, "transcript_x.json") {
+	spec := schemas.OutcomeSpec{Adapter: "rpent_libero"}
+	if got := Decide(spec, dir, Exit{}); got.Valid || !strings.Contains(got.Termination, "transcript_x.json") {
 		t.Errorf("truncated transcript: %+v", got)
 	}
 	dir = rpentDir(t, transcript(nil, nil), nil)
 	os.WriteFile(filepath.Join(dir, "states.json"), []byte(`{"steps":[{"terminated":tru`), 0o644)
-	if got := rpentLibero(dir, Exit{}); got.Valid || !strings.Contains(got.Termination, "states.json") {
+	if got := Decide(spec, dir, Exit{}); got.Valid || !strings.Contains(got.Termination, "states.json") {
 		t.Errorf("truncated states.json: %+v", got)
 	}
-	// A second transcript with an error spoils the episode even if the first is clean.
-	dir = rpentDir(t, transcript(nil, nil), steps(true))
+	// A second transcript's error counts even if the first is clean.
+	dir = rpentDir(t, transcript(nil, nil), steps(false))
 	b, _ := json.Marshal(transcript(nil, "model 404"))
 	os.WriteFile(filepath.Join(dir, "transcript_zz.json"), b, 0o644)
-	if got := rpentLibero(dir, Exit{}); got.Valid || !strings.Contains(got.Termination, "model 404") {
+	if got := Decide(spec, dir, Exit{}); !strings.Contains(got.Termination, "model 404") {
 		t.Errorf("second transcript's error ignored: %+v", got)
 	}
 }

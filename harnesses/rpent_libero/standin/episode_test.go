@@ -267,8 +267,11 @@ func TestServiceErrorsAreToolResults(t *testing.T) {
 	}
 }
 
-// A model that cannot be reached or answers an error is a planner error:
-// transcript error, exit 1, infrastructure.
+// A model that cannot be reached or answers an error makes rpent fail with
+// a transcript error and exit 1; the episode is infrastructure because the
+// evidence says a component failed: the proxy's record of the failed call
+// (here written as the proxy would: it answers 502 for an unreachable
+// model), or no model call at all (the planner's setup failed).
 func TestPlannerErrors(t *testing.T) {
 	bad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, `{"error":{"message":"The model `+"`toy`"+` does not exist."}}`, http.StatusNotFound)
@@ -281,10 +284,11 @@ func TestPlannerErrors(t *testing.T) {
 		name, base string
 		knobs      Knobs
 		want       string
+		recorded   []schemas.Call // what the recording proxy stores of the episode's calls
 	}{
-		{"model answers 404", bad.URL + "/v1", knobs, "404"},
-		{"model unreachable", dead.URL + "/v1", knobs, "connection refused"},
-		{"no api key", model.URL + "/v1", Knobs{ModelTimeout: time.Second, ServiceTimeout: time.Second}, "OPENAI_API_KEY"},
+		{"model answers 404", bad.URL + "/v1", knobs, "404", []schemas.Call{{HTTPStatus: 404}}},
+		{"model unreachable", dead.URL + "/v1", knobs, "connection refused", []schemas.Call{{HTTPStatus: 502}}},
+		{"no api key", model.URL + "/v1", Knobs{ModelTimeout: time.Second, ServiceTimeout: time.Second}, "OPENAI_API_KEY", nil},
 	}
 	for _, c := range cases {
 		_, _, _, urls := services(t, 0, 11, 0)
@@ -297,9 +301,14 @@ func TestPlannerErrors(t *testing.T) {
 		if e, _ := f.transcript["error"].(string); !strings.Contains(e, c.want) {
 			t.Errorf("%s: transcript error %q lacks %q", c.name, e, c.want)
 		}
-		res := outcome.Decide(rpentSpec, cfg.OutputDir, outcome.Exit{Code: ExitPlanner})
-		if res.Valid || res.FailureClass != schemas.FailureInfra || !strings.Contains(res.Termination, "planner error") {
+		res := outcome.Decide(rpentSpec, cfg.OutputDir, outcome.Exit{Code: ExitPlanner, Health: outcome.HealthOf(c.recorded)})
+		if res.Valid || res.FailureClass != schemas.FailureInfra {
 			t.Errorf("%s: outcome %+v", c.name, res)
+		}
+		// Without that evidence the same files are the planner's own failure.
+		if res := outcome.Decide(rpentSpec, cfg.OutputDir, outcome.Exit{Code: ExitPlanner}); !res.Valid || res.FailureClass != schemas.FailureTask ||
+			!strings.Contains(res.Termination, "planner error") {
+			t.Errorf("%s without evidence: outcome %+v", c.name, res)
 		}
 	}
 }

@@ -153,8 +153,13 @@ func TestHangingEpisodeIsKilledWithItsGroup(t *testing.T) {
 	if live := waitDead(pids, 3*time.Second); len(live) > 0 {
 		t.Fatalf("processes %v survived the timeout", live)
 	}
-	if r := outcome.Decide(rpentSpec, out, outcome.Exit{Code: res.ExitCode, TimedOut: true}); r.Valid || r.FailureClass != schemas.FailureTimeout {
+	// A planner that hangs while everything else is healthy ran out of time:
+	// its own failure. With a service down it is the service's.
+	if r := outcome.Decide(rpentSpec, out, outcome.Exit{Code: res.ExitCode, TimedOut: true}); !r.Valid || r.FailureClass != schemas.FailureTask {
 		t.Fatalf("outcome %+v", r)
+	}
+	if r := outcome.Decide(rpentSpec, out, outcome.Exit{Code: res.ExitCode, TimedOut: true, Health: outcome.Health{ServicesDown: []string{"sam3"}}}); r.Valid || r.FailureClass != schemas.FailureInfra {
+		t.Fatalf("outcome with a service down %+v", r)
 	}
 }
 
