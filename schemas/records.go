@@ -15,7 +15,7 @@ const (
 	FailureNone    = ""               // episode completed (success or task failure)
 	FailureTask    = "task"           // valid episode, the task was not solved
 	FailureInfra   = "infrastructure" // services or planner failed: invalid episode
-	FailureTimeout = "timeout"        // episode exceeded its timeout: invalid episode
+	FailureTimeout = "timeout"        // rows written before failure classes by origin (docs/design.md §7): invalid
 )
 
 // Call is one model request seen by the recording proxy
