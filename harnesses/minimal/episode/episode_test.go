@@ -19,6 +19,8 @@ import (
 	"github.com/roundhouse-rl/roundhouse/harnesses/minimal/episode"
 	"github.com/roundhouse-rl/roundhouse/harnesses/minimal/policy"
 	"github.com/roundhouse-rl/roundhouse/harnesses/minimal/server"
+	"github.com/roundhouse-rl/roundhouse/internal/outcome"
+	"github.com/roundhouse-rl/roundhouse/schemas"
 )
 
 func load(t *testing.T) *policy.Policy {
@@ -194,5 +196,36 @@ func TestWriteFiles(t *testing.T) {
 	b, _ = os.ReadFile(dir + "/transcript.json")
 	if err := json.Unmarshal(b, &tr); err != nil || len(tr) != 2 {
 		t.Errorf("transcript.json: %v %s", err, b)
+	}
+}
+
+// looping calls the same tool every turn: a planner stuck in a loop.
+type looping struct{ tool string }
+
+func (l looping) Complete(context.Context, []policy.Message, []policy.Tool) (policy.Message, error) {
+	return policy.Message{Role: "assistant", ToolCalls: []policy.ToolCall{{ID: "call", Type: "function",
+		Function: policy.FunctionCall{Name: l.tool, Arguments: "{}"}}}}, nil
+}
+
+// A planner that loops until the turn budget is spent, with the model
+// server answering every call, is a task failure: valid, reward 0, so it
+// stays in the advantages and the rates (docs/design.md §7, row 10).
+func TestLoopingPlannerIsATaskFailure(t *testing.T) {
+	e, _ := env.New(0, 11)
+	out, msgs := episode.Run(context.Background(), looping{"close_cabinet"}, e, 8)
+	if out.Termination != episode.MaxTurns || out.Turns != 8 || out.Success {
+		t.Fatalf("looping planner: %+v", out)
+	}
+	dir := t.TempDir()
+	if err := episode.WriteFiles(dir, out, msgs); err != nil {
+		t.Fatal(err)
+	}
+	healthy := make([]schemas.Call, out.Calls)
+	for i := range healthy {
+		healthy[i] = schemas.Call{CallIndex: int32(i), HTTPStatus: 200}
+	}
+	r := outcome.Decide(schemas.OutcomeSpec{Adapter: "minimal", File: "outcome.json"}, dir, outcome.Exit{Health: outcome.HealthOf(healthy)})
+	if !r.Valid || r.Success || r.Reward != 0 || r.FailureClass != schemas.FailureTask || r.Termination != episode.MaxTurns {
+		t.Fatalf("outcome %+v, want a valid task failure (max_turns)", r)
 	}
 }
