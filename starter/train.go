@@ -40,7 +40,14 @@ func rootCmd() *cobra.Command {
 	sec := flag.NewFlagSet("connect", flag.ContinueOnError) // --namespace, --tls*, --api-key-file, --payload-key-file, --s3-path-style
 	connect.AddFlags(sec, &e)
 	root.PersistentFlags().AddGoFlagSet(sec)
+	// The single-host controller's --run-dir, which users still type: say
+	// where a run lives instead of "unknown flag".
+	runDir := root.PersistentFlags().String("run-dir", "", "")
+	_ = root.PersistentFlags().MarkHidden("run-dir")
 	root.PersistentPreRunE = func(*cobra.Command, []string) error {
+		if *runDir != "" {
+			return fmt.Errorf("--run-dir %s: a run lives in the bucket under runs/<run>/ (records, reports, weights, episode files), not in a local folder; name it with --run NAME and read it with `starter report --run NAME`", *runDir)
+		}
 		dc, err := e.DataConverter()
 		if err != nil {
 			return err

@@ -44,7 +44,13 @@ func TestTrainBadInput(t *testing.T) {
 		{"missing config", trainFlags{run: "r", weights: weights, rounds: 1}, []string{"--config", "harnesses/minimal/harness.yaml"}},
 		{"absent harness file", trainFlags{config: filepath.Join(dir, "nope.yaml"), run: "r", weights: weights, rounds: 1}, []string{"nope.yaml", "does not exist"}},
 		{"malformed harness", trainFlags{config: broken, run: "r", weights: weights, rounds: 1}, []string{"broken.yaml", "not valid"}},
-		{"unknown var", trainFlags{config: good, run: "r", weights: weights, rounds: 1, vars: []string{"gpu=0"}}, []string{"--var gpu=0", "known vars"}},
+		{"unknown var", trainFlags{config: good, run: "r", weights: weights, rounds: 1, vars: []string{"colour=red"}}, []string{"--var colour=red", "known vars"}},
+		// The single-host controller's vars say what Roundhouse does instead.
+		{"controller's model port", trainFlags{config: good, run: "r", weights: weights, rounds: 1, vars: []string{"model_port=8000"}}, []string{"--var model_port=8000", "free port", "drop it"}},
+		{"controller's proxy port", trainFlags{config: good, run: "r", weights: weights, rounds: 1, vars: []string{"proxy_port=8100"}}, []string{"recording proxy", "drop it"}},
+		{"controller's VLA port", trainFlags{config: good, run: "r", weights: weights, rounds: 1, vars: []string{"vla_port=8200"}}, []string{"vla_endpoint=http://HOST:PORT"}},
+		{"controller's SAM3 port", trainFlags{config: good, run: "r", weights: weights, rounds: 1, vars: []string{"sam3_port=8300"}}, []string{"sam3_endpoint=http://HOST:PORT"}},
+		{"gpu on the CPU harness", trainFlags{config: good, run: "r", weights: weights, rounds: 1, vars: []string{"gpu=0"}}, []string{"--var gpu=0", "declares no GPU", "rpent_libero takes --var gpu=N"}},
 		{"missing weights", trainFlags{config: good, run: "r", weights: filepath.Join(dir, "w9"), rounds: 1}, []string{"--weights", "w9", "does not exist"}},
 		{"weights dir without file", trainFlags{config: good, run: "r", weights: dir, rounds: 1}, []string{"policy.json"}},
 		{"a file for directory weights", trainFlags{config: "../harnesses/rpent_libero/harness.yaml", run: "r", weights: weights + "/policy.json", rounds: 1}, []string{"policy.json is a file", "checkpoint directory"}},
@@ -143,4 +149,18 @@ func wantInputError(t *testing.T, name string, err error, want []string) bool {
 		t.Errorf("%s: checked Temporal before rejecting the input: %v", name, err)
 	}
 	return true
+}
+
+// The controller's --run-dir gets one line saying where a run lives.
+func TestRunDirSaysWhereRunsLive(t *testing.T) {
+	root := rootCmd()
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&out)
+	root.SetArgs([]string{"train", "--run-dir", "/data/runs/exp1", "--run", "exp1"})
+	err := root.Execute()
+	if err == nil || !strings.Contains(err.Error(), "--run-dir /data/runs/exp1") || !strings.Contains(err.Error(), "runs/<run>/") ||
+		!strings.Contains(err.Error(), "--run NAME") {
+		t.Fatalf("--run-dir: %v", err)
+	}
 }

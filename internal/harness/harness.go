@@ -52,6 +52,9 @@ func Load(path string, overrides map[string]string) (schemas.Harness, error) {
 	}
 	for k, v := range overrides {
 		if _, ok := h.Vars[k]; !ok {
+			if instead, ok := Upstream[k]; ok {
+				return h, fmt.Errorf("--var %s=%s: %s has no such var: %s", k, v, path, instead)
+			}
 			return h, fmt.Errorf("--var %s=%s: %s declares no var %q; known vars: %s", k, v, path, k, strings.Join(sortedKeys(h.Vars), ", "))
 		}
 		h.Vars[k] = v
@@ -75,13 +78,25 @@ func Load(path string, overrides map[string]string) (schemas.Harness, error) {
 	return h, nil
 }
 
+// Upstream says, for the vars the single-host controller
+// (AgenticRoboRL's local_ctl.py) took and a harness does not declare, what
+// Roundhouse does instead.
+var Upstream = map[string]string{
+	"model_port": "Roundhouse gives each host's model server a free port itself, so workers on one machine never collide; drop it",
+	"proxy_port": "each rollout worker's recording proxy takes a free port itself (the worker's --proxy-listen sets one); drop it",
+	"vla_port":   "harness services get a free port per host; to use a VLA that already runs, pass --var vla_endpoint=http://HOST:PORT (rpent_libero)",
+	"sam3_port":  "harness services get a free port per host; to use a SAM3 that already runs, pass --var sam3_endpoint=http://HOST:PORT (rpent_libero)",
+	"env_port":   "rpent spawns each episode's LIBERO env server on a free port of its own; drop it",
+	"gpu":        "this harness declares no GPU (the minimal harness runs on the CPU); rpent_libero takes --var gpu=N",
+}
+
 // ParseVars turns ["k=v", ...] into a map, rejecting malformed entries.
 func ParseVars(kvs []string) (map[string]string, error) {
 	out := map[string]string{}
 	for _, kv := range kvs {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || k == "" {
-			return nil, fmt.Errorf("--var %q: write it as name=value, e.g. --var model_port=18100", kv)
+			return nil, fmt.Errorf("--var %q: write it as name=value, e.g. --var max_turns=12", kv)
 		}
 		out[k] = v
 	}

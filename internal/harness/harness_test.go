@@ -70,7 +70,8 @@ func TestBadInputNamesTheProblem(t *testing.T) {
 		vars       map[string]string
 		want       []string
 	}{
-		{"unknown var", good, map[string]string{"gpu": "0"}, []string{"--var gpu=0", "no var \"gpu\"", "bin, port_base"}},
+		{"unknown var", good, map[string]string{"colour": "red"}, []string{"--var colour=red", "no var \"colour\"", "bin, port_base"}},
+		{"a var of the single-host controller", good, map[string]string{"model_port": "8000"}, []string{"--var model_port=8000", "free port", "drop it"}},
 		{"malformed yaml", "name: [unclosed\n", nil, []string{"not valid", "line"}},
 		{"unknown field", good + "colect: {}\n", nil, []string{"colect"}},
 		{"overlapping splits", strings.Replace(good, `val_init_ids: "45-49"`, `val_init_ids: "40-49"`, 1), nil, []string{"init id 40", "train_init_ids", "val_init_ids"}},
