@@ -121,3 +121,9 @@ func SweepLeaderboard(name string) string { return SweepPrefix(name) + "leaderbo
 
 // SweepLeaderboardMarkdown is the same leaderboard as a markdown table.
 func SweepLeaderboardMarkdown(name string) string { return SweepPrefix(name) + "leaderboard.md" }
+
+// Comparison is where `starter compare` stores the paired comparison of
+// two reports of a run.
+func (l Layout) Comparison(a, b string) string {
+	return l.Prefix() + "eval/compare-" + a + "-vs-" + b + ".json"
+}

@@ -25,6 +25,7 @@ import (
 
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
 	"github.com/roundhouse-rl/roundhouse/internal/itest"
+	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 	"github.com/roundhouse-rl/roundhouse/workflows/api"
 )
@@ -355,6 +356,31 @@ func TestStatusAndReportOnRealRun(t *testing.T) {
 	out, err = starter("report", "--run", "no-such-run")
 	if err == nil || !strings.Contains(out, "run no-such-run not found") {
 		t.Errorf("report of an unknown run: %v\n%s", err, out)
+	}
+
+	// compare: the run's first validation (w0) against its final one (r1),
+	// paired on the same cells; the comparison is stored next to the reports.
+	out, err = starter("compare", "--run", run, "--a", "val-r1", "--b", "val-r2")
+	if err != nil {
+		t.Fatalf("compare: %v\n%s", err, out)
+	}
+	t.Logf("compare:\n%s", out)
+	var cmp schemas.Comparison
+	if err := store.GetJSON(ctx, stack.Store, schemas.Layout{Run: run}.Comparison("val-r1", "val-r2"), &cmp); err != nil {
+		t.Fatalf("stored comparison: %v", err)
+	}
+	allRow := false
+	for _, l := range strings.Split(out, "\n") {
+		if f := strings.Fields(l); len(f) > 1 && f[0] == "all" && f[1] == fmt.Sprint(cmp.Overall.Pairs) {
+			allRow = true
+		}
+	}
+	if cmp.Overall.Pairs+cmp.Unpaired == 0 || cmp.Overall.OnlyA+cmp.Overall.OnlyB != len(cmp.Discordant) || cmp.WeightsA != "w0" ||
+		!strings.Contains(out, "McNemar p") || !allRow {
+		t.Errorf("comparison %+v does not match the printed table", cmp.Overall)
+	}
+	if out, err = starter("compare", "--run", run, "--a", "val-r1", "--b", "no-such-tag"); err == nil || !strings.Contains(out, "has no report no-such-tag") {
+		t.Errorf("compare with a missing report: %v\n%s", err, out)
 	}
 
 	// report: the round's success counted from the episode files agrees

@@ -55,7 +55,7 @@ func rootCmd() *cobra.Command {
 		historyConverter = dc
 		return nil
 	}
-	root.AddCommand(trainCmd(&e), statusCmd(&e), validateCmd(), reportCmd(&e), stopCmd(&e), cancelCmd(&e), sweepCmd(&e), evalCmd(&e))
+	root.AddCommand(trainCmd(&e), statusCmd(&e), validateCmd(), reportCmd(&e), compareCmd(&e), stopCmd(&e), cancelCmd(&e), sweepCmd(&e), evalCmd(&e))
 	return root
 }
 
