@@ -36,6 +36,13 @@ type Report struct {
 	Missing      []string `json:"missing,omitempty"`
 	StartedAtMS  int64    `json:"started_at_ms,omitempty"`
 	FinishedAtMS int64    `json:"finished_at_ms,omitempty"`
+	// MaxInvalidShare is the harness's collect.max_invalid_share the report
+	// was judged by, and OverInvalidLimit says Overall's invalid share
+	// (invalid and lost over attempted) exceeds it: its success rate speaks
+	// for the episodes that ran, not for the split. 0/false in reports from
+	// before: unknown.
+	MaxInvalidShare  float64 `json:"max_invalid_share,omitempty"`
+	OverInvalidLimit bool    `json:"over_invalid_limit,omitempty"`
 }
 
 // Report scopes: a full report covers every cell of its split; a shard
@@ -62,6 +69,24 @@ type TaskResult struct {
 	Successes   int     `json:"successes"`
 	SuccessRate float64 `json:"success_rate"`   // successes / valid
 	Lost        int     `json:"lost,omitempty"` // cells without an episode record
+	// SuccessCI95 is the 95 % Wilson interval [lo, hi] of SuccessRate
+	// (absent in reports from before, or without a valid episode).
+	SuccessCI95 []float64 `json:"success_ci95,omitempty"`
+	// InvalidByCause counts Invalid by the episodes' failure class
+	// (absent in reports from before).
+	InvalidByCause map[string]int `json:"invalid_by_cause,omitempty"`
+}
+
+// Attempted is every episode the result asked for: valid, invalid and lost.
+func (r TaskResult) Attempted() int { return r.Episodes + r.Lost }
+
+// InvalidShare is the share of attempted episodes that did not count:
+// invalid and lost (0 when none was attempted).
+func (r TaskResult) InvalidShare() float64 {
+	if r.Attempted() == 0 {
+		return 0
+	}
+	return float64(r.Invalid+r.Lost) / float64(r.Attempted())
 }
 
 // RoundSummary is what one round did; rounds/round=R/summary.json and the
