@@ -1,6 +1,9 @@
 package schemas
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // Report is eval/<tag>/report.json: outcomes of one evaluation or validation pass.
 // A shard of an evaluation is a Report too, at eval/<tag>/shards/<i>-of-<n>.json,
@@ -103,6 +106,46 @@ type RoundSummary struct {
 	SuccessRate float64        `json:"success_rate"` // collection success over valid episodes
 	Trainer     TrainerMetrics `json:"trainer"`
 	Prefix      string         `json:"prefix"` // S3 prefix of the run
+	// Val is the overall result of the validation that opened the round
+	// (nil when none ran, or in summaries from before).
+	Val *TaskResult `json:"val,omitempty"`
+	// MaxInvalidShare is the harness's collect.max_invalid_share when the
+	// round ran (0 in summaries from before: the default applies).
+	MaxInvalidShare float64 `json:"max_invalid_share,omitempty"`
+}
+
+// Attempted is every collection episode the round asked for: valid,
+// invalid, and lost (counted in InvalidByCause["lost"], not in Episodes).
+func (r RoundSummary) Attempted() int { return r.Episodes + r.InvalidByCause["lost"] }
+
+// InvalidShare is the share of the collection's attempted episodes that
+// did not count: invalid or lost (0 when none was attempted).
+func (r RoundSummary) InvalidShare() float64 {
+	if r.Attempted() == 0 {
+		return 0
+	}
+	return float64(r.Attempted()-r.Valid) / float64(r.Attempted())
+}
+
+// InvalidLimit is the invalid share the round is judged by.
+func (r RoundSummary) InvalidLimit() float64 {
+	if r.MaxInvalidShare > 0 {
+		return r.MaxInvalidShare
+	}
+	return DefaultMaxInvalidShare
+}
+
+// OverInvalidLimit names what of the round went over its invalid limit
+// ("collection", "validation", both joined by " and "), "" when nothing did.
+func (r RoundSummary) OverInvalidLimit() string {
+	var over []string
+	if r.InvalidShare() > r.InvalidLimit() {
+		over = append(over, "collection")
+	}
+	if r.Val != nil && r.Val.InvalidShare() > r.InvalidLimit() {
+		over = append(over, "validation")
+	}
+	return strings.Join(over, " and ")
 }
 
 // BatchSummary is what building a round's training batch reports.

@@ -165,3 +165,35 @@ func pointers(ts []schemas.TaskResult) []*schemas.TaskResult {
 	}
 	return out
 }
+
+// RoundWarning is the loud line for a round whose collection or
+// validation had more invalid and lost episodes than its limit allows, ""
+// when neither had.
+func RoundWarning(r schemas.RoundSummary) string {
+	what := r.OverInvalidLimit()
+	if what == "" {
+		return ""
+	}
+	var parts []string
+	if r.InvalidShare() > r.InvalidLimit() {
+		parts = append(parts, fmt.Sprintf("collection %d of %d (%s)", r.Attempted()-r.Valid, r.Attempted(), CauseList(r.InvalidByCause)))
+	}
+	if v := r.Val; v != nil && v.InvalidShare() > r.InvalidLimit() {
+		parts = append(parts, fmt.Sprintf("validation %d of %d (%s)", v.Invalid+v.Lost, v.Attempted(), Causes(*v)))
+	}
+	return fmt.Sprintf("round %d: too many invalid or lost episodes, over the limit of %.0f%% (collect.max_invalid_share): %s; its %s success speaks for the episodes that ran, not for the tasks",
+		r.Round, 100*r.InvalidLimit(), strings.Join(parts, ", "), what)
+}
+
+// ValRate is the validation success of a round as "63.3% [45–79]", from
+// its counts when the summary has them, else its bare rate; "-" when the
+// round did not validate.
+func ValRate(r schemas.RoundSummary) string {
+	switch {
+	case r.Val != nil:
+		return stats.Rate(r.Val.Successes, r.Val.Valid)
+	case r.ValSuccess >= 0:
+		return fmt.Sprintf("%.1f%%", 100*r.ValSuccess)
+	}
+	return "-"
+}
