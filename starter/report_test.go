@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"image/png"
 	"maps"
 	"os"
@@ -202,5 +203,24 @@ func TestPrintSuccess(t *testing.T) {
 	printSuccess(&out, testSuccess, 3)
 	if strings.Contains(out.String(), "toy") || strings.Count(out.String(), "round") != 1 {
 		t.Errorf("one suite printed a suite table:\n%s", out.String())
+	}
+}
+
+// A leaderboard stored before intervals existed is shown with them: the
+// entries within noise of the leader get their ≈.
+func TestPrintOldLeaderboard(t *testing.T) {
+	stored := `{"sweep":"n","source":"demo","run":"demo","init_key":"val_init_ids","entries":[
+		{"weights_id":"r5","success_rate":0.7667,"successes":23,"valid":30,"episodes":30},
+		{"weights_id":"r4","success_rate":0.6333,"successes":19,"valid":30,"episodes":30},
+		{"weights_id":"r1","success_rate":0.4,"successes":12,"valid":30,"episodes":30}]}`
+	get := func(_ string, v any) error { return json.Unmarshal([]byte(stored), v) }
+	var out bytes.Buffer
+	if err := printLeaderboard(&out, "b", get, "n"); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"| 1 | ≈ | `r5` | 76.7% [59–89] |", "| 2 | ≈ | `r4` | 63.3% [45–79] |", "| 3 |  | `r1` | 40.0% [24–58] |"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("leaderboard lacks %q:\n%s", want, out.String())
+		}
 	}
 }
