@@ -112,6 +112,10 @@ type RoundSummary struct {
 	// MaxInvalidShare is the harness's collect.max_invalid_share when the
 	// round ran (0 in summaries from before: the default applies).
 	MaxInvalidShare float64 `json:"max_invalid_share,omitempty"`
+	// OverInvalidLimit names what of the round went over that limit
+	// (OverLimit's answer when the round ended; "" when nothing did, or in
+	// summaries from before).
+	OverInvalidLimit string `json:"over_invalid_limit,omitempty"`
 }
 
 // Attempted is every collection episode the round asked for: valid,
@@ -135,9 +139,9 @@ func (r RoundSummary) InvalidLimit() float64 {
 	return DefaultMaxInvalidShare
 }
 
-// OverInvalidLimit names what of the round went over its invalid limit
+// OverLimit names what of the round went over its invalid limit
 // ("collection", "validation", both joined by " and "), "" when nothing did.
-func (r RoundSummary) OverInvalidLimit() string {
+func (r RoundSummary) OverLimit() string {
 	var over []string
 	if r.InvalidShare() > r.InvalidLimit() {
 		over = append(over, "collection")

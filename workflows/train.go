@@ -161,6 +161,7 @@ func Train(ctx workflow.Context, in api.TrainInput) (api.TrainResult, error) {
 	if summary.ValSuccess >= 0 {
 		compact(ctx, in.Run, in.Round, schemas.PhaseVal)
 	}
+	summary.OverInvalidLimit = summary.OverLimit()
 	summaries := append(append([]schemas.RoundSummary(nil), in.Summaries...), summary)
 	prog.Summaries = summaries
 	result.Summaries = summaries

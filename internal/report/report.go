@@ -170,7 +170,7 @@ func pointers(ts []schemas.TaskResult) []*schemas.TaskResult {
 // validation had more invalid and lost episodes than its limit allows, ""
 // when neither had.
 func RoundWarning(r schemas.RoundSummary) string {
-	what := r.OverInvalidLimit()
+	what := r.OverLimit()
 	if what == "" {
 		return ""
 	}
