@@ -85,10 +85,8 @@ func showReport(ctx context.Context, out io.Writer, s *store.Store, run, chartFi
 	fmt.Fprintln(out)
 	printSuccess(out, rs, final)
 	if v, ok := vals[final]; ok && final > 0 {
-		rep := schemas.Report{Overall: v, MaxInvalidShare: lastLimit(sums)}
-		if report.OverInvalidLimit(rep) {
-			fmt.Fprintf(out, "!! final validation: %d of %d attempted episodes invalid or lost (%s), over the limit of %.0f%% (collect.max_invalid_share): its success speaks for the episodes that ran, not for the tasks\n",
-				v.Invalid+v.Lost, v.Attempted(), report.Causes(v), 100*report.InvalidLimit(rep))
+		if w := finalValWarning(v, lastLimit(sums)); w != "" {
+			fmt.Fprintln(out, w)
 		}
 	}
 	b, err := renderChart(chartFile, run, rs, final)
@@ -194,4 +192,16 @@ func lastLimit(sums []schemas.RoundSummary) float64 {
 		return 0
 	}
 	return sums[len(sums)-1].MaxInvalidShare
+}
+
+// finalValWarning is the loud line for a final validation whose invalid
+// and lost episodes exceed the limit (0: the default), "" otherwise. The
+// final validation has no round summary to carry it.
+func finalValWarning(v schemas.TaskResult, limit float64) string {
+	rep := schemas.Report{Overall: v, MaxInvalidShare: limit}
+	if !report.OverInvalidLimit(rep) {
+		return ""
+	}
+	return fmt.Sprintf("!! final validation: %d of %d attempted episodes invalid or lost (%s), over the limit of %.0f%% (collect.max_invalid_share): its success speaks for the episodes that ran, not for the tasks",
+		v.Invalid+v.Lost, v.Attempted(), report.Causes(v), 100*report.InvalidLimit(rep))
 }

@@ -224,3 +224,14 @@ func TestPrintOldLeaderboard(t *testing.T) {
 		}
 	}
 }
+
+func TestFinalValWarning(t *testing.T) {
+	v := schemas.TaskResult{Episodes: 28, Valid: 24, Invalid: 4, Lost: 2, Successes: 20, InvalidByCause: map[string]int{"timeout": 4}}
+	// 6 of 30 attempted is 20 %: at the default limit, not over it.
+	if w := finalValWarning(v, 0); w != "" {
+		t.Errorf("20%% at a 20%% limit warned: %s", w)
+	}
+	if w := finalValWarning(v, 0.1); !strings.Contains(w, "6 of 30 attempted episodes invalid or lost (lost:2 timeout:4), over the limit of 10%") {
+		t.Errorf("20%% over a 10%% limit: %q", w)
+	}
+}
