@@ -96,8 +96,9 @@ func chartFormat(file string) (chart.RendererProvider, error) {
 	return nil, fmt.Errorf("--chart %s: give a file name ending in .svg or .png", file)
 }
 
-// dodge shifts the two series half a bar apart on the x axis, so the
-// error bars of one round never hide each other.
+// dodge moves the collection's points this far (in rounds) left of their
+// round and the validation's right, so one round's error bars never hide
+// each other.
 const dodge = 0.08
 
 // renderChart draws success per round over valid episodes, in percent on
@@ -148,8 +149,10 @@ func renderChart(file, run string, rs []runs.RoundSuccess, final int32) ([]byte,
 		return nil, fmt.Errorf("run %s has no valid episode to chart", run)
 	}
 	var yticks []chart.Tick
+	var grid []chart.GridLine
 	for v := 0; v <= 100; v += 20 {
 		yticks = append(yticks, chart.Tick{Value: float64(v), Label: fmt.Sprintf("%d%%", v)})
+		grid = append(grid, chart.GridLine{Value: float64(v)})
 	}
 	// Unlabelled ticks half a round beyond each end set the x range (go-chart
 	// takes it from the ticks): a margin, and a range for one round too.
@@ -162,16 +165,13 @@ func renderChart(file, run string, rs []runs.RoundSuccess, final int32) ([]byte,
 		// The top padding holds the title and, below it, the legend.
 		Background: chart.Style{Padding: chart.Box{Top: 44 + 18*len(shown), Left: 20, Right: 28, Bottom: 20}},
 		XAxis:      chart.XAxis{Name: "round", Ticks: ticks},
-		YAxis: chart.YAxis{Name: "success over valid episodes (bars: 95% interval)", Ticks: yticks,
-			Range:          &chart.ContinuousRange{Min: 0, Max: 100}, // Light grid lines at each tick; the SVG renderer rounds widths to whole pixels.
+		YAxis: chart.YAxis{Name: "success over valid episodes (bars: 95% interval)", Ticks: yticks, GridLines: grid,
+			Range: &chart.ContinuousRange{Min: 0, Max: 100},
+			// Light grid lines; the SVG renderer rounds widths to whole pixels.
 			GridMajorStyle: chart.Style{StrokeColor: drawing.Color{R: 0xdd, G: 0xdd, B: 0xdd, A: 255}, StrokeWidth: 1}},
 		// Hidden, or go-chart draws an empty secondary axis off the canvas.
 		YAxisSecondary: chart.YAxis{Style: chart.Hidden()},
 		Series:         series,
-	}
-	g.YAxis.GridLines = nil
-	for _, t := range yticks {
-		g.YAxis.GridLines = append(g.YAxis.GridLines, chart.GridLine{Value: t.Value})
 	}
 	g.Elements = []chart.Renderable{header(title, g.Width, shown)}
 	var buf bytes.Buffer
