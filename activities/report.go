@@ -96,6 +96,14 @@ func (c *Control) WriteReport(ctx context.Context, in ReportInput) (schemas.Repo
 			r.Episodes++
 			if !e.Valid {
 				r.Invalid++
+				if r.InvalidByCause == nil {
+					r.InvalidByCause = map[string]int{}
+				}
+				cause := e.FailureClass
+				if cause == "" {
+					cause = "unclassified"
+				}
+				r.InvalidByCause[cause]++
 				continue
 			}
 			r.Valid++
@@ -115,6 +123,7 @@ func (c *Control) WriteReport(ctx context.Context, in ReportInput) (schemas.Repo
 			}
 		}
 	}
+	rep.MaxInvalidShare = h.Collect.InvalidLimit()
 	report.FinishRates(&rep)
 	if rep.Scope == schemas.ScopeFull && rep.Overall.Valid > 0 {
 		instr.RoundSuccess(ctx, in.Run, in.Round, in.Phase, rep.Overall.SuccessRate)

@@ -143,7 +143,7 @@ func TestSweepActivities(t *testing.T) {
 		t.Fatalf("absent leaderboard: %+v %v", lb, err)
 	}
 	lb = schemas.Leaderboard{Sweep: "x", Source: src, Run: "sweep-x", InitKey: "val_init_ids", Entries: []schemas.LeaderboardEntry{
-		{WeightsID: "b", SuccessRate: 0.2, Valid: 5}, {WeightsID: "a", SuccessRate: 0.8, Valid: 5}}}
+		{WeightsID: "b", SuccessRate: 0.2, Successes: 1, Valid: 5}, {WeightsID: "a", SuccessRate: 0.8, Successes: 4, Valid: 5}}}
 	if _, err := env.ExecuteActivity(ctrl.WriteLeaderboard, lb); err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +155,7 @@ func TestSweepActivities(t *testing.T) {
 		t.Errorf("leaderboard read back %+v %v", back, err)
 	}
 	md, err := s.Get(ctx, schemas.SweepLeaderboardMarkdown("x"))
-	if err != nil || !strings.Contains(string(md), "| 1 | `a` | 80.0% |") {
+	if err != nil || !strings.Contains(string(md), "| 1 | ≈ | `a` | 80.0% [37–97] |") {
 		t.Errorf("leaderboard.md %q %v", md, err)
 	}
 

@@ -134,6 +134,23 @@ type Collect struct {
 	FinalValidation bool `yaml:"final_validation" json:"final_validation"`
 	// Filters drop calls before selection (docs/design.md §4); all off by default.
 	Filters Filters `yaml:"filters" json:"filters"`
+	// MaxInvalidShare is the share of attempted episodes (invalid and lost
+	// included) above which a round's or an evaluation's success rate is
+	// flagged as unreliable, and a final score refused (0: the default,
+	// DefaultMaxInvalidShare; 1: never flag).
+	MaxInvalidShare float64 `yaml:"max_invalid_share" json:"max_invalid_share,omitempty"`
+}
+
+// DefaultMaxInvalidShare is Collect.MaxInvalidShare when unset: past one
+// episode in five invalid, what failed says more than what succeeded.
+const DefaultMaxInvalidShare = 0.2
+
+// InvalidLimit is MaxInvalidShare, or its default when unset.
+func (c Collect) InvalidLimit() float64 {
+	if c.MaxInvalidShare <= 0 {
+		return DefaultMaxInvalidShare
+	}
+	return c.MaxInvalidShare
 }
 
 // Filters are the optional selection filters. Each is off when its main

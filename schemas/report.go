@@ -1,6 +1,9 @@
 package schemas
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // Report is eval/<tag>/report.json: outcomes of one evaluation or validation pass.
 // A shard of an evaluation is a Report too, at eval/<tag>/shards/<i>-of-<n>.json,
@@ -36,6 +39,13 @@ type Report struct {
 	Missing      []string `json:"missing,omitempty"`
 	StartedAtMS  int64    `json:"started_at_ms,omitempty"`
 	FinishedAtMS int64    `json:"finished_at_ms,omitempty"`
+	// MaxInvalidShare is the harness's collect.max_invalid_share the report
+	// was judged by, and OverInvalidLimit says Overall's invalid share
+	// (invalid and lost over attempted) exceeds it: its success rate speaks
+	// for the episodes that ran, not for the split. 0/false in reports from
+	// before: unknown.
+	MaxInvalidShare  float64 `json:"max_invalid_share,omitempty"`
+	OverInvalidLimit bool    `json:"over_invalid_limit,omitempty"`
 }
 
 // Report scopes: a full report covers every cell of its split; a shard
@@ -62,6 +72,24 @@ type TaskResult struct {
 	Successes   int     `json:"successes"`
 	SuccessRate float64 `json:"success_rate"`   // successes / valid
 	Lost        int     `json:"lost,omitempty"` // cells without an episode record
+	// SuccessCI95 is the 95 % Wilson interval [lo, hi] of SuccessRate
+	// (absent in reports from before, or without a valid episode).
+	SuccessCI95 []float64 `json:"success_ci95,omitempty"`
+	// InvalidByCause counts Invalid by the episodes' failure class
+	// (absent in reports from before).
+	InvalidByCause map[string]int `json:"invalid_by_cause,omitempty"`
+}
+
+// Attempted is every episode the result asked for: valid, invalid and lost.
+func (r TaskResult) Attempted() int { return r.Episodes + r.Lost }
+
+// InvalidShare is the share of attempted episodes that did not count:
+// invalid and lost (0 when none was attempted).
+func (r TaskResult) InvalidShare() float64 {
+	if r.Attempted() == 0 {
+		return 0
+	}
+	return float64(r.Invalid+r.Lost) / float64(r.Attempted())
 }
 
 // RoundSummary is what one round did; rounds/round=R/summary.json and the
@@ -78,6 +106,50 @@ type RoundSummary struct {
 	SuccessRate float64        `json:"success_rate"` // collection success over valid episodes
 	Trainer     TrainerMetrics `json:"trainer"`
 	Prefix      string         `json:"prefix"` // S3 prefix of the run
+	// Val is the overall result of the validation that opened the round
+	// (nil when none ran, or in summaries from before).
+	Val *TaskResult `json:"val,omitempty"`
+	// MaxInvalidShare is the harness's collect.max_invalid_share when the
+	// round ran (0 in summaries from before: the default applies).
+	MaxInvalidShare float64 `json:"max_invalid_share,omitempty"`
+	// OverInvalidLimit names what of the round went over that limit
+	// (OverLimit's answer when the round ended; "" when nothing did, or in
+	// summaries from before).
+	OverInvalidLimit string `json:"over_invalid_limit,omitempty"`
+}
+
+// Attempted is every collection episode the round asked for: valid,
+// invalid, and lost (counted in InvalidByCause["lost"], not in Episodes).
+func (r RoundSummary) Attempted() int { return r.Episodes + r.InvalidByCause["lost"] }
+
+// InvalidShare is the share of the collection's attempted episodes that
+// did not count: invalid or lost (0 when none was attempted).
+func (r RoundSummary) InvalidShare() float64 {
+	if r.Attempted() == 0 {
+		return 0
+	}
+	return float64(r.Attempted()-r.Valid) / float64(r.Attempted())
+}
+
+// InvalidLimit is the invalid share the round is judged by.
+func (r RoundSummary) InvalidLimit() float64 {
+	if r.MaxInvalidShare > 0 {
+		return r.MaxInvalidShare
+	}
+	return DefaultMaxInvalidShare
+}
+
+// OverLimit names what of the round went over its invalid limit
+// ("collection", "validation", both joined by " and "), "" when nothing did.
+func (r RoundSummary) OverLimit() string {
+	var over []string
+	if r.InvalidShare() > r.InvalidLimit() {
+		over = append(over, "collection")
+	}
+	if r.Val != nil && r.Val.InvalidShare() > r.InvalidLimit() {
+		over = append(over, "validation")
+	}
+	return strings.Join(over, " and ")
 }
 
 // BatchSummary is what building a round's training batch reports.

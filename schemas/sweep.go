@@ -30,6 +30,17 @@ type LeaderboardEntry struct {
 	Episodes      int     `json:"episodes"`
 	ReportKey     string  `json:"report_key"`
 	EvaluatedAtMS int64   `json:"evaluated_at_ms"`
+	// Invalid and Lost count the other attempted episodes (Episodes counts
+	// valid and invalid ones): success / attempted is
+	// Successes / (Episodes + Lost).
+	Invalid int `json:"invalid,omitempty"`
+	Lost    int `json:"lost,omitempty"`
+	// SuccessCI95 is the 95 % Wilson interval [lo, hi] of SuccessRate;
+	// WithinNoise marks an entry whose interval overlaps the leader's (the
+	// leader's included): the data cannot tell it from the leader.
+	// Both are set when the leaderboard is sorted.
+	SuccessCI95 []float64 `json:"success_ci95,omitempty"`
+	WithinNoise bool      `json:"within_noise_of_leader,omitempty"`
 }
 
 // SweepRun is the evaluation run of a sweep over an s3 weights prefix:

@@ -19,6 +19,7 @@ import (
 	"github.com/roundhouse-rl/roundhouse/internal/harness"
 	"github.com/roundhouse-rl/roundhouse/internal/report"
 	"github.com/roundhouse-rl/roundhouse/internal/runs"
+	"github.com/roundhouse-rl/roundhouse/internal/stats"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/internal/weights"
 	"github.com/roundhouse-rl/roundhouse/schemas"
@@ -261,21 +262,24 @@ func followEval(ctx context.Context, out io.Writer, c client.Client, s *store.St
 		return fmt.Errorf("evaluation %s failed: %w (details in the Temporal UI; fix the cause, then rerun the same command: no report was written)", id, err)
 	}
 	fmt.Fprintln(out)
-	printEvalReport(out, rep, s.Bucket)
-	return nil
+	return printEvalReport(out, rep, s.Bucket)
 }
 
-// printEvalReport prints a report's table and says what kind of score it is.
-func printEvalReport(out io.Writer, rep schemas.Report, bucket string) {
+// printEvalReport prints a report's table, with both denominators and
+// 95 % intervals, and says what kind of score it is. An evaluation on
+// eval_init_ids whose invalid share is over the limit is printed, then
+// refused as a final score (the error says why and what to do).
+func printEvalReport(out io.Writer, rep schemas.Report, bucket string) error {
 	l := schemas.Layout{Run: rep.Run}
 	key := l.Report(rep.Tag)
 	if rep.IsShard() {
 		key = l.ShardReport(rep.Tag, rep.Shard, rep.Shards)
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "task\tname\tsuite\tepisodes\tvalid\tinvalid\tlost\tsuccesses\tsuccess rate\t")
+	fmt.Fprintln(tw, "task\tname\tsuite\tattempted\tvalid\tinvalid\tlost\tsuccesses\tsuccess / valid [95% CI]\tsuccess / attempted\t")
 	row := func(id, name, suite string, r schemas.TaskResult) {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%.1f%%\t\n", id, name, suite, r.Episodes, r.Valid, r.Invalid, r.Lost, r.Successes, 100*r.SuccessRate)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t\n", id, name, suite, r.Attempted(), r.Valid, r.Invalid, r.Lost, r.Successes,
+			stats.Rate(r.Successes, r.Valid), stats.Rate(r.Successes, r.Attempted()))
 	}
 	for _, t := range rep.Tasks {
 		row(strconv.Itoa(int(t.Task)), t.Name, t.Suite, t)
@@ -291,16 +295,26 @@ func printEvalReport(out io.Writer, rep schemas.Report, bucket string) {
 	}
 	fmt.Fprintf(out, "weights %s (digest %.12s), %s, harness %s (config %s)%s\nreport: s3://%s/%s\n",
 		rep.WeightsID, rep.WeightsDigest, rep.InitKey, rep.Harness, rep.Digest, took, bucket, key)
-	if rep.Overall.Lost > 0 {
-		fmt.Fprintf(out, "%d cells have no episode record (lost episodes; listed as missing in the report)\n", rep.Overall.Lost)
+	o := rep.Overall
+	if o.Invalid+o.Lost > 0 {
+		fmt.Fprintf(out, "invalid by cause: %s (%.1f%% of %d attempted; lost cells are listed as missing in the report)\n", report.Causes(o), 100*o.InvalidShare(), o.Attempted())
 	}
+	over := report.OverInvalidLimit(rep)
+	if over {
+		fmt.Fprintf(out, "!! TOO MANY INVALID: %.1f%% of attempted episodes were invalid or lost, over the limit of %.0f%% (collect.max_invalid_share): the success rate speaks for the episodes that ran, not for the split\n",
+			100*o.InvalidShare(), 100*report.InvalidLimit(rep))
+	}
+	score := stats.Rate(o.Successes, o.Valid)
 	switch {
 	case rep.IsShard():
 		fmt.Fprintf(out, "SHARD %d/%d of tag %s: not a score of the split. Once all %d shards are done: starter report merge --run %s --tag %s\n",
 			rep.Shard, rep.Shards, rep.Tag, rep.Shards, rep.Run, rep.Tag)
+	case rep.InitKey == finalKey && over:
+		return fmt.Errorf("tag %s of run %s: %w", rep.Tag, rep.Run, report.FinalScoreError(rep))
 	case rep.InitKey == finalKey:
-		fmt.Fprintf(out, "final score (eval_init_ids, all %d tasks): %.1f%% over %d valid episodes\n", len(rep.Tasks), 100*rep.Overall.SuccessRate, rep.Overall.Valid)
+		fmt.Fprintf(out, "final score (eval_init_ids, all %d tasks): %s over %d valid of %d attempted episodes\n", len(rep.Tasks), score, o.Valid, o.Attempted())
 	default:
-		fmt.Fprintf(out, "validation score (%s): %.1f%% over %d valid episodes — for choosing weights, not a final score\n", rep.InitKey, 100*rep.Overall.SuccessRate, rep.Overall.Valid)
+		fmt.Fprintf(out, "validation score (%s): %s over %d valid of %d attempted episodes — for choosing weights, not a final score\n", rep.InitKey, score, o.Valid, o.Attempted())
 	}
+	return nil
 }

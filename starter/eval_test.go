@@ -274,3 +274,47 @@ func snapshot(ctx context.Context, t *testing.T, s *store.Store, prefix string) 
 	}
 	return out
 }
+
+// The eval table shows both denominators with intervals and the invalid
+// causes; over the invalid limit it says so, and on eval_init_ids refuses
+// to call the rate a final score.
+func TestPrintEvalReport(t *testing.T) {
+	task := schemas.TaskResult{Task: 0, Name: "stack", Episodes: 29, Valid: 27, Invalid: 2, Lost: 1, Successes: 19,
+		InvalidByCause: map[string]int{"timeout": 2}}
+	rep := schemas.Report{Run: "demo", Tag: "v1", WeightsID: "r3", InitKey: "val_init_ids", Harness: "minimal", MaxInvalidShare: 0.2,
+		Tasks: []schemas.TaskResult{task}, Overall: task}
+	rep.Overall.Task = -1
+	var out bytes.Buffer
+	if err := printEvalReport(&out, rep, "b"); err != nil {
+		t.Fatal(err)
+	}
+	got := out.String()
+	for _, want := range []string{"success / valid [95% CI]", "success / attempted", "70.4% [51–85]", "63.3% [45–79]",
+		"invalid by cause: lost:1 timeout:2 (10.0% of 30 attempted", "validation score (val_init_ids): 70.4% [51–85] over 27 valid of 30 attempted"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("eval report lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "TOO MANY INVALID") {
+		t.Errorf("10%% invalid under a 20%% limit flagged:\n%s", got)
+	}
+
+	// The same on eval_init_ids is a final score; with 8 more timeouts
+	// (10 of 38 attempted) it is over the limit and refused.
+	rep.InitKey = finalKey
+	out.Reset()
+	if err := printEvalReport(&out, rep, "b"); err != nil || !strings.Contains(out.String(), "final score (eval_init_ids, all 1 tasks): 70.4% [51–85]") {
+		t.Errorf("final score: %v\n%s", err, out.String())
+	}
+	rep.Overall.Episodes += 8
+	rep.Overall.Invalid += 8
+	rep.Overall.InvalidByCause = map[string]int{"timeout": 10}
+	out.Reset()
+	err := printEvalReport(&out, rep, "b")
+	if err == nil || !strings.Contains(err.Error(), "not a final score") || !strings.Contains(err.Error(), "limit of 20%") || !strings.Contains(err.Error(), "tag v1 of run demo") {
+		t.Errorf("over the limit on eval_init_ids: error %v", err)
+	}
+	if got := out.String(); !strings.Contains(got, "!! TOO MANY INVALID: 28.9% of attempted episodes") || strings.Contains(got, "final score (") {
+		t.Errorf("over the limit, the output:\n%s", got)
+	}
+}

@@ -56,6 +56,5 @@ func mergeReports(ctx context.Context, out io.Writer, s *store.Store, run, tag s
 	} else {
 		fmt.Fprintf(out, "merged %d shards of tag %s (%s)\n\n", len(m.Keys), tag, strings.Join(m.Keys, ", "))
 	}
-	printEvalReport(out, m.Report, s.Bucket)
-	return nil
+	return printEvalReport(out, m.Report, s.Bucket)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
+	"github.com/roundhouse-rl/roundhouse/internal/report"
 	"github.com/roundhouse-rl/roundhouse/internal/runs"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/schemas"
@@ -79,8 +80,15 @@ func showReport(ctx context.Context, out io.Writer, s *store.Store, run, chartFi
 	if st.Rounds > 0 && st.RoundsDone == st.Rounds {
 		final = st.Rounds + 1
 	}
+	vals := valResults(ctx, s, run, rs, sums)
+	addLost(rs, sums, vals)
 	fmt.Fprintln(out)
 	printSuccess(out, rs, final)
+	if v, ok := vals[final]; ok && final > 0 {
+		if w := finalValWarning(v, lastLimit(sums)); w != "" {
+			fmt.Fprintln(out, w)
+		}
+	}
 	b, err := renderChart(chartFile, run, rs, final)
 	if err != nil {
 		return err
@@ -139,4 +147,61 @@ func printDiagnostics(out io.Writer, sums []schemas.RoundSummary, st schemas.Sta
 	if len(trend) > 0 {
 		fmt.Fprintf(out, "\nvalidation success: %s\n", strings.Join(trend, " → "))
 	}
+}
+
+// valResults is each validation's overall result, from the round's
+// summary or else its report (val-r<R>, as for the final validation);
+// rounds with neither are left out: their lost episodes stay unknown.
+func valResults(ctx context.Context, s *store.Store, run string, rs []runs.RoundSuccess, sums []schemas.RoundSummary) map[int32]schemas.TaskResult {
+	out := map[int32]schemas.TaskResult{}
+	for _, r := range sums {
+		if r.Val != nil {
+			out[r.Round] = *r.Val
+		}
+	}
+	l := schemas.Layout{Run: run}
+	for _, r := range rs {
+		if _, ok := out[r.Round]; ok || r.Val.Episodes == 0 {
+			continue
+		}
+		var rep schemas.Report
+		if err := store.GetJSON(ctx, s, l.Report(schemas.ValTag(r.Round)), &rep); err == nil {
+			out[r.Round] = rep.Overall
+		}
+	}
+	return out
+}
+
+// addLost adds the lost episodes, which have no row to count, to the
+// success counts: the collection's from the round summaries, the
+// validations' from their results.
+func addLost(rs []runs.RoundSuccess, sums []schemas.RoundSummary, vals map[int32]schemas.TaskResult) {
+	lost := map[int32]int{}
+	for _, r := range sums {
+		lost[r.Round] = r.InvalidByCause["lost"]
+	}
+	for i := range rs {
+		rs[i].Train.Lost = lost[rs[i].Round]
+		rs[i].Val.Lost = vals[rs[i].Round].Lost
+	}
+}
+
+// lastLimit is the invalid limit of the run's last round (0: unknown).
+func lastLimit(sums []schemas.RoundSummary) float64 {
+	if len(sums) == 0 {
+		return 0
+	}
+	return sums[len(sums)-1].MaxInvalidShare
+}
+
+// finalValWarning is the loud line for a final validation whose invalid
+// and lost episodes exceed the limit (0: the default), "" otherwise. The
+// final validation has no round summary to carry it.
+func finalValWarning(v schemas.TaskResult, limit float64) string {
+	rep := schemas.Report{Overall: v, MaxInvalidShare: limit}
+	if !report.OverInvalidLimit(rep) {
+		return ""
+	}
+	return fmt.Sprintf("!! final validation: %d of %d attempted episodes invalid or lost (%s), over the limit of %.0f%% (collect.max_invalid_share): its success speaks for the episodes that ran, not for the tasks",
+		v.Invalid+v.Lost, v.Attempted(), report.Causes(v), 100*report.InvalidLimit(rep))
 }

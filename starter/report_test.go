@@ -2,9 +2,12 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"image/png"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -18,9 +21,12 @@ func TestPrintDiagnostics(t *testing.T) {
 	sums := []schemas.RoundSummary{
 		{Round: 1, WeightsIn: "w0", WeightsOut: "r1", ValSuccess: 0.3,
 			BatchSummary: schemas.BatchSummary{Episodes: 36, Valid: 34, Invalid: 2, InvalidByCause: map[string]int{"timeout": 1, "infrastructure": 1},
-				Groups: 6, GroupsWithSignal: 4, Calls: 200, UntrainableCalls: 10, Samples: 90, Images: 12, ImageRefs: 90},
+				Successes: 20, Groups: 6, GroupsWithSignal: 4, Calls: 200, UntrainableCalls: 10, Samples: 90, Images: 12, ImageRefs: 90},
 			Trainer: schemas.TrainerMetrics{Loss: 0.0123, LogprobMismatch: 1e-8, LogprobMismatchMax: 3.5e-7, DriftShare: 0.25, Steps: 2}},
-		{Round: 2, WeightsIn: "r1", WeightsOut: "r2", ValSuccess: 0.5},
+		// Round 2: 4 timeouts and 2 lost of 20 attempted (30 %) is over the
+		// 20 % limit; its validation has counts, so an interval.
+		{Round: 2, WeightsIn: "r1", WeightsOut: "r2", ValSuccess: 0.5, Val: &schemas.TaskResult{Episodes: 30, Valid: 30, Successes: 15},
+			BatchSummary: schemas.BatchSummary{Episodes: 18, Valid: 14, Invalid: 4, Successes: 7, InvalidByCause: map[string]int{"timeout": 4, "lost": 2}}},
 	}
 	var out bytes.Buffer
 	printDiagnostics(&out, sums, schemas.State{Rounds: 2, RoundsDone: 2, FinalValSuccess: 0.7})
@@ -29,6 +35,17 @@ func TestPrintDiagnostics(t *testing.T) {
 		if !strings.Contains(got, want) {
 			t.Errorf("report lacks %q:\n%s", want, got)
 		}
+	}
+	// Both denominators with intervals; the round over the limit is named.
+	for _, want := range []string{"collection success / valid", "success / attempted", "58.8% [42–74]", "55.6% [39–71]", "2/36",
+		"50.0% [33–67]", "50.0% [26–74]", "35.0% [18–57]", "6/20",
+		"!! round 2: too many invalid or lost episodes, over the limit of 20% (collect.max_invalid_share): collection 6 of 20 (lost:2 timeout:4)"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("report lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "round 1: too many") {
+		t.Errorf("round 1 (2 of 36 invalid) flagged:\n%s", got)
 	}
 	// Round 1 had 2 groups without signal.
 	lines := strings.Split(got, "\n")
@@ -63,15 +80,26 @@ func TestChartSVG(t *testing.T) {
 		t.Fatal(err)
 	}
 	svg := readSVG(t, file)
-	// Title, axis, series names, round labels, and each point's value.
-	for _, s := range []string{"run demo: success per round", "round", seriesTrain, seriesVal, "1", "2", "3 (final)", "0%", "100%",
-		"50.0%", "57.1%", "30.0%", "48.3%", "70.0%"} {
+	// Title, axis on 0–100 %, round labels, and the legend naming each
+	// series with its latest value and interval; no per-point value labels
+	// (they collided), the table has those.
+	for _, s := range []string{"run demo: success per round", "round", "1", "2", "3 (final)", "0%", "100%",
+		seriesTrain + " — round 2: 57.1% [40–73]", seriesVal + " — round 3 (final): 70.0% [52–84]"} {
 		if !svg.texts[s] {
 			t.Errorf("chart lacks the text %q", s)
 		}
 	}
+	for _, s := range []string{"50.0%", "48.3%", "120%"} {
+		if svg.texts[s] {
+			t.Errorf("chart has the text %q: no point labels, and the axis ends at 100%%", s)
+		}
+	}
+	// Each point has its dot and its error bar, in its series' colour.
 	if svg.dots[svgColor(colorTrain)] != 2 || svg.dots[svgColor(colorVal)] != 3 {
 		t.Errorf("dots by colour %v: want 2 collection and 3 validation points", svg.dots)
+	}
+	if svg.bars[svgColor(colorTrain)] != 2 || svg.bars[svgColor(colorVal)] != 3 {
+		t.Errorf("error bars by colour %v: want 2 collection and 3 validation bars", svg.bars)
 	}
 	// A round without validation has no validation point; one without valid
 	// episodes has none at all, and a run without any is an error.
@@ -80,7 +108,8 @@ func TestChartSVG(t *testing.T) {
 		t.Fatal(err)
 	}
 	os.WriteFile(file, b, 0o644)
-	if svg := readSVG(t, file); svg.dots[svgColor(colorTrain)] != 1 || svg.dots[svgColor(colorVal)] != 0 || !svg.texts["25.0%"] || svg.texts[seriesVal] {
+	if svg := readSVG(t, file); svg.dots[svgColor(colorTrain)] != 1 || svg.dots[svgColor(colorVal)] != 0 || svg.bars[svgColor(colorTrain)] != 1 ||
+		!svg.texts[seriesTrain+" — round 1: 25.0% [4–70]"] || slices.ContainsFunc(slices.Collect(maps.Keys(svg.texts)), func(s string) bool { return strings.HasPrefix(s, seriesVal) }) {
 		t.Errorf("one valid collection point only: dots %v", svg.dots)
 	}
 	if _, err := renderChart(file, "x", []runs.RoundSuccess{{Round: 1, Train: runs.Counts{Episodes: 4}}}, 0); err == nil || !strings.Contains(err.Error(), "no valid episode") {
@@ -97,8 +126,8 @@ func TestChartPNG(t *testing.T) {
 	if err != nil {
 		t.Fatalf("not a PNG: %v", err)
 	}
-	if s := img.Bounds().Size(); s.X != 640 || s.Y != 400 {
-		t.Errorf("size %v, want 640×400", s)
+	if s := img.Bounds().Size(); s.X != 640 || s.Y != 420 {
+		t.Errorf("size %v, want 640×420", s)
 	}
 	// Both series are drawn: pixels of each series' colour exist.
 	found := map[drawing.Color]int{}
@@ -132,13 +161,17 @@ func TestChartFormat(t *testing.T) {
 
 func TestPrintSuccess(t *testing.T) {
 	var out bytes.Buffer
-	printSuccess(&out, testSuccess, 3)
+	rs := append([]runs.RoundSuccess(nil), testSuccess...)
+	addLost(rs, []schemas.RoundSummary{{Round: 2, BatchSummary: schemas.BatchSummary{InvalidByCause: map[string]int{"lost": 2, "timeout": 1}}}},
+		map[int32]schemas.TaskResult{2: {Lost: 0}})
+	printSuccess(&out, rs, 3)
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	want := [][]string{
-		{"round", "collection", "success", "validation", "success"},
-		{"1", "2/4", "(50.0%)", "9/30", "(30.0%)"},
-		{"2", "20/35", "(57.1%)", "14/29", "(48.3%)"},
-		{"3", "(final)", "-", "21/30", "(70.0%)"},
+		{"round", "collection", "success", "/", "valid", "/", "attempted", "validation", "success", "/", "valid", "/", "attempted"},
+		{"1", "2/4", "(50.0%", "[15–85])", "2/4", "(50.0%", "[15–85])", "9/30", "(30.0%", "[16–48])", "9/30", "(30.0%", "[16–48])"},
+		// One invalid collection episode, two lost: 20 of 38 attempted.
+		{"2", "20/35", "(57.1%", "[40–73])", "20/38", "(52.6%", "[37–68])", "14/29", "(48.3%", "[31–66])", "14/30", "(46.7%", "[30–64])"},
+		{"3", "(final)", "-", "-", "21/30", "(70.0%", "[52–84])", "21/30", "(70.0%", "[52–84])"},
 	}
 	if len(lines) != len(want) {
 		t.Fatalf("%d lines, want %d:\n%s", len(lines), len(want), out.String())
@@ -163,12 +196,42 @@ func TestPrintSuccess(t *testing.T) {
 	printSuccess(&out, mixed, 0)
 	lines = strings.Split(strings.TrimSpace(out.String()), "\n")
 	if n := len(lines); n != 5 || strings.Join(strings.Fields(lines[3]), " ") != "round toy collection toy validation vision collection vision validation" ||
-		strings.Join(strings.Fields(lines[4]), " ") != "1 3/4 (75.0%) 1/1 (100.0%) 0/2 (0.0%) 0/1 (0.0%)" {
+		strings.Join(strings.Fields(lines[4]), " ") != "1 3/4 (75.0% [30–96]) 1/1 (100.0% [20–100]) 0/2 (0.0% [0–66]) 0/1 (0.0% [0–80])" {
 		t.Errorf("by suite:\n%s", out.String())
 	}
 	out.Reset()
 	printSuccess(&out, testSuccess, 3)
-	if strings.Contains(out.String(), "collection\t") || strings.Count(out.String(), "round") != 1 {
+	if strings.Contains(out.String(), "toy") || strings.Count(out.String(), "round") != 1 {
 		t.Errorf("one suite printed a suite table:\n%s", out.String())
+	}
+}
+
+// A leaderboard stored before intervals existed is shown with them: the
+// entries within noise of the leader get their ≈.
+func TestPrintOldLeaderboard(t *testing.T) {
+	stored := `{"sweep":"n","source":"demo","run":"demo","init_key":"val_init_ids","entries":[
+		{"weights_id":"r5","success_rate":0.7667,"successes":23,"valid":30,"episodes":30},
+		{"weights_id":"r4","success_rate":0.6333,"successes":19,"valid":30,"episodes":30},
+		{"weights_id":"r1","success_rate":0.4,"successes":12,"valid":30,"episodes":30}]}`
+	get := func(_ string, v any) error { return json.Unmarshal([]byte(stored), v) }
+	var out bytes.Buffer
+	if err := printLeaderboard(&out, "b", get, "n"); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"| 1 | ≈ | `r5` | 76.7% [59–89] |", "| 2 | ≈ | `r4` | 63.3% [45–79] |", "| 3 |  | `r1` | 40.0% [24–58] |"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("leaderboard lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+func TestFinalValWarning(t *testing.T) {
+	v := schemas.TaskResult{Episodes: 28, Valid: 24, Invalid: 4, Lost: 2, Successes: 20, InvalidByCause: map[string]int{"timeout": 4}}
+	// 6 of 30 attempted is 20 %: at the default limit, not over it.
+	if w := finalValWarning(v, 0); w != "" {
+		t.Errorf("20%% at a 20%% limit warned: %s", w)
+	}
+	if w := finalValWarning(v, 0.1); !strings.Contains(w, "6 of 30 attempted episodes invalid or lost (lost:2 timeout:4), over the limit of 10%") {
+		t.Errorf("20%% over a 10%% limit: %q", w)
 	}
 }

@@ -30,6 +30,7 @@ import (
 
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
 	"github.com/roundhouse-rl/roundhouse/internal/failnote"
+	"github.com/roundhouse-rl/roundhouse/internal/stats"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 	"github.com/roundhouse-rl/roundhouse/workflows/api"
 )
@@ -477,16 +478,18 @@ func episodesOf(v runView) string {
 	return bar(v.Episodes.Done, v.Episodes.Total)
 }
 
-// successOf is the current phase's success so far: successes over valid episodes.
+// successOf is the current phase's success so far: over valid episodes
+// with its 95 % interval, then over the episodes done (invalid and lost
+// included), so invalid episodes cannot hide behind the rate.
 func successOf(v runView) string {
 	e := v.Episodes
 	if !v.Live || e.Done == 0 {
 		return "-"
 	}
 	if e.Valid == 0 {
-		return "0/0"
+		return fmt.Sprintf("0/0 · 0/%d done", e.Done)
 	}
-	return fmt.Sprintf("%d/%d (%.0f%%)", e.Successes, e.Valid, 100*float64(e.Successes)/float64(e.Valid))
+	return fmt.Sprintf("%d/%d (%s) · %d/%d done", e.Successes, e.Valid, stats.Rate(e.Successes, e.Valid), e.Successes, e.Done)
 }
 
 func valOf(v runView) string {

@@ -160,8 +160,8 @@ func TestStatusRows(t *testing.T) {
 	}
 	// run, status, round, phase, episodes, success, validation, last error
 	want := map[string][]string{
-		"r-running":    {"r-running", "running", "2/3", "train", "40% [=======>            ] (4/10)", "2/3 (67%)", "30.0%", "-"},
-		"r-stopping":   {"r-stopping", "stopping", "1/2", "train", "100% [====================] (8/8)", "8/8 (100%)", "-", "-"},
+		"r-running":    {"r-running", "running", "2/3", "train", "40% [=======>            ] (4/10)", "2/3 (66.7% [20–94]) · 2/4 done", "30.0%", "-"},
+		"r-stopping":   {"r-stopping", "stopping", "1/2", "train", "100% [====================] (8/8)", "8/8 (100.0% [67–100]) · 8/8 done", "-", "-"},
 		"r-completed":  {"r-completed", "completed", "2/2", "done", "-", "-", "70.0% (final)", "-"},
 		"r-stopped":    {"r-stopped", "stopped", "2/4", "done", "-", "-", "50.0%", "-"},
 		"r-canceled":   {"r-canceled", "canceled", "2/2", "done", "-", "-", "50.0%", "-"},
@@ -186,7 +186,7 @@ func TestStatusRows(t *testing.T) {
 	b.Reset()
 	renderDetail(&b, running)
 	d := b.String()
-	for _, s := range []string{"run r-running: running, round 2/3, phase train, weights r1", "(4/10)", "successes 2/3 (67%)", "running episode chunks: chunk-0", "val success", "30.0%"} {
+	for _, s := range []string{"run r-running: running, round 2/3, phase train, weights r1", "(4/10)", "successes 2/3 (66.7% [20–94]) · 2/4 done", "running episode chunks: chunk-0", "val success", "30.0%"} {
 		if !strings.Contains(d, s) {
 			t.Errorf("detail lacks %q:\n%s", s, d)
 		}
@@ -392,7 +392,7 @@ func TestStatusAndReportOnRealRun(t *testing.T) {
 		t.Fatalf("report: %v\n%s", err, out)
 	}
 	t.Logf("report:\n%s", out)
-	collect := fmt.Sprintf("%d/%d (%.1f%%)", sum.Successes, sum.Valid, 100*sum.SuccessRate)
+	collect := fmt.Sprintf("%d/%d (%.1f%% [", sum.Successes, sum.Valid, 100*sum.SuccessRate)
 	var r1 []string
 	for _, l := range strings.Split(out, "\n") {
 		// The first such row: the by-suite table below repeats round 1.
@@ -400,19 +400,29 @@ func TestStatusAndReportOnRealRun(t *testing.T) {
 			r1 = f
 		}
 	}
-	if r1 == nil || !strings.HasSuffix(strings.Join(r1, " "), fmt.Sprintf("(%.1f%%)", 100*sum.ValSuccess)) {
+	if r1 == nil || !strings.Contains(strings.Join(r1, " "), fmt.Sprintf("(%.1f%% [", 100*sum.ValSuccess)) {
 		t.Errorf("report has no round 1 row with collection %s and validation %.1f%%", collect, 100*sum.ValSuccess)
 	}
-	if !strings.Contains(out, fmt.Sprintf("(%.1f%%)", 100*res.FinalValSuccess)) || !strings.Contains(out, "2 (final)") {
+	if !strings.Contains(out, fmt.Sprintf("(%.1f%% [", 100*res.FinalValSuccess)) || !strings.Contains(out, "2 (final)") {
 		t.Errorf("report lacks the final validation (%.1f%%) as round 2 (final)", 100*res.FinalValSuccess)
 	}
 	if !strings.Contains(out, "chart: "+chartFile) {
 		t.Errorf("report does not name the chart %s", chartFile)
 	}
 	svg := readSVG(t, chartFile)
-	for _, s := range []string{"1", "2 (final)", seriesTrain, seriesVal, fmt.Sprintf("%.1f%%", 100*res.FinalValSuccess)} {
+	for _, s := range []string{"1", "2 (final)"} {
 		if !svg.texts[s] {
 			t.Errorf("chart lacks the text %q", s)
+		}
+	}
+	// The legend names each series with its latest value.
+	for _, prefix := range []string{seriesTrain + " — round 1: ", fmt.Sprintf("%s — round 2 (final): %.1f%% [", seriesVal, 100*res.FinalValSuccess)} {
+		found := false
+		for s := range svg.texts {
+			found = found || strings.HasPrefix(s, prefix)
+		}
+		if !found {
+			t.Errorf("chart has no legend text starting %q", prefix)
 		}
 	}
 	if svg.dots[svgColor(colorTrain)] != 1 || svg.dots[svgColor(colorVal)] != 2 {
@@ -425,6 +435,8 @@ func TestStatusAndReportOnRealRun(t *testing.T) {
 type svgDoc struct {
 	texts map[string]bool
 	dots  map[string]int
+	// bars counts vertical one-segment lines (error bars) by stroke colour.
+	bars map[string]int
 }
 
 // readSVG parses the file as XML: a malformed SVG fails the test.
@@ -435,7 +447,7 @@ func readSVG(t *testing.T, file string) svgDoc {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	doc := svgDoc{texts: map[string]bool{}, dots: map[string]int{}}
+	doc := svgDoc{texts: map[string]bool{}, dots: map[string]int{}, bars: map[string]int{}}
 	d := xml.NewDecoder(f)
 	root := ""
 	for {
@@ -460,6 +472,24 @@ func readSVG(t *testing.T, file string) svgDoc {
 				t.Fatal(err)
 			}
 			doc.texts[s] = true
+		case "path":
+			var d, stroke string
+			for _, a := range el.Attr {
+				switch a.Name.Local {
+				case "d":
+					d = a.Value
+				case "style":
+					for _, p := range strings.Split(a.Value, ";") {
+						if v, ok := strings.CutPrefix(p, "stroke:"); ok {
+							stroke = v
+						}
+					}
+				}
+			}
+			var x1, y1, x2, y2 int
+			if n, _ := fmt.Sscanf(strings.Join(strings.Fields(d), " "), "M %d %d L %d %d", &x1, &y1, &x2, &y2); n == 4 && x1 == x2 && y1 != y2 && strings.Count(d, "L") == 1 {
+				doc.bars[stroke]++
+			}
 		case "circle":
 			for _, a := range el.Attr {
 				if a.Name.Local == "style" {

@@ -431,7 +431,8 @@ func sweepShowCmd(e *connect.Endpoints) *cobra.Command {
 	return cmd
 }
 
-// printLeaderboard prints the leaderboard as its markdown table.
+// printLeaderboard prints the leaderboard as its markdown table, with
+// 95 % intervals and ≈ marks.
 func printLeaderboard(out io.Writer, bucket string, get func(key string, v any) error, name string) error {
 	key := schemas.SweepLeaderboard(name)
 	var lb schemas.Leaderboard
@@ -441,6 +442,9 @@ func printLeaderboard(out io.Writer, bucket string, get func(key string, v any) 
 		}
 		return err
 	}
+	// Sorting again sets the intervals and ≈ marks that leaderboards
+	// written before them lack; for newer ones it changes nothing.
+	report.SortLeaderboard(lb.Entries)
 	fmt.Fprint(out, report.LeaderboardMarkdown(lb))
 	fmt.Fprintf(out, "\ns3://%s/%s\n", bucket, key)
 	return nil

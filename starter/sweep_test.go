@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -183,7 +184,7 @@ func TestSweepSchedule(t *testing.T) {
 	refused("no sweep named nope", "trigger", "--name", "nope")
 
 	out = sweep("trigger", "--name", "it", "--wait", "--wait-timeout", "4m")
-	if !strings.Contains(out, "evaluated 1 weights (w0), 0 already on the leaderboard") || !strings.Contains(out, "| 1 | `w0` |") {
+	if !strings.Contains(out, "evaluated 1 weights (w0), 0 already on the leaderboard") || !strings.Contains(out, "| 1 | ≈ | `w0` |") {
 		t.Errorf("first trigger printed %q", out)
 	}
 	var lb schemas.Leaderboard
@@ -195,7 +196,7 @@ func TestSweepSchedule(t *testing.T) {
 		t.Fatalf("leaderboard %+v", lb)
 	}
 	w0 := lb.Entries[0]
-	if w0.WeightsID != "w0" || w0.Tag != "sweep-it-w0" || w0.Episodes != cells || w0.Valid == 0 ||
+	if w0.WeightsID != "w0" || w0.Tag != "sweep-it-w0" || w0.Episodes != cells || w0.Valid == 0 || len(w0.SuccessCI95) != 2 ||
 		w0.SuccessRate < 0 || w0.SuccessRate > 1 || w0.SuccessRate != float64(w0.Successes)/float64(w0.Valid) {
 		t.Errorf("entry %+v (want %d episodes)", w0, cells)
 	}
@@ -216,10 +217,10 @@ func TestSweepSchedule(t *testing.T) {
 	if err := store.GetJSON(ctx, s, schemas.SweepLeaderboard("it"), &again); err != nil {
 		t.Fatal(err)
 	}
-	if len(again.Entries) != 1 || again.Entries[0] != w0 {
+	if len(again.Entries) != 1 || !reflect.DeepEqual(again.Entries[0], w0) {
 		t.Errorf("leaderboard changed: %+v, was %+v", again.Entries, w0)
 	}
-	if out := sweep("show", "--name", "it"); !strings.Contains(out, "| 1 | `w0` |") {
+	if out := sweep("show", "--name", "it"); !strings.Contains(out, "| 1 | ≈ | `w0` |") {
 		t.Errorf("show printed %q", out)
 	}
 

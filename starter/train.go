@@ -23,6 +23,7 @@ import (
 	"github.com/roundhouse-rl/roundhouse/internal/harness"
 	"github.com/roundhouse-rl/roundhouse/internal/report"
 	"github.com/roundhouse-rl/roundhouse/internal/runs"
+	"github.com/roundhouse-rl/roundhouse/internal/stats"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/internal/weights"
 	"github.com/roundhouse-rl/roundhouse/schemas"
@@ -398,16 +399,20 @@ func followUntil(ctx context.Context, out io.Writer, c client.Client, id string,
 	}
 }
 
+// printSummaries is the per-round table of `starter status --run` and
+// `starter report`: success over valid and over attempted episodes, with
+// 95 % intervals, and a loud line for each round over its invalid limit.
 func printSummaries(out io.Writer, ss []schemas.RoundSummary) {
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "round\tval success\tepisodes\tvalid\tsuccess rate\tgroups w/ signal\tsamples\tweights in\tnew weights\t")
+	fmt.Fprintln(tw, "round\tval success [95% CI]\tcollection success / valid\tsuccess / attempted\tinvalid + lost\tgroups w/ signal\tsamples\tweights in\tnew weights\t")
 	for _, r := range ss {
-		val := "-"
-		if r.ValSuccess >= 0 {
-			val = fmt.Sprintf("%.1f%%", 100*r.ValSuccess)
-		}
-		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%.1f%%\t%d/%d\t%d\t%s\t%s\t\n", r.Round, val, r.Episodes, r.Valid,
-			100*r.SuccessRate, r.GroupsWithSignal, r.Groups, r.Samples, r.WeightsIn, r.WeightsOut)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d/%d\t%d/%d\t%d\t%s\t%s\t\n", r.Round, report.ValRate(r), stats.Rate(r.Successes, r.Valid),
+			stats.Rate(r.Successes, r.Attempted()), r.Attempted()-r.Valid, r.Attempted(), r.GroupsWithSignal, r.Groups, r.Samples, r.WeightsIn, r.WeightsOut)
 	}
 	tw.Flush()
+	for _, r := range ss {
+		if w := report.RoundWarning(r); w != "" {
+			fmt.Fprintf(out, "!! %s\n", w)
+		}
+	}
 }

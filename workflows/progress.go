@@ -9,6 +9,8 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/roundhouse-rl/roundhouse/activities"
+	"github.com/roundhouse-rl/roundhouse/internal/report"
+	"github.com/roundhouse-rl/roundhouse/internal/stats"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 	"github.com/roundhouse-rl/roundhouse/workflows/api"
 )
@@ -118,14 +120,18 @@ func (t *tracker) update() {
 		b.WriteString("\n")
 	}
 	if len(p.Summaries) > 0 {
-		b.WriteString("| round | val success | success rate | samples | loss | logprob Δ mean / max | weights |\n|---|---|---|---|---|---|---|\n")
+		// Both denominators and 95 % intervals: a rate over 30 episodes is
+		// ±15 points, and invalid episodes must not hide behind it.
+		b.WriteString("| round | val success [95% CI] | collection success / valid | success / attempted | invalid + lost | samples | loss | logprob Δ mean / max | weights |\n|---|---|---|---|---|---|---|---|---|\n")
 		for _, s := range p.Summaries {
-			val := "–"
-			if s.ValSuccess >= 0 {
-				val = fmt.Sprintf("%.1f%%", 100*s.ValSuccess)
-			}
-			fmt.Fprintf(&b, "| %d | %s | %.1f%% | %d | %.4f | %.2g / %.2g | %s → %s |\n", s.Round, val, 100*s.SuccessRate, s.Samples, s.Trainer.Loss,
+			fmt.Fprintf(&b, "| %d | %s | %s | %s | %d/%d | %d | %.4f | %.2g / %.2g | %s → %s |\n", s.Round, report.ValRate(s), stats.Rate(s.Successes, s.Valid),
+				stats.Rate(s.Successes, s.Attempted()), s.Attempted()-s.Valid, s.Attempted(), s.Samples, s.Trainer.Loss,
 				s.Trainer.LogprobMismatch, s.Trainer.LogprobMismatchMax, s.WeightsIn, s.WeightsOut)
+		}
+		for _, s := range p.Summaries {
+			if w := report.RoundWarning(s); w != "" {
+				fmt.Fprintf(&b, "\n**⚠ %s**\n", w)
+			}
 		}
 	}
 	workflow.SetCurrentDetails(t.ctx, b.String())

@@ -155,6 +155,6 @@ func evaluateWeights(ctx workflow.Context, in api.SweepInput, w activities.Sweep
 	}
 	o := rep.Overall
 	return schemas.LeaderboardEntry{WeightsID: w.ID, RunWeightsID: runID, Tag: tag, SuccessRate: o.SuccessRate,
-		Successes: o.Successes, Valid: o.Valid, Episodes: o.Episodes, ReportKey: key,
+		Successes: o.Successes, Valid: o.Valid, Episodes: o.Episodes, Invalid: o.Invalid, Lost: o.Lost, ReportKey: key,
 		EvaluatedAtMS: workflow.Now(ctx).UnixMilli()}, nil
 }

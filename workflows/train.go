@@ -53,7 +53,8 @@ func Train(ctx workflow.Context, in api.TrainInput) (api.TrainResult, error) {
 
 	// 1. Validate (before round 1 without a pool report; every round when configured).
 	var report schemas.Report
-	summary := schemas.RoundSummary{Round: in.Round, WeightsIn: in.Weights, ValSuccess: -1, Prefix: l.Prefix()}
+	summary := schemas.RoundSummary{Round: in.Round, WeightsIn: in.Weights, ValSuccess: -1, Prefix: l.Prefix(),
+		MaxInvalidShare: in.Harness.Collect.InvalidLimit()}
 	switch {
 	case in.Round == 1 && in.PoolReport != "":
 		if err := workflow.ExecuteActivity(ctrl, control.ReadReport, in.PoolReport).Get(ctx, &report); err != nil {
@@ -68,6 +69,8 @@ func Train(ctx workflow.Context, in api.TrainInput) (api.TrainResult, error) {
 			return stopped(schemas.PhaseVal)
 		}
 		summary.ValSuccess = report.Overall.SuccessRate
+		val := report.Overall
+		summary.Val = &val
 		t.successRate(summary.ValSuccess)
 	}
 
@@ -158,6 +161,7 @@ func Train(ctx workflow.Context, in api.TrainInput) (api.TrainResult, error) {
 	if summary.ValSuccess >= 0 {
 		compact(ctx, in.Run, in.Round, schemas.PhaseVal)
 	}
+	summary.OverInvalidLimit = summary.OverLimit()
 	summaries := append(append([]schemas.RoundSummary(nil), in.Summaries...), summary)
 	prog.Summaries = summaries
 	result.Summaries = summaries

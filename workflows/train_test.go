@@ -133,4 +133,9 @@ func TestEpisodeLossDoesNotAbortRound(t *testing.T) {
 	if s0.WeightsOut != "w0" {
 		t.Errorf("no samples must leave weights unchanged, got %q", s0.WeightsOut)
 	}
+	// No valid collection episode of 8 attempted: over the default limit,
+	// and the summary says so; the validation's counts are kept.
+	if s0.OverInvalidLimit != "collection" || s0.MaxInvalidShare != schemas.DefaultMaxInvalidShare || s0.Val == nil {
+		t.Errorf("summary: over limit %q, limit %v, val %v; want collection, the default, and the validation's result", s0.OverInvalidLimit, s0.MaxInvalidShare, s0.Val)
+	}
 }

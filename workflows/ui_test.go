@@ -112,7 +112,8 @@ func TestUITellsTheStory(t *testing.T) {
 	// (__temporal_workflow_metadata), so a worker must be up to show them.
 	meta := fmt.Sprintf("%s/namespaces/default/workflows/%s/%s/user-metadata", ui, id, runID)
 	var details, detailsSrc string
-	roundRow := regexp.MustCompile(`(?m)^\| 1 \| [0-9.]+% \| [0-9.]+% \| ` + strconv.Itoa(sum.Samples) +
+	ci := `[0-9.]+% \[[0-9]+–[0-9]+\]` // a rate and its 95 % interval
+	roundRow := regexp.MustCompile(`(?m)^\| 1 \| ` + ci + ` \| ` + ci + ` \| ` + ci + ` \| [0-9]+/[0-9]+ \| ` + strconv.Itoa(sum.Samples) +
 		` \| -?[0-9.]+ \| [0-9.e+-]+ / [0-9.e+-]+ \| w0 → ` + regexp.QuoteMeta(sum.WeightsOut) + ` \|$`)
 	br.until(meta, "User Metadata tab", func(dom string) error {
 		var gotSummary bool
@@ -137,7 +138,7 @@ func TestUITellsTheStory(t *testing.T) {
 			return fmt.Errorf("no Current Details iframe yet")
 		}
 		if err := uiWantAll(details, fmt.Sprintf("**Run %s** · round 1/1 · weights %s · done", run, sum.WeightsOut),
-			"| batch | value |", "| round | val success | success rate | samples | loss | logprob Δ mean / max | weights |"); err != nil {
+			"| batch | value |", "| round | val success [95% CI] | collection success / valid | success / attempted | invalid + lost | samples | loss | logprob Δ mean / max | weights |"); err != nil {
 			return err
 		}
 		if !roundRow.MatchString(details) {

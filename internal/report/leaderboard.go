@@ -6,13 +6,34 @@ import (
 	"strings"
 	"time"
 
+	"github.com/roundhouse-rl/roundhouse/internal/stats"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 )
 
 // SortLeaderboard orders entries best first: success rate, then valid
 // episodes (more evidence first), then weights id. Entries without a valid
-// episode have no success rate and go last.
+// episode have no success rate and go last. It then sets each entry's 95 %
+// interval and marks those whose interval overlaps the leader's: a
+// ranking among them is noise.
 func SortLeaderboard(es []schemas.LeaderboardEntry) {
+	sortEntries(es)
+	var leader *stats.Interval
+	for i := range es {
+		e := &es[i]
+		e.SuccessCI95, e.WithinNoise = nil, false
+		if e.Valid == 0 {
+			continue
+		}
+		iv := stats.Wilson(e.Successes, e.Valid)
+		e.SuccessCI95 = []float64{iv.Lo, iv.Hi}
+		if leader == nil {
+			leader = &iv
+		}
+		e.WithinNoise = iv.Overlaps(*leader)
+	}
+}
+
+func sortEntries(es []schemas.LeaderboardEntry) {
 	sort.SliceStable(es, func(i, j int) bool {
 		a, b := es[i], es[j]
 		if (a.Valid > 0) != (b.Valid > 0) {
@@ -43,14 +64,21 @@ func LeaderboardMarkdown(lb schemas.Leaderboard) string {
 		b.WriteString("No weights evaluated yet.\n")
 		return b.String()
 	}
-	b.WriteString("| # | weights | success rate | successes / valid | episodes | evaluated (UTC) | report |\n")
-	b.WriteString("|---:|---|---:|---:|---:|---|---|\n")
+	b.WriteString("| # | ≈ | weights | success / valid [95 % CI] | successes / valid | success / attempted | invalid + lost | evaluated (UTC) | report |\n")
+	b.WriteString("|---:|:---:|---|---:|---:|---:|---:|---|---|\n")
+	noise := 0
 	for i, e := range lb.Entries {
-		rate := "–"
-		if e.Valid > 0 {
-			rate = fmt.Sprintf("%.1f%%", 100*e.SuccessRate)
+		mark := ""
+		if e.WithinNoise {
+			mark = "≈"
+			noise++
 		}
-		fmt.Fprintf(&b, "| %d | `%s` | %s | %d / %d | %d | %s | `%s` |\n", i+1, e.WeightsID, rate, e.Successes, e.Valid, e.Episodes, utc(e.EvaluatedAtMS), e.ReportKey)
+		attempted := e.Episodes + e.Lost
+		fmt.Fprintf(&b, "| %d | %s | `%s` | %s | %d / %d | %s | %d / %d | %s | `%s` |\n", i+1, mark, e.WeightsID, stats.Rate(e.Successes, e.Valid),
+			e.Successes, e.Valid, stats.Rate(e.Successes, attempted), e.Invalid+e.Lost, attempted, utc(e.EvaluatedAtMS), e.ReportKey)
+	}
+	if noise > 1 {
+		fmt.Fprintf(&b, "\n≈: within noise of the leader (95 %% intervals overlap): these %d cannot be ranked against each other on this evidence; evaluate on more init ids to separate them.\n", noise)
 	}
 	return b.String()
 }

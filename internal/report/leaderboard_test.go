@@ -12,8 +12,8 @@ import (
 func TestLeaderboardSortAndMarkdown(t *testing.T) {
 	lb := schemas.Leaderboard{Sweep: "nightly", Source: "demo", Run: "demo", InitKey: "val_init_ids", UpdatedAtMS: 1700000000000,
 		Entries: []schemas.LeaderboardEntry{
-			{WeightsID: "w0", SuccessRate: 0.3, Successes: 9, Valid: 30, Episodes: 30, ReportKey: "runs/demo/eval/sweep-nightly-w0/report.json", EvaluatedAtMS: 1700000000000},
-			{WeightsID: "r9", Valid: 0, Episodes: 30},
+			{WeightsID: "w0", SuccessRate: 0.3, Successes: 9, Valid: 30, Episodes: 31, Invalid: 1, Lost: 1, ReportKey: "runs/demo/eval/sweep-nightly-w0/report.json", EvaluatedAtMS: 1700000000000},
+			{WeightsID: "r9", Valid: 0, Episodes: 30, Invalid: 30},
 			{WeightsID: "r2", SuccessRate: 0.7, Successes: 7, Valid: 10, Episodes: 10},
 			{WeightsID: "r1", SuccessRate: 0.7, Successes: 21, Valid: 30, Episodes: 30},
 			{WeightsID: "r3", SuccessRate: 0, Valid: 30, Episodes: 30},
@@ -30,10 +30,14 @@ func TestLeaderboardSortAndMarkdown(t *testing.T) {
 	for _, want := range []string{
 		"# Sweep nightly",
 		"Weights of demo, evaluated in run demo on val_init_ids; updated 2023-11-14 22:13.",
-		"| # | weights | success rate | successes / valid | episodes | evaluated (UTC) | report |",
-		"| 1 | `r1` | 70.0% | 21 / 30 | 30 | – |",
-		"| 3 | `w0` | 30.0% | 9 / 30 | 30 | 2023-11-14 22:13 | `runs/demo/eval/sweep-nightly-w0/report.json` |",
-		"| 5 | `r9` | – | 0 / 0 | 30 |",
+		"| # | ≈ | weights | success / valid [95 % CI] | successes / valid | success / attempted | invalid + lost | evaluated (UTC) | report |",
+		// The leader is within noise of itself; r2's 7/10 overlaps it, w0's 9/30 does not.
+		"| 1 | ≈ | `r1` | 70.0% [52–84] | 21 / 30 | 70.0% [52–84] | 0 / 30 | – |",
+		"| 2 | ≈ | `r2` | 70.0% [39–90] | 7 / 10 |",
+		"| 3 |  | `w0` | 30.0% [16–48] | 9 / 30 | 28.1% [15–46] | 2 / 32 | 2023-11-14 22:13 | `runs/demo/eval/sweep-nightly-w0/report.json` |",
+		"| 4 |  | `r3` | 0.0% [0–12] |",
+		"| 5 |  | `r9` | – | 0 / 0 | 0.0% [0–12] | 30 / 30 |",
+		"these 2 cannot be ranked against each other",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md)
@@ -43,6 +47,11 @@ func TestLeaderboardSortAndMarkdown(t *testing.T) {
 	for _, l := range strings.Split(md, "\n") {
 		if strings.HasPrefix(l, "| ") && !strings.HasPrefix(l, "| #") {
 			rows++
+		}
+	}
+	for i, e := range lb.Entries {
+		if (e.SuccessCI95 == nil) != (e.Valid == 0) || e.WithinNoise != (i < 2) {
+			t.Errorf("entry %s: interval %v, within noise %v", e.WeightsID, e.SuccessCI95, e.WithinNoise)
 		}
 	}
 	if rows != 5 {

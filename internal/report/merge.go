@@ -75,7 +75,7 @@ func MergeShards(shards []schemas.Report, keys []string) (schemas.Report, error)
 
 	out := schemas.Report{Run: first.Run, Tag: first.Tag, WeightsID: first.WeightsID, InitKey: first.InitKey,
 		Harness: first.Harness, Digest: first.Digest, Round: first.Round, WeightsDigest: first.WeightsDigest,
-		Scope: schemas.ScopeFull, Shards: 1, SplitCells: first.SplitCells}
+		Scope: schemas.ScopeFull, Shards: 1, SplitCells: first.SplitCells, MaxInvalidShare: first.MaxInvalidShare}
 	order := make([]int, len(shards)) // merge in shard order, whatever order the files came in
 	for i := range order {
 		order[i] = i
@@ -160,4 +160,10 @@ func add(a *schemas.TaskResult, b schemas.TaskResult) {
 	a.Invalid += b.Invalid
 	a.Successes += b.Successes
 	a.Lost += b.Lost
+	for k, v := range b.InvalidByCause {
+		if a.InvalidByCause == nil {
+			a.InvalidByCause = map[string]int{}
+		}
+		a.InvalidByCause[k] += v
+	}
 }

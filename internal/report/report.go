@@ -8,9 +8,12 @@ package report
 
 import (
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 
 	"github.com/roundhouse-rl/roundhouse/internal/harness"
+	"github.com/roundhouse-rl/roundhouse/internal/stats"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 )
 
@@ -70,16 +73,89 @@ func EmptyResults(tasks []schemas.Task) ([]schemas.TaskResult, []schemas.TaskRes
 	return ts, ss
 }
 
-// FinishRates sets every success rate of rep from its counts.
+// FinishRates sets every success rate of rep and its 95 % interval from
+// the counts, and whether Overall's invalid share exceeds
+// rep.MaxInvalidShare (when that is known).
 func FinishRates(rep *schemas.Report) {
 	rep.Overall.Task = -1
 	all := append([]*schemas.TaskResult{&rep.Overall}, pointers(rep.Tasks)...)
 	for _, r := range append(all, pointers(rep.Suites)...) {
-		r.SuccessRate = 0
+		r.SuccessRate, r.SuccessCI95 = 0, nil
 		if r.Valid > 0 {
 			r.SuccessRate = float64(r.Successes) / float64(r.Valid)
+			iv := stats.Wilson(r.Successes, r.Valid)
+			r.SuccessCI95 = []float64{iv.Lo, iv.Hi}
 		}
 	}
+	rep.OverInvalidLimit = false
+	if rep.MaxInvalidShare > 0 {
+		rep.OverInvalidLimit = rep.Overall.InvalidShare() > rep.MaxInvalidShare
+	}
+}
+
+// InvalidLimit is the limit rep is judged by: its own, or the default for
+// reports written before the limit was recorded.
+func InvalidLimit(rep schemas.Report) float64 {
+	if rep.MaxInvalidShare > 0 {
+		return rep.MaxInvalidShare
+	}
+	return schemas.DefaultMaxInvalidShare
+}
+
+// OverInvalidLimit says rep's invalid share (invalid and lost over
+// attempted) exceeds its limit, for old reports too.
+func OverInvalidLimit(rep schemas.Report) bool {
+	return rep.Overall.InvalidShare() > InvalidLimit(rep)
+}
+
+// FinalScoreError refuses to call rep a final score when too many of its
+// episodes did not count: the rate then speaks for the episodes that ran,
+// not for the split. nil when rep is not over its limit.
+func FinalScoreError(rep schemas.Report) error {
+	if !OverInvalidLimit(rep) {
+		return nil
+	}
+	o := rep.Overall
+	return fmt.Errorf("not a final score: %d of %d attempted episodes (%.1f%%) were invalid or lost, over the limit of %.0f%% (collect.max_invalid_share); fix the causes (invalid by cause: %s), then evaluate again under a new --tag",
+		o.Invalid+o.Lost, o.Attempted(), 100*o.InvalidShare(), 100*InvalidLimit(rep), Causes(o))
+}
+
+// Causes lists a result's invalid episodes by cause ("timeout:2 lost:1"),
+// lost cells included; "-" when there is none.
+func Causes(r schemas.TaskResult) string {
+	by := map[string]int{}
+	for k, v := range r.InvalidByCause {
+		by[k] += v
+	}
+	if r.Lost > 0 {
+		by["lost"] += r.Lost
+	}
+	if n := r.Invalid - sum(r.InvalidByCause); n > 0 {
+		by["unknown"] += n // reports from before causes were counted
+	}
+	return CauseList(by)
+}
+
+// CauseList formats counts by cause sorted by name: "lost:1 timeout:2".
+func CauseList(by map[string]int) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(by)) {
+		if by[k] > 0 {
+			parts = append(parts, fmt.Sprintf("%s:%d", k, by[k]))
+		}
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, " ")
+}
+
+func sum(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
 }
 
 func pointers(ts []schemas.TaskResult) []*schemas.TaskResult {
@@ -88,4 +164,36 @@ func pointers(ts []schemas.TaskResult) []*schemas.TaskResult {
 		out[i] = &ts[i]
 	}
 	return out
+}
+
+// RoundWarning is the loud line for a round whose collection or
+// validation had more invalid and lost episodes than its limit allows, ""
+// when neither had.
+func RoundWarning(r schemas.RoundSummary) string {
+	what := r.OverLimit()
+	if what == "" {
+		return ""
+	}
+	var parts []string
+	if r.InvalidShare() > r.InvalidLimit() {
+		parts = append(parts, fmt.Sprintf("collection %d of %d (%s)", r.Attempted()-r.Valid, r.Attempted(), CauseList(r.InvalidByCause)))
+	}
+	if v := r.Val; v != nil && v.InvalidShare() > r.InvalidLimit() {
+		parts = append(parts, fmt.Sprintf("validation %d of %d (%s)", v.Invalid+v.Lost, v.Attempted(), Causes(*v)))
+	}
+	return fmt.Sprintf("round %d: too many invalid or lost episodes, over the limit of %.0f%% (collect.max_invalid_share): %s; its %s success speaks for the episodes that ran, not for the tasks",
+		r.Round, 100*r.InvalidLimit(), strings.Join(parts, ", "), what)
+}
+
+// ValRate is the validation success of a round as "63.3% [45–79]", from
+// its counts when the summary has them, else its bare rate; "-" when the
+// round did not validate.
+func ValRate(r schemas.RoundSummary) string {
+	switch {
+	case r.Val != nil:
+		return stats.Rate(r.Val.Successes, r.Val.Valid)
+	case r.ValSuccess >= 0:
+		return fmt.Sprintf("%.1f%%", 100*r.ValSuccess)
+	}
+	return "-"
 }

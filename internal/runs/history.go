@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/roundhouse-rl/roundhouse/internal/stats"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 )
@@ -63,8 +64,10 @@ func ReadHistory(ctx context.Context, s *store.Store, run string) (History, erro
 	return h, nil
 }
 
-// Counts are the outcomes of one phase of a round.
-type Counts struct{ Episodes, Valid, Successes int }
+// Counts are the outcomes of one phase of a round. Episodes counts the
+// episode rows (valid and invalid); Lost the episodes without a row, which
+// the rows cannot tell and the round's summary or report adds.
+type Counts struct{ Episodes, Valid, Successes, Lost int }
 
 // Rate is successes over valid episodes, -1 when none is valid.
 func (c Counts) Rate() float64 {
@@ -74,14 +77,27 @@ func (c Counts) Rate() float64 {
 	return float64(c.Successes) / float64(c.Valid)
 }
 
+// Attempted is every episode of the phase: valid, invalid and lost.
+func (c Counts) Attempted() int { return c.Episodes + c.Lost }
+
+// String is success over valid episodes with its 95 % interval:
+// "19/30 (63.3% [45–79])".
 func (c Counts) String() string {
 	if c.Episodes == 0 {
 		return "-"
 	}
 	if c.Valid == 0 {
-		return fmt.Sprintf("0/0 valid of %d", c.Episodes)
+		return fmt.Sprintf("0/0 valid of %d", c.Attempted())
 	}
-	return fmt.Sprintf("%d/%d (%.1f%%)", c.Successes, c.Valid, 100*c.Rate())
+	return fmt.Sprintf("%d/%d (%s)", c.Successes, c.Valid, stats.Rate(c.Successes, c.Valid))
+}
+
+// OfAttempted is success over attempted episodes with its 95 % interval.
+func (c Counts) OfAttempted() string {
+	if c.Attempted() == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%d/%d (%s)", c.Successes, c.Attempted(), stats.Rate(c.Successes, c.Attempted()))
 }
 
 // RoundSuccess is a round's success as the episode rows tell it: the

@@ -200,7 +200,7 @@ func MergeTag(ctx context.Context, s *store.Store, run, tag string) (Merged, err
 		if err := store.GetJSON(ctx, s, st.Full, &old); err != nil {
 			return m, err
 		}
-		if sameSet(old.MergedFrom, merged.MergedFrom) && old.WeightsDigest == merged.WeightsDigest && old.Overall == merged.Overall {
+		if sameSet(old.MergedFrom, merged.MergedFrom) && old.WeightsDigest == merged.WeightsDigest && sameCounts(old.Overall, merged.Overall) {
 			m.Report, m.Already = old, true
 			return m, nil
 		}
@@ -228,4 +228,10 @@ func RemoveReports(ctx context.Context, s *store.Store, keys []string) error {
 		}
 	}
 	return nil
+}
+
+// sameCounts compares the outcome counts of two results; the derived
+// fields (rates, intervals, causes) may be missing from older reports.
+func sameCounts(a, b schemas.TaskResult) bool {
+	return a.Episodes == b.Episodes && a.Valid == b.Valid && a.Invalid == b.Invalid && a.Successes == b.Successes && a.Lost == b.Lost
 }
