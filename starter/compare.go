@@ -12,6 +12,7 @@ import (
 
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
 	"github.com/roundhouse-rl/roundhouse/internal/report"
+	"github.com/roundhouse-rl/roundhouse/internal/stats"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 	"github.com/roundhouse-rl/roundhouse/workflows/api"
@@ -102,14 +103,9 @@ func printComparison(out io.Writer, c schemas.Comparison) {
 	fmt.Fprintf(out, "A = %s (weights %s), B = %s (weights %s); pairs are cells valid under both (%d left out)\n\n",
 		c.A, c.WeightsA, c.B, c.WeightsB, c.Unpaired)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "task\tname\tpairs\tA success\tB success\tB − A\tonly A\tonly B\tMcNemar p\t")
+	fmt.Fprintln(tw, "task\tname\tpairs\tA success [95% CI]\tB success [95% CI]\tB − A\tonly A\tonly B\tMcNemar p\t")
 	row := func(r schemas.PairedResult, task, name string) {
-		pct := func(k int) string {
-			if r.Pairs == 0 {
-				return "-"
-			}
-			return fmt.Sprintf("%d (%.1f%%)", k, 100*float64(k)/float64(r.Pairs))
-		}
+		pct := func(k int) string { return fmt.Sprintf("%d: %s", k, stats.Rate(k, r.Pairs)) }
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%+.1f pp\t%d\t%d\t%.3g\t\n", task, name, r.Pairs, pct(r.SuccessA), pct(r.SuccessB),
 			100*r.Difference, r.OnlyA, r.OnlyB, r.PValue)
 	}
