@@ -149,6 +149,15 @@ func (c *Control) planBatch(ctx context.Context, in BatchInput) ([]schemas.Sampl
 		sum.Valid++
 		if e.Success {
 			sum.Successes++
+		} else {
+			if sum.TaskFailuresByReason == nil {
+				sum.TaskFailuresByReason = map[string]int{}
+			}
+			reason := e.Reason
+			if reason == "" {
+				reason = "unrecorded"
+			}
+			sum.TaskFailuresByReason[reason]++
 		}
 		groups[e.Group] = append(groups[e.Group], e)
 	}

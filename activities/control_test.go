@@ -47,8 +47,8 @@ func TestBuildBatch(t *testing.T) {
 	}
 	// Group 0: rewards 1, 0, 0 plus one invalid episode (excluded, not a zero).
 	put(schemas.Episode{Group: 0, Attempt: 0, Valid: true, Success: true, Reward: 1}, []schemas.Call{call(10, 5), call(11, 6)})
-	put(schemas.Episode{Group: 0, Attempt: 1, Valid: true, Reward: 0}, []schemas.Call{call(20, 7), {Trainable: false, PromptTokenIDs: []int32{1}}})
-	put(schemas.Episode{Group: 0, Attempt: 2, Valid: true, Reward: 0}, []schemas.Call{call(30, 8), call(31, 9), call(32, 3)})
+	put(schemas.Episode{Group: 0, Attempt: 1, Valid: true, Reward: 0, Reason: "max_turns"}, []schemas.Call{call(20, 7), {Trainable: false, PromptTokenIDs: []int32{1}}})
+	put(schemas.Episode{Group: 0, Attempt: 2, Valid: true, Reward: 0, Reason: "out_of_time"}, []schemas.Call{call(30, 8), call(31, 9), call(32, 3)})
 	put(schemas.Episode{Group: 0, Attempt: 3, Valid: false, FailureClass: schemas.FailureInfra}, []schemas.Call{call(40, 4)})
 	// Group 1: all failed: no signal.
 	put(schemas.Episode{Group: 1, Attempt: 0, Valid: true}, []schemas.Call{call(50, 5)})
@@ -68,6 +68,11 @@ func TestBuildBatch(t *testing.T) {
 	}
 	if sum.Episodes != 6 || sum.Valid != 5 || sum.Invalid != 1 || sum.InvalidByCause[schemas.FailureInfra] != 1 {
 		t.Errorf("episode counts %+v", sum)
+	}
+	// Task failures by reason: the two above, group 1's two rows have none
+	// recorded (written before reasons existed).
+	if want := map[string]int{"max_turns": 1, "out_of_time": 1, "unrecorded": 2}; !reflect.DeepEqual(sum.TaskFailuresByReason, want) {
+		t.Errorf("task failures by reason %v, want %v", sum.TaskFailuresByReason, want)
 	}
 	if sum.Groups != 2 || sum.GroupsWithSignal != 1 {
 		t.Errorf("groups %d with signal %d, want 2 and 1", sum.Groups, sum.GroupsWithSignal)

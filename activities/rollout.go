@@ -164,7 +164,7 @@ func (r *Rollout) RunEpisode(ctx context.Context, in EpisodeInput) (res EpisodeR
 		Run: in.Run, Round: in.Round, Phase: in.Phase, EpisodeID: id, Task: in.Task.ID, TaskName: in.Task.Name,
 		Suite: in.Task.Suite, InitID: in.InitID, Group: in.Group, Attempt: in.Attempt, Retry: retry,
 		WeightsID: in.WeightsID, Success: out.Success, Reward: out.Reward, Valid: out.Valid,
-		FailureClass: out.FailureClass, Termination: out.Termination, NumCalls: int32(len(calls)),
+		FailureClass: out.FailureClass, Termination: out.Termination, Reason: out.Reason, NumCalls: int32(len(calls)),
 		SuccessCall: successCall(out, len(calls)),
 		StartedAtMS: started.UnixMilli(), DurationMS: time.Since(started).Milliseconds(), Host: r.Host.Name,
 		Artifacts: "s3://" + st.Bucket + "/" + artifacts,

@@ -100,7 +100,12 @@ type Episode struct {
 	Valid        bool    `parquet:"valid" json:"valid"`
 	FailureClass string  `parquet:"failure_class" json:"failure_class"`
 	Termination  string  `parquet:"termination" json:"termination"`
-	NumCalls     int32   `parquet:"num_calls" json:"num_calls"`
+	// Reason is a task failure's short, countable cause: out_of_time,
+	// planner_error, or how the episode ran out (the toy's max_turns,
+	// finish_claimed; RPent's not_terminated); "" otherwise and in rows
+	// written before it existed.
+	Reason   string `parquet:"reason" json:"reason,omitempty"`
+	NumCalls int32  `parquet:"num_calls" json:"num_calls"`
 	// SuccessCall is the index of the first call made after the environment
 	// reported success (so calls from it on are post-success), or -1 when
 	// success never came or the outcome adapter cannot tell when it came.

@@ -154,15 +154,18 @@ func (r RoundSummary) OverLimit() string {
 
 // BatchSummary is what building a round's training batch reports.
 type BatchSummary struct {
-	Episodes         int            `json:"episodes"`
-	Valid            int            `json:"valid"`
-	Invalid          int            `json:"invalid"`
-	InvalidByCause   map[string]int `json:"invalid_by_cause,omitempty"`
-	Successes        int            `json:"successes"`
-	Groups           int            `json:"groups"`
-	GroupsWithSignal int            `json:"groups_with_signal"`
-	Calls            int            `json:"calls"`
-	UntrainableCalls int            `json:"untrainable_calls"`
+	Episodes       int            `json:"episodes"`
+	Valid          int            `json:"valid"`
+	Invalid        int            `json:"invalid"`
+	InvalidByCause map[string]int `json:"invalid_by_cause,omitempty"`
+	// TaskFailuresByReason counts valid episodes without success by
+	// Episode.Reason ("unrecorded" for rows from before reasons).
+	TaskFailuresByReason map[string]int `json:"task_failures_by_reason,omitempty"`
+	Successes            int            `json:"successes"`
+	Groups               int            `json:"groups"`
+	GroupsWithSignal     int            `json:"groups_with_signal"`
+	Calls                int            `json:"calls"`
+	UntrainableCalls     int            `json:"untrainable_calls"`
 	// Calls dropped by the selection filters (schemas.Filters), before selection.
 	DroppedLength      int `json:"dropped_length"`
 	DroppedPostSuccess int `json:"dropped_post_success"`

@@ -135,6 +135,24 @@ func printDiagnostics(out io.Writer, sums []schemas.RoundSummary, st schemas.Sta
 			r.Trainer.Loss, r.Trainer.ClipFraction, r.Trainer.Steps)
 	}
 	tw.Flush()
+	// How the collection's task failures ended: a planner that loops to its
+	// turn budget, one that claims success early and one that errors call
+	// for different fixes.
+	var reasons []string
+	for _, r := range sums {
+		if len(r.TaskFailuresByReason) == 0 {
+			continue
+		}
+		var parts []string
+		for k, v := range r.TaskFailuresByReason {
+			parts = append(parts, fmt.Sprintf("%s:%d", k, v))
+		}
+		sort.Strings(parts)
+		reasons = append(reasons, fmt.Sprintf("r%d %s", r.Round, strings.Join(parts, " ")))
+	}
+	if len(reasons) > 0 {
+		fmt.Fprintf(out, "\ntask failures by reason: %s\n", strings.Join(reasons, " · "))
+	}
 	var trend []string
 	for _, r := range sums {
 		if r.ValSuccess >= 0 {

@@ -22,6 +22,8 @@ type Result struct {
 	Reward       float64
 	FailureClass string
 	Termination  string
+	// Reason is a task failure's countable cause (schemas.Episode.Reason).
+	Reason string
 	// EndsAtSuccess says the episode stops the moment the environment
 	// reports success, so no call follows it (the post-success filter then
 	// drops nothing). Adapters that cannot tell leave it false: unknown.
@@ -101,7 +103,16 @@ type finding struct {
 	serviceTurn  int
 	// missing: an output the harness promises is missing or unreadable.
 	missing string
+	// reason: how an episode without success ran out, as the adapter
+	// names it (the toy's termination code, RPent's not_terminated).
+	reason string
 }
+
+// Task failure reasons the rules themselves give.
+const (
+	ReasonOutOfTime    = "out_of_time"
+	ReasonPlannerError = "planner_error"
+)
 
 // Decide applies the adapter the harness names, then the rules of origin
 // (docs/design.md §7): only a failure outside the planner makes an episode
@@ -154,20 +165,25 @@ func classify(f finding, exit Exit) Result {
 		}
 		return infra("the planner failed before asking the model anything (its setup, not its behaviour): " + why)
 	case exit.TimedOut:
-		return task("ran out of time (episode.timeout) while the model server and services were healthy")
+		return task("ran out of time (episode.timeout) while the model server and services were healthy", ReasonOutOfTime)
 	case f.missing != "":
 		return infra(f.missing)
 	case f.plannerError != "":
-		return task("planner error, no component failed: " + f.plannerError)
+		return task("planner error, no component failed: "+f.plannerError, ReasonPlannerError)
 	}
-	return valid(false, f.reward, f.termination)
+	r := valid(false, f.reward, f.termination)
+	r.Reason = f.reason
+	if r.Reason == "" {
+		r.Reason = "unknown" // counted under its own name, never as infrastructure
+	}
+	return r
 }
 
 func infra(why string) Result { return Result{FailureClass: schemas.FailureInfra, Termination: why} }
 
 // task is a valid episode the environment did not call a success.
-func task(why string) Result {
-	return Result{Valid: true, FailureClass: schemas.FailureTask, Termination: why}
+func task(why, reason string) Result {
+	return Result{Valid: true, FailureClass: schemas.FailureTask, Termination: why, Reason: reason}
 }
 
 // valid is a completed episode: success from the environment.
@@ -213,7 +229,7 @@ func minimal(spec schemas.OutcomeSpec, dir string, exit Exit) finding {
 		return missing(spec.File, err, exit)
 	}
 	// The toy's episode loop exits when the env terminates with success.
-	f := finding{success: o.Terminated, endsAtSuccess: o.Terminated, termination: o.Termination}
+	f := finding{success: o.Terminated, endsAtSuccess: o.Terminated, termination: o.Termination, reason: o.Termination}
 	if exit.Code != 0 || o.Error != "" {
 		f.plannerError = fmt.Sprintf("exit %d: %s", exit.Code, o.Error)
 	}
@@ -251,7 +267,7 @@ func jsonFields(spec schemas.OutcomeSpec, dir string, exit Exit) finding {
 		}
 		f.reward = &r
 	}
-	f.success = success
+	f.success, f.reason = success, "not_successful"
 	if success && spec.SuccessTurn != "" {
 		tv, ok := lookup(doc, spec.SuccessTurn)
 		n, isNum := tv.(float64)

@@ -24,10 +24,10 @@ func TestDecide(t *testing.T) {
 		{"the model's finish claim is not success", minimalSpec, `{"success":false,"terminated":false,"finish_claimed":true,"termination":"finish_claimed"}`, Exit{},
 			Result{Valid: true, FailureClass: schemas.FailureTask, Termination: "finish_claimed"}},
 		{"planner error, model server healthy: the planner's own", minimalSpec, `{"error":"reply has no tool call","termination":"model_error"}`, Exit{Code: 1},
-			Result{Valid: true, FailureClass: schemas.FailureTask}},
+			Result{Valid: true, FailureClass: schemas.FailureTask, Reason: ReasonPlannerError}},
 		{"planner error, the model server failed calls", minimalSpec, `{"error":"HTTP 502","termination":"model_error"}`,
 			Exit{Code: 1, Health: Health{ModelFailures: 2, FirstModelFailure: "call 3: HTTP 502"}}, Result{FailureClass: schemas.FailureInfra}},
-		{"out of time, all healthy: a task failure", minimalSpec, ``, Exit{TimedOut: true}, Result{Valid: true, FailureClass: schemas.FailureTask}},
+		{"out of time, all healthy: a task failure", minimalSpec, ``, Exit{TimedOut: true}, Result{Valid: true, FailureClass: schemas.FailureTask, Reason: ReasonOutOfTime}},
 		{"out of time with a service down", minimalSpec, ``, Exit{TimedOut: true, Health: Health{ServicesDown: []string{"vla"}}},
 			Result{FailureClass: schemas.FailureInfra}},
 		{"success stands against later model failures", minimalSpec, `{"terminated":true,"termination":"goal_reached"}`,
@@ -35,7 +35,7 @@ func TestDecide(t *testing.T) {
 		{"planner error before any model call: its setup", minimalSpec, `{"error":"OPENAI_API_KEY is not set","termination":"model_error"}`,
 			Exit{Code: 1, Health: Health{NoCalls: true}}, Result{FailureClass: schemas.FailureInfra}},
 		{"ran out of turns", minimalSpec, `{"terminated":false,"termination":"max_turns"}`, Exit{},
-			Result{Valid: true, FailureClass: schemas.FailureTask, Termination: "max_turns"}},
+			Result{Valid: true, FailureClass: schemas.FailureTask, Termination: "max_turns", Reason: "max_turns"}},
 		{"no outcome file", minimalSpec, ``, Exit{}, Result{FailureClass: schemas.FailureInfra}},
 		{"could not start", minimalSpec, ``, Exit{Err: errors.New("no such file")}, Result{FailureClass: schemas.FailureInfra}},
 		{"garbage outcome", minimalSpec, `{`, Exit{}, Result{FailureClass: schemas.FailureInfra}},
@@ -63,6 +63,12 @@ func TestDecide(t *testing.T) {
 		got := Decide(c.spec, dir, c.exit)
 		if got.Valid != c.want.Valid || got.Success != c.want.Success || got.Reward != c.want.Reward || got.FailureClass != c.want.FailureClass || got.SuccessTurn != c.want.SuccessTurn {
 			t.Errorf("%s: got %+v, want %+v", c.name, got, c.want)
+		}
+		if c.want.Reason != "" && got.Reason != c.want.Reason {
+			t.Errorf("%s: reason %q, want %q", c.name, got.Reason, c.want.Reason)
+		}
+		if got.Valid && !got.Success && got.Reason == "" {
+			t.Errorf("%s: a task failure without a reason", c.name)
 		}
 		if c.want.Termination != "" && got.Termination != c.want.Termination {
 			t.Errorf("%s: termination %q, want %q", c.name, got.Termination, c.want.Termination)

@@ -111,7 +111,7 @@ func rpentLibero(dir string, exit Exit) finding {
 			return f
 		}
 	}
-	f.termination = fmt.Sprintf("not terminated after %d steps", len(steps))
+	f.termination, f.reason = fmt.Sprintf("not terminated after %d steps", len(steps)), "not_terminated"
 	if claim != "" {
 		f.termination += "; " + claim + " (not counted)"
 	}

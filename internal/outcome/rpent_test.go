@@ -142,6 +142,9 @@ func TestRPentLibero(t *testing.T) {
 		if got.Termination == "" {
 			t.Errorf("%s: no termination text", c.name)
 		}
+		if got.Valid && !got.Success && got.Reason != "not_terminated" && got.Reason != ReasonOutOfTime && got.Reason != ReasonPlannerError {
+			t.Errorf("%s: task failure reason %q", c.name, got.Reason)
+		}
 		for _, w := range c.why {
 			if !strings.Contains(got.Termination, w) {
 				t.Errorf("%s: termination %q lacks %q", c.name, got.Termination, w)
