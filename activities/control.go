@@ -313,17 +313,17 @@ func (c *Control) writeBatch(ctx context.Context, in BatchInput, samples []schem
 	}
 	names, index, offsets := schemas.IndexImages(perSample)
 	if len(index) > 0 {
-		if err := c.checkVision(ctx, in.Run, toks); err != nil {
+		if err := c.checkVision(ctx, in.Run, toks, len(index)); err != nil {
 			return 0, 0, err
 		}
 	}
 	return len(names), len(index), encodeBatch(w, samples, toks, names, index, offsets)
 }
 
-// checkVision refuses images for a harness that declares a text-only
-// model: training it on the prompt without them would teach it from input
-// it never saw, silently.
-func (c *Control) checkVision(ctx context.Context, run string, toks []schemas.CallTokens) error {
+// checkVision refuses the refs images of toks for a harness that declares
+// a text-only model: training it on the prompt without them would teach it
+// from input it never saw, silently.
+func (c *Control) checkVision(ctx context.Context, run string, toks []schemas.CallTokens, refs int) error {
 	h, err := c.harnesses.get(ctx, c.Store, run)
 	if err != nil {
 		return err
@@ -331,11 +331,13 @@ func (c *Control) checkVision(ctx context.Context, run string, toks []schemas.Ca
 	if h.Model.Vision {
 		return nil
 	}
-	n, first := 0, -1
+	calls, first := 0, -1
 	for i, t := range toks {
-		n += len(t.Images)
-		if first < 0 && len(t.Images) > 0 {
-			first = i
+		if len(t.Images) > 0 {
+			calls++
+			if first < 0 {
+				first = i
+			}
 		}
 	}
 	t := toks[first]
@@ -343,17 +345,7 @@ func (c *Control) checkVision(ctx context.Context, run string, toks []schemas.Ca
 		"harness %s declares a text-only model (model_server.vision is false) but %d selected calls sent images, "+
 			"%d in all, the first call %d of episode %s: set model_server.vision: true in the harness file for a "+
 			"vision-language model, or stop the harness from sending images",
-		h.Name, countWithImages(toks), n, t.CallIndex, t.EpisodeID), "TextOnlyModel", nil)
-}
-
-func countWithImages(toks []schemas.CallTokens) int {
-	n := 0
-	for _, t := range toks {
-		if len(t.Images) > 0 {
-			n++
-		}
-	}
-	return n
+		h.Name, calls, refs, t.CallIndex, t.EpisodeID), "TextOnlyModel", nil)
 }
 
 // encodeBatch streams the batch arrays to w, one array after another.
