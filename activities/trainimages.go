@@ -45,7 +45,8 @@ type imageFetch struct {
 // (episode and call) that sent it.
 func (t *Trainer) fetchImages(ctx context.Context, run string, round int32, batchPath, dir string) (imageFetch, error) {
 	var res imageFetch
-	arrs, err := npz.ReadFile(batchPath)
+	// The image lists only: a batch's token arrays can be gigabytes.
+	arrs, err := npz.ReadFile(batchPath, schemas.BatchImages, schemas.BatchImageIndex, schemas.BatchImageOffsets)
 	if err != nil {
 		return res, fmt.Errorf("round %d batch: %w", round, err)
 	}

@@ -22,6 +22,7 @@ import (
 	"math"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"unsafe"
@@ -295,10 +296,13 @@ func (w *Writer) WriteFloat32(name string, v []float32) error {
 	return a.Float32(v...)
 }
 
-// ReadFile reads every array of an .npz file. Values are []int32, []int64,
-// []float32 or []string ("|S<w>", NUL padding removed) by dtype. Only what this package writes (and np.savez writes for
-// such arrays) is understood: 1-D, little-endian, C order.
-func ReadFile(path string) (map[string]any, error) {
+// ReadFile reads the arrays of an .npz file: those named, or every one
+// when none is named (a batch's image lists are read without its token
+// arrays). Values are []int32, []int64, []float32 or []string ("|S<w>",
+// NUL padding removed) by dtype. Only what this package writes (and
+// np.savez writes for such arrays) is understood: 1-D, little-endian, C
+// order. A named array the file lacks is absent from the map.
+func ReadFile(path string, names ...string) (map[string]any, error) {
 	zr, err := zip.OpenReader(path)
 	if err != nil {
 		return nil, fmt.Errorf("npz: open %s: %w", path, err)
@@ -307,7 +311,7 @@ func ReadFile(path string) (map[string]any, error) {
 	out := map[string]any{}
 	for _, f := range zr.File {
 		name, ok := strings.CutSuffix(f.Name, ".npy")
-		if !ok {
+		if !ok || (len(names) > 0 && !slices.Contains(names, name)) {
 			continue
 		}
 		rc, err := f.Open()

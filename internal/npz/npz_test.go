@@ -65,6 +65,13 @@ func TestRoundTrip(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %#v, want %#v", got, want)
 	}
+	some, err := ReadFile(path, "names", "off", "absent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(some, map[string]any{"names": want["names"], "off": want["off"]}) {
+		t.Fatalf("named arrays only: got %#v", some)
+	}
 }
 
 func TestHeaderAligned(t *testing.T) {
