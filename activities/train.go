@@ -192,11 +192,7 @@ func (t *Trainer) Train(ctx context.Context, in TrainInput) (schemas.TrainerMetr
 		return m, fmt.Errorf("trainer of round %d produced no weights: %w", in.Round, err)
 	}
 	if h.Model.Vision {
-		names := make([]string, len(files))
-		for i, f := range files {
-			names[i] = f.Name
-		}
-		if err := weights.CheckVision(names, "written by the trainer of round "+strconv.Itoa(int(in.Round))); err != nil {
+		if err := weights.CheckVision(weights.Names(files), "written by the trainer of round "+strconv.Itoa(int(in.Round))); err != nil {
 			return m, temporal.NewNonRetryableApplicationError(err.Error(), "BadWeights", err)
 		}
 	}

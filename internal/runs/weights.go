@@ -38,13 +38,7 @@ func ParseWeights(path, file string) (Weights, error) {
 }
 
 // Names lists the local files' names (none for weights in S3).
-func (w Weights) Names() []string {
-	out := make([]string, len(w.files))
-	for i, f := range w.files {
-		out[i] = f.Name
-	}
-	return out
-}
+func (w Weights) Names() []string { return weights.Names(w.files) }
 
 // Empty says no weights were found.
 func (w Weights) Empty() bool { return w.files == nil && w.prefix == "" }

@@ -328,6 +328,15 @@ func Copy(ctx context.Context, s *store.Store, from, to, id string) (schemas.Wei
 	return man, nil
 }
 
+// Names lists the files' names, for CheckVision.
+func Names(files []File) []string {
+	out := make([]string, len(files))
+	for i, f := range files {
+		out[i] = f.Name
+	}
+	return out
+}
+
 // ProcessorFile is what a vision-language model directory must hold beside
 // its weights: the image processor's settings (resize, patch size,
 // normalisation). Without it the model server and the trainer would each
