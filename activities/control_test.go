@@ -99,14 +99,7 @@ func TestBuildBatch(t *testing.T) {
 		}
 	}
 
-	local := filepath.Join(t.TempDir(), "batch.npz")
-	if err := s.GetFile(ctx, sum.BatchKey, local); err != nil {
-		t.Fatal(err)
-	}
-	arrs, err := npz.ReadFile(local)
-	if err != nil {
-		t.Fatal(err)
-	}
+	arrs := readBatch(t, s, sum.BatchKey)
 	off := arrs[schemas.BatchCompletionOffsets].([]int64)
 	ids := arrs[schemas.BatchCompletionIDs].([]int32)
 	lp := arrs[schemas.BatchRolloutLogprobs].([]float32)
@@ -279,14 +272,7 @@ func TestBuildBatchImages(t *testing.T) {
 	if sum.Samples != 3 || sum.Images != 3 || sum.ImageRefs != 6 {
 		t.Fatalf("samples %d images %d refs %d, want 3, 3, 6", sum.Samples, sum.Images, sum.ImageRefs)
 	}
-	local := filepath.Join(t.TempDir(), "batch.npz")
-	if err := s.GetFile(ctx, sum.BatchKey, local); err != nil {
-		t.Fatal(err)
-	}
-	arrs, err := npz.ReadFile(local)
-	if err != nil {
-		t.Fatal(err)
-	}
+	arrs := readBatch(t, s, sum.BatchKey)
 	names := arrs[schemas.BatchImages].([]string)
 	index := arrs[schemas.BatchImageIndex].([]int32)
 	off := arrs[schemas.BatchImageOffsets].([]int64)
@@ -308,4 +294,18 @@ func TestBuildBatchImages(t *testing.T) {
 		!strings.Contains(err.Error(), schemas.EpisodeID(1, schemas.PhaseTrain, 0, 0)) {
 		t.Fatalf("text-only harness with images: %v", err)
 	}
+}
+
+// readBatch downloads a stored batch.npz and reads its arrays.
+func readBatch(t *testing.T, s *store.Store, key string) map[string]any {
+	t.Helper()
+	local := filepath.Join(t.TempDir(), "batch.npz")
+	if err := s.GetFile(context.Background(), key, local); err != nil {
+		t.Fatal(err)
+	}
+	arrs, err := npz.ReadFile(local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return arrs
 }

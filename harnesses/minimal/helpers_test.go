@@ -132,17 +132,24 @@ func storeImages(t *testing.T, dir string, urls []string) []string {
 		if !ok || err != nil {
 			t.Fatalf("image URL %.40q: %v", u, err)
 		}
-		sum := sha256.Sum256(data)
-		name := hex.EncodeToString(sum[:]) + ".png"
-		if err := mkdir(dir); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		names = append(names, name)
+		names = append(names, putBlob(t, dir, data))
 	}
 	return names
+}
+
+// putBlob writes a PNG into dir under its blob name, <sha256>.png, as the
+// trainer activity lays images out, and returns the name.
+func putBlob(t *testing.T, dir string, png []byte) string {
+	t.Helper()
+	sum := sha256.Sum256(png)
+	name := hex.EncodeToString(sum[:]) + ".png"
+	if err := mkdir(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name), png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return name
 }
 
 // imagesNextTo passes --images when the batch has an images folder beside

@@ -2,8 +2,6 @@ package minimal_test
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"image"
@@ -98,12 +96,7 @@ func writeImage(t *testing.T, dir string, w, h int, seed int64, mode int) string
 	if err := png.Encode(&buf, img); err != nil {
 		t.Fatal(err)
 	}
-	sum := sha256.Sum256(buf.Bytes())
-	name := hex.EncodeToString(sum[:]) + ".png"
-	if err := os.WriteFile(filepath.Join(dir, name), buf.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return name
+	return putBlob(t, dir, buf.Bytes())
 }
 
 // imagePrompt is text, then per image <|vision_start|> n×<|image_pad|>
