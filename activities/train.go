@@ -291,11 +291,20 @@ var sampleRef = regexp.MustCompile(`sample (\d+) \(`)
 func nameSamples(line string, samples []schemas.Sample) string {
 	return sampleRef.ReplaceAllStringFunc(line, func(m string) string {
 		i, err := strconv.Atoi(sampleRef.FindStringSubmatch(m)[1])
-		if err != nil || i < 0 || i >= len(samples) {
+		if err != nil {
 			return m
 		}
-		return fmt.Sprintf("sample %d = episode %s call %d (", i, samples[i].EpisodeID, samples[i].CallIndex)
+		return sampleName(samples, i) + " ("
 	})
+}
+
+// sampleName names batch sample i by its row of the round's samples
+// table, "sample i = episode … call k"; by its index alone without one.
+func sampleName(samples []schemas.Sample, i int) string {
+	if i < 0 || i >= len(samples) {
+		return "sample " + strconv.Itoa(i)
+	}
+	return fmt.Sprintf("sample %d = episode %s call %d", i, samples[i].EpisodeID, samples[i].CallIndex)
 }
 
 // pyError is a Python exception line: "ModuleNotFoundError: No module…".

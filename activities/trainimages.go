@@ -71,10 +71,9 @@ func (t *Trainer) fetchImages(ctx context.Context, run string, round int32, batc
 			for i+1 < len(offsets) && offsets[i+1] <= int64(k) {
 				i++
 			}
-			if samples, err := store.ReadParquet[schemas.Sample](ctx, t.Store, l.Samples(round)); err == nil && i < len(samples) {
-				return fmt.Sprintf("sample %d = episode %s call %d", i, samples[i].EpisodeID, samples[i].CallIndex)
-			}
-			return "sample " + strconv.Itoa(i)
+			// An unreadable samples table leaves the sample named by index.
+			samples, _ := store.ReadParquet[schemas.Sample](ctx, t.Store, l.Samples(round))
+			return sampleName(samples, i)
 		}
 		return "no sample"
 	}
