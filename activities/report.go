@@ -68,6 +68,9 @@ func (c *Control) WriteReport(ctx context.Context, in ReportInput) (schemas.Repo
 		return rep, fmt.Errorf("report %s: %w", in.Tag, cellErr)
 	}
 	rep.Tasks, rep.Suites = report.EmptyResults(h.Tasks)
+	if in.InitKey == report.FinalKey {
+		rep.Protocol, rep.ProtocolEpisodes, rep.RequiredTasks = h.Protocol.Name, h.Protocol.Episodes, h.RequiredTasks()
+	}
 	byTask := map[int32]*schemas.TaskResult{}
 	for i := range rep.Tasks {
 		byTask[rep.Tasks[i].Task] = &rep.Tasks[i]

@@ -206,7 +206,7 @@ func (r *Rollout) play(ctx context.Context, h schemas.Harness, in EpisodeInput, 
 	prefix := r.Host.Proxy.Begin(pep)
 	vars := map[string]string{
 		"base_url": "http://" + r.Host.ProxyAddr + prefix, "task": strconv.Itoa(int(in.Task.ID)),
-		"seed": strconv.Itoa(int(in.InitID)), "output_dir": outDir, "served_name": h.Model.ServedName,
+		"task_number": strconv.Itoa(int(in.Task.SuiteNumber())), "suite": in.Task.Suite, "seed": strconv.Itoa(int(in.InitID)), "output_dir": outDir, "served_name": h.Model.ServedName,
 		"harness_dir": h.Dir, "round": strconv.Itoa(int(in.Round)),
 	}
 	for k, v := range svc {

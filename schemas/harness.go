@@ -1,11 +1,18 @@
 package schemas
 
+import "slices"
+
 // Harness is a harness file (harnesses/<name>/harness.yaml) after loading.
 // Strings may hold {name} placeholders: vars are filled when the file is
 // loaded (defaults from Vars, overridden by --var k=v); runtime placeholders
 // (RuntimeVars) are filled by the activity that runs the command.
 type Harness struct {
 	Name string `yaml:"name" json:"name"`
+	// Base, optional, is a harness file this one varies (a path relative to
+	// this file): the loader reads it first, then this file's mappings
+	// merge into it key by key and its lists and values replace the base's
+	// (docs/harness.md). Empty after loading.
+	Base string `yaml:"base" json:"-"`
 	// Dir is the absolute directory of the harness file (set by the loader).
 	Dir  string            `yaml:"-" json:"dir"`
 	Vars map[string]string `yaml:"vars" json:"vars"`
@@ -16,8 +23,12 @@ type Harness struct {
 	Episode  EpisodeSpec `yaml:"episode" json:"episode"`
 	Tasks    []Task      `yaml:"tasks" json:"tasks"`
 	Splits   Splits      `yaml:"splits" json:"splits"`
-	Collect  Collect     `yaml:"collect" json:"collect"`
-	Trainer  Trainer     `yaml:"trainer" json:"trainer"`
+	// Protocol, optional, is the final-score protocol the tasks make up
+	// (LIBERO-PRO's 800 episodes, say): checked when the file loads and
+	// when an eval_init_ids report would be called final.
+	Protocol Protocol `yaml:"protocol" json:"protocol,omitempty"`
+	Collect  Collect  `yaml:"collect" json:"collect"`
+	Trainer  Trainer  `yaml:"trainer" json:"trainer"`
 	// Digest is the sha256 of the harness file bytes plus the vars (set by the loader).
 	Digest string `yaml:"-" json:"digest"`
 }
@@ -99,11 +110,58 @@ type OutcomeSpec struct {
 	SuccessTurn string `yaml:"success_turn" json:"success_turn"`
 }
 
-// Task is one task of the harness; Suite groups tasks in reports.
+// Task is one task of the harness; Suite groups tasks in reports. ID
+// names the task in every record and report, so it is unique in the
+// harness; Number is its number within its suite, which a multi-suite
+// harness passes to the episode (RPent's --suite S --task N).
 type Task struct {
 	ID    int32  `yaml:"id" json:"id"`
 	Name  string `yaml:"name" json:"name"`
 	Suite string `yaml:"suite" json:"suite"`
+	// Number is what {task_number} gives the episode command (default: ID).
+	Number *int32 `yaml:"number" json:"number,omitempty"`
+	// Numbers and FirstID write many tasks of one suite in one entry:
+	// {suite: S, numbers: "0-9", first_id: 10} is the tasks with ids
+	// 10..19 and numbers 0..9, named S_0..S_9. The loader expands them.
+	Numbers string `yaml:"numbers" json:"-"`
+	FirstID *int32 `yaml:"first_id" json:"-"`
+}
+
+// SuiteNumber is the task's number within its suite.
+func (t Task) SuiteNumber() int32 {
+	if t.Number != nil {
+		return *t.Number
+	}
+	return t.ID
+}
+
+// Protocol is a final-score protocol: the suites whose every task a final
+// score must cover, and the number of episodes that makes (required tasks
+// × eval_init_ids).
+type Protocol struct {
+	// Name labels final scores, e.g. LIBERO-PRO.
+	Name string `yaml:"name" json:"name,omitempty"`
+	// Suites are the required suites (default: every suite of the tasks).
+	Suites []string `yaml:"suites" json:"suites,omitempty"`
+	// Episodes, when set, is the protocol's published episode count; the
+	// loader refuses a file whose required tasks × eval_init_ids differ.
+	Episodes int `yaml:"episodes" json:"episodes,omitempty"`
+}
+
+// Required says whether a task of suite s is required by the protocol.
+func (p Protocol) Required(suite string) bool {
+	return len(p.Suites) == 0 || slices.Contains(p.Suites, suite)
+}
+
+// RequiredTasks lists the ids of the tasks a final score must cover.
+func (h Harness) RequiredTasks() []int32 {
+	var out []int32
+	for _, t := range h.Tasks {
+		if h.Protocol.Required(t.Suite) {
+			out = append(out, t.ID)
+		}
+	}
+	return out
 }
 
 // Splits are the init-state id ranges, written like "11-44" or "1,3,5-7".
@@ -182,7 +240,9 @@ var RuntimeVars = map[string]string{
 	"port":        "port allocated for the model server",
 	"served_name": "the model name the server answers to",
 	"base_url":    "the proxy base URL of this episode (ends in /v1)",
-	"task":        "task id of the episode",
+	"task":        "task id of the episode (unique in the harness)",
+	"task_number": "the task's number within its suite (tasks: number:, default the id)",
+	"suite":       "the task's suite",
 	"seed":        "init state id of the episode",
 	"output_dir":  "the episode's output directory",
 	"batch":       "local path of the training batch (batch.npz)",

@@ -46,6 +46,12 @@ type Report struct {
 	// before: unknown.
 	MaxInvalidShare  float64 `json:"max_invalid_share,omitempty"`
 	OverInvalidLimit bool    `json:"over_invalid_limit,omitempty"`
+	// On eval_init_ids reports, the harness's final-score protocol: its
+	// name, its episode count, and the tasks a final score must cover
+	// (every task when the harness names no protocol).
+	Protocol         string  `json:"protocol,omitempty"`
+	ProtocolEpisodes int     `json:"protocol_episodes,omitempty"`
+	RequiredTasks    []int32 `json:"required_tasks,omitempty"`
 }
 
 // Report scopes: a full report covers every cell of its split; a shard

@@ -309,10 +309,16 @@ func printEvalReport(out io.Writer, rep schemas.Report, bucket string) error {
 	case rep.IsShard():
 		fmt.Fprintf(out, "SHARD %d/%d of tag %s: not a score of the split. Once all %d shards are done: starter report merge --run %s --tag %s\n",
 			rep.Shard, rep.Shards, rep.Tag, rep.Shards, rep.Run, rep.Tag)
-	case rep.InitKey == finalKey && over:
-		return fmt.Errorf("tag %s of run %s: %w", rep.Tag, rep.Run, report.FinalScoreError(rep))
 	case rep.InitKey == finalKey:
-		fmt.Fprintf(out, "final score (eval_init_ids, all %d tasks): %s over %d valid of %d attempted episodes\n", len(rep.Tasks), score, o.Valid, o.Attempted())
+		if err := report.FinalScoreError(rep); err != nil {
+			return fmt.Errorf("tag %s of run %s: %w", rep.Tag, rep.Run, err)
+		}
+		what := fmt.Sprintf("all %d tasks", len(rep.Tasks))
+		if rep.Protocol != "" {
+			what = fmt.Sprintf("%s: %d required tasks", rep.Protocol, len(rep.RequiredTasks))
+		}
+		p := report.ProtocolResult(rep)
+		fmt.Fprintf(out, "final score (eval_init_ids, %s): %s over %d valid of %d attempted episodes\n", what, stats.Rate(p.Successes, p.Valid), p.Valid, p.Attempted())
 	default:
 		fmt.Fprintf(out, "validation score (%s): %s over %d valid of %d attempted episodes — for choosing weights, not a final score\n", rep.InitKey, score, o.Valid, o.Attempted())
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 
@@ -48,6 +49,11 @@ func validateCmd() *cobra.Command {
 			}
 			fmt.Fprintf(out, "%s: ok — harness %s (digest %s), %d tasks, services [%s], adapter %s\n",
 				config, h.Name, h.Digest, len(h.Tasks), strings.Join(services, " "), h.Episode.Outcome.Adapter)
+			if p := h.Protocol; p.Name != "" || p.Episodes > 0 || len(p.Suites) > 0 {
+				ids, _ := harness.IDs(h, "eval_init_ids") // checked by Load
+				fmt.Fprintf(out, "final-score protocol %s: %d required tasks × %d eval_init_ids = %d episodes\n",
+					cmp.Or(p.Name, "(unnamed)"), len(h.RequiredTasks()), len(ids), len(h.RequiredTasks())*len(ids))
+			}
 			return nil
 		},
 	}

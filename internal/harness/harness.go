@@ -4,6 +4,7 @@ package harness
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -28,12 +30,9 @@ var placeholder = regexp.MustCompile(`\{([a-zA-Z_][a-zA-Z0-9_]*)\}`)
 // its vars and fills every {var}. Runtime placeholders are left in place.
 func Load(path string, overrides map[string]string) (schemas.Harness, error) {
 	var h schemas.Harness
-	raw, err := os.ReadFile(path)
+	raw, digestInput, err := read(path, 0)
 	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return h, fmt.Errorf("harness file %s does not exist: pass --config harnesses/<name>/harness.yaml", path)
-		}
-		return h, fmt.Errorf("read harness file %s: %w", path, err)
+		return h, err
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(raw))
 	dec.KnownFields(true)
@@ -42,6 +41,10 @@ func Load(path string, overrides map[string]string) (schemas.Harness, error) {
 		msg := strings.Join(strings.Fields(strings.ReplaceAll(strings.ReplaceAll(err.Error(), ":\n", ": "), "\n", "; ")), " ")
 		return h, fmt.Errorf("harness file %s is not valid: %s (fix the YAML at that line)", path, msg)
 	}
+	h.Base = ""
+	if h.Tasks, err = expandTasks(h.Tasks); err != nil {
+		return h, fmt.Errorf("harness file %s: %w", path, err)
+	}
 	abs, err := filepath.Abs(filepath.Dir(path))
 	if err != nil {
 		return h, fmt.Errorf("harness file %s: %w", path, err)
@@ -49,6 +52,11 @@ func Load(path string, overrides map[string]string) (schemas.Harness, error) {
 	h.Dir = abs
 	if h.Vars == nil {
 		h.Vars = map[string]string{}
+	}
+	for k := range h.Vars {
+		if _, ok := schemas.RuntimeVars[k]; ok {
+			return h, fmt.Errorf("harness file %s: vars.%s: {%s} is a runtime value (%s); remove the var", path, k, k, schemas.RuntimeVars[k])
+		}
 	}
 	for k, v := range overrides {
 		if _, ok := h.Vars[k]; !ok {
@@ -70,12 +78,120 @@ func Load(path string, overrides map[string]string) (schemas.Harness, error) {
 		return h, fmt.Errorf("harness file %s: %w", path, err)
 	}
 	sum := sha256.New()
-	sum.Write(raw)
+	sum.Write(digestInput)
 	for _, k := range sortedKeys(h.Vars) {
 		fmt.Fprintf(sum, "\n%s=%s", k, h.Vars[k])
 	}
 	h.Digest = hex.EncodeToString(sum.Sum(nil))[:16]
 	return h, nil
+}
+
+// maxBases bounds a chain of base: files (and breaks a cycle).
+const maxBases = 4
+
+// read returns the YAML to decode for the harness file at path, its base
+// files merged in, and the bytes its digest covers: the file alone when it
+// has no base (so the digests of runs made before bases existed stay), else
+// every file of the chain.
+func read(path string, depth int) ([]byte, []byte, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, nil, fmt.Errorf("harness file %s does not exist: pass --config harnesses/<name>/harness.yaml", path)
+		}
+		return nil, nil, fmt.Errorf("read harness file %s: %w", path, err)
+	}
+	var head struct {
+		Base string `yaml:"base"`
+	}
+	if err := yaml.Unmarshal(raw, &head); err != nil || head.Base == "" {
+		return raw, raw, nil // a YAML error is reported by the strict decode
+	}
+	if depth >= maxBases {
+		return nil, nil, fmt.Errorf("harness file %s: base: chain longer than %d files (a file is its own base?)", path, maxBases)
+	}
+	basePath := head.Base
+	if !filepath.IsAbs(basePath) {
+		basePath = filepath.Join(filepath.Dir(path), basePath)
+	}
+	baseRaw, baseDigest, err := read(basePath, depth+1)
+	if err != nil {
+		return nil, nil, fmt.Errorf("harness file %s: base %s: %w", path, head.Base, err)
+	}
+	var base, over yaml.Node
+	if err := yaml.Unmarshal(baseRaw, &base); err != nil {
+		return nil, nil, fmt.Errorf("harness file %s: %w", basePath, err)
+	}
+	if err := yaml.Unmarshal(raw, &over); err != nil {
+		return nil, nil, fmt.Errorf("harness file %s: %w", path, err)
+	}
+	merge(&base, &over)
+	out, err := yaml.Marshal(&base)
+	if err != nil {
+		return nil, nil, fmt.Errorf("harness file %s: merge with base %s: %w", path, head.Base, err)
+	}
+	digest := append(append(append([]byte{}, baseDigest...), "\n---\n"...), raw...)
+	return out, digest, nil
+}
+
+// merge lays over onto base: mappings merge key by key, anything else
+// (lists, values) replaces, so a variant restates a list it changes whole
+// (tasks, a command) and never half-merges it.
+func merge(base, over *yaml.Node) {
+	if base.Kind == yaml.DocumentNode && over.Kind == yaml.DocumentNode && len(base.Content) == 1 && len(over.Content) == 1 {
+		merge(base.Content[0], over.Content[0])
+		return
+	}
+	if base.Kind != yaml.MappingNode || over.Kind != yaml.MappingNode {
+		*base = *over
+		return
+	}
+	for i := 0; i+1 < len(over.Content); i += 2 {
+		k, v := over.Content[i], over.Content[i+1]
+		found := false
+		for j := 0; j+1 < len(base.Content); j += 2 {
+			if base.Content[j].Value == k.Value {
+				merge(base.Content[j+1], v)
+				found = true
+				break
+			}
+		}
+		if !found {
+			base.Content = append(base.Content, k, v)
+		}
+	}
+}
+
+// expandTasks turns range entries ({suite, numbers, first_id}) into one
+// task each and checks single entries do not use range fields.
+func expandTasks(in []schemas.Task) ([]schemas.Task, error) {
+	var out []schemas.Task
+	for i, t := range in {
+		at := fmt.Sprintf("tasks.%d", i)
+		if t.Numbers == "" {
+			if t.FirstID != nil {
+				return nil, &FieldError{at + ".first_id", errors.New("belongs to a range entry: give numbers: too, e.g. {suite: S, numbers: \"0-9\", first_id: 10}")}
+			}
+			out = append(out, t)
+			continue
+		}
+		switch {
+		case t.FirstID == nil:
+			return nil, &FieldError{at, errors.New("a range entry (numbers:) needs first_id:, the id of its first task, so ids stay the same when other entries change")}
+		case t.Suite == "":
+			return nil, &FieldError{at + ".suite", errors.New("is missing: a range entry's tasks are named after their suite")}
+		case t.Name != "" || t.Number != nil || t.ID != 0:
+			return nil, &FieldError{at, errors.New("a range entry takes suite, numbers and first_id only; write single tasks as {id, name, suite, number}")}
+		}
+		nums, err := ParseIDs(t.Numbers)
+		if err != nil {
+			return nil, &FieldError{at + ".numbers", err}
+		}
+		for k, n := range nums {
+			out = append(out, schemas.Task{ID: *t.FirstID + int32(k), Name: fmt.Sprintf("%s_%d", t.Suite, n), Suite: t.Suite, Number: &n})
+		}
+	}
+	return out, nil
 }
 
 // Upstream says, for the vars the single-host controller
@@ -262,7 +378,50 @@ func Check(h schemas.Harness) error {
 			owner[id] = key
 		}
 	}
+	return checkProtocol(h)
+}
+
+// checkProtocol checks the protocol's suites exist and, when it gives a
+// count, that the tasks make it up: a task list that lost a suite or a
+// task fails here, not as a final score over fewer cells.
+func checkProtocol(h schemas.Harness) error {
+	p := h.Protocol
+	for i, s := range p.Suites {
+		if !slices.ContainsFunc(h.Tasks, func(t schemas.Task) bool { return t.Suite == s }) {
+			return &FieldError{fmt.Sprintf("protocol.suites.%d", i), fmt.Errorf("suite %q has no task: list its tasks under tasks:, or remove it from the protocol", s)}
+		}
+	}
+	if p.Episodes == 0 {
+		return nil
+	}
+	ids, _ := ParseIDs(h.Splits.Eval) // checked above
+	required := h.RequiredTasks()
+	if got := len(required) * len(ids); got != p.Episodes {
+		name := cmp.Or(p.Name, "the protocol")
+		return &FieldError{"protocol.episodes", fmt.Errorf("%s has %d episodes, but its %d required tasks (%s) × %d eval_init_ids make %d: a suite or task is missing from tasks:, or episodes is wrong",
+			name, p.Episodes, len(required), suiteCounts(h, p), len(ids), got)}
+	}
 	return nil
+}
+
+// suiteCounts says how many tasks each required suite has: "a:10 b:9".
+func suiteCounts(h schemas.Harness, p schemas.Protocol) string {
+	var order []string
+	n := map[string]int{}
+	for _, t := range h.Tasks {
+		if !p.Required(t.Suite) {
+			continue
+		}
+		if n[t.Suite] == 0 {
+			order = append(order, t.Suite)
+		}
+		n[t.Suite]++
+	}
+	parts := make([]string, len(order))
+	for i, s := range order {
+		parts[i] = fmt.Sprintf("%s:%d", cmp.Or(s, "(no suite)"), n[s])
+	}
+	return strings.Join(parts, " ")
 }
 
 // ParseIDs parses "11-44" or "1,3,5-7" into sorted unique ids.

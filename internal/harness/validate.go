@@ -61,6 +61,14 @@ func Validate(path string, overrides map[string]string) ([]Problem, error) {
 	if err != nil {
 		return nil, fmt.Errorf("harness file %s: %w", path, err)
 	}
+	// A variant (base:) is checked as its merged document; lines then
+	// belong to no one file, so problems carry none.
+	merged, _, err := read(path, 0)
+	if err != nil {
+		return []Problem{{Msg: err.Error()}}, nil
+	}
+	lines := string(merged) == string(raw)
+	raw = merged
 	var root yaml.Node
 	if err := yaml.Unmarshal(raw, &root); err != nil {
 		var te *yaml.TypeError
@@ -93,8 +101,11 @@ func Validate(path string, overrides map[string]string) ([]Problem, error) {
 			return nil, fmt.Errorf("validate %s: %w", path, err)
 		}
 		for _, leaf := range leaves(ve) {
-			out = append(out, Problem{Line: lineOf(&root, leaf.InstanceLocation), Path: strings.Join(leaf.InstanceLocation, "."),
-				Msg: leafMessage(leaf)})
+			p := Problem{Path: strings.Join(leaf.InstanceLocation, "."), Msg: leafMessage(leaf)}
+			if lines {
+				p.Line = lineOf(&root, leaf.InstanceLocation)
+			}
+			out = append(out, p)
 		}
 		sort.Slice(out, func(i, j int) bool { return out[i].Line < out[j].Line })
 		return out, nil
@@ -103,7 +114,10 @@ func Validate(path string, overrides map[string]string) ([]Problem, error) {
 		p := Problem{Msg: err.Error()}
 		var fe *FieldError
 		if errors.As(err, &fe) {
-			p.Path, p.Line, p.Msg = fe.Path, lineOf(&root, strings.Split(fe.Path, ".")), fe.Err.Error()
+			p.Path, p.Msg = fe.Path, fe.Err.Error()
+			if lines {
+				p.Line = lineOf(&root, strings.Split(fe.Path, "."))
+			}
 		}
 		out = append(out, p)
 	}

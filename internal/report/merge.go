@@ -75,7 +75,8 @@ func MergeShards(shards []schemas.Report, keys []string) (schemas.Report, error)
 
 	out := schemas.Report{Run: first.Run, Tag: first.Tag, WeightsID: first.WeightsID, InitKey: first.InitKey,
 		Harness: first.Harness, Digest: first.Digest, Round: first.Round, WeightsDigest: first.WeightsDigest,
-		Scope: schemas.ScopeFull, Shards: 1, SplitCells: first.SplitCells, MaxInvalidShare: first.MaxInvalidShare}
+		Scope: schemas.ScopeFull, Shards: 1, SplitCells: first.SplitCells, MaxInvalidShare: first.MaxInvalidShare,
+		Protocol: first.Protocol, ProtocolEpisodes: first.ProtocolEpisodes, RequiredTasks: first.RequiredTasks}
 	order := make([]int, len(shards)) // merge in shard order, whatever order the files came in
 	for i := range order {
 		order[i] = i

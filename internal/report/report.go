@@ -7,6 +7,7 @@
 package report
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -109,15 +110,87 @@ func OverInvalidLimit(rep schemas.Report) bool {
 }
 
 // FinalScoreError refuses to call rep a final score when too many of its
-// episodes did not count: the rate then speaks for the episodes that ran,
-// not for the split. nil when rep is not over its limit.
+// episodes did not count (the rate then speaks for the episodes that ran,
+// not for the split) or when it does not cover its protocol: a required
+// task without a valid episode, or fewer cells than the protocol's
+// episodes. nil when rep may be called final.
 func FinalScoreError(rep schemas.Report) error {
+	if err := coverageError(rep); err != nil {
+		return err
+	}
 	if !OverInvalidLimit(rep) {
 		return nil
 	}
 	o := rep.Overall
 	return fmt.Errorf("not a final score: %d of %d attempted episodes (%.1f%%) were invalid or lost, over the limit of %.0f%% (collect.max_invalid_share); fix the causes (invalid by cause: %s), then evaluate again under a new --tag",
 		o.Invalid+o.Lost, o.Attempted(), 100*o.InvalidShare(), 100*InvalidLimit(rep), Causes(o))
+}
+
+// coverageError says which required tasks rep does not cover. A task all
+// of whose episodes were invalid or lost would silently leave the rate,
+// which then scores an easier protocol than the one named.
+func coverageError(rep schemas.Report) error {
+	required := rep.RequiredTasks
+	if len(required) == 0 {
+		for _, t := range rep.Tasks {
+			required = append(required, t.Task)
+		}
+	}
+	byTask := map[int32]schemas.TaskResult{}
+	for _, t := range rep.Tasks {
+		byTask[t.Task] = t
+	}
+	var absent, empty []string
+	cells := 0
+	for _, id := range required {
+		t, ok := byTask[id]
+		switch {
+		case !ok:
+			absent = append(absent, fmt.Sprint(id))
+		case t.Valid == 0:
+			empty = append(empty, fmt.Sprintf("%d %s", id, t.Name))
+		}
+		cells += t.Attempted()
+	}
+	name := cmp.Or(rep.Protocol, "the harness's tasks")
+	switch {
+	case len(absent) > 0:
+		return fmt.Errorf("not a final score of %s: the report has no result for required tasks %s; evaluate with the harness file that lists them, under a new --tag", name, clip(absent))
+	case len(empty) > 0:
+		return fmt.Errorf("not a final score of %s: %d required tasks have no valid episode (%s), so the rate would leave them out; fix their infrastructure failures (see the report's invalid by cause), then evaluate again under a new --tag",
+			name, len(empty), clip(empty))
+	case rep.ProtocolEpisodes > 0 && cells != rep.ProtocolEpisodes:
+		return fmt.Errorf("not a final score of %s: its required tasks have %d cells, the protocol %d; evaluate with the harness file that declares it", name, cells, rep.ProtocolEpisodes)
+	}
+	return nil
+}
+
+// ProtocolResult sums rep's required tasks: the final score's counts. It
+// is Overall when every task is required (or the report names none).
+func ProtocolResult(rep schemas.Report) schemas.TaskResult {
+	if len(rep.RequiredTasks) == 0 || len(rep.RequiredTasks) == len(rep.Tasks) {
+		return rep.Overall
+	}
+	out := schemas.TaskResult{Task: -1, Name: rep.Protocol}
+	for _, t := range rep.Tasks {
+		if slices.Contains(rep.RequiredTasks, t.Task) {
+			add(&out, t)
+		}
+	}
+	if out.Valid > 0 {
+		out.SuccessRate = float64(out.Successes) / float64(out.Valid)
+		iv := stats.Wilson(out.Successes, out.Valid)
+		out.SuccessCI95 = []float64{iv.Lo, iv.Hi}
+	}
+	return out
+}
+
+// clip joins at most five items and says how many more there are.
+func clip(items []string) string {
+	if len(items) <= 5 {
+		return strings.Join(items, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(items[:5], ", "), len(items)-5)
 }
 
 // Causes lists a result's invalid episodes by cause ("timeout:2 lost:1"),

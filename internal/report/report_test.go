@@ -68,3 +68,53 @@ func TestInvalidShareOfMerge(t *testing.T) {
 		t.Errorf("old report, 30%% invalid: over %v, causes %q", OverInvalidLimit(old), Causes(old.Overall))
 	}
 }
+
+// A final score covers its protocol: a required task with no valid
+// episode, or a required task absent from the report, refuses it even
+// under the invalid limit; a task outside the protocol does not count in
+// the score.
+func TestFinalScoreCoversTheProtocol(t *testing.T) {
+	res := func(id int32, suite string, valid, succ, invalid int) schemas.TaskResult {
+		return schemas.TaskResult{Task: id, Name: suite + "_x", Suite: suite, Episodes: valid + invalid, Valid: valid, Invalid: invalid, Successes: succ}
+	}
+	rep := schemas.Report{InitKey: FinalKey, Protocol: "P", ProtocolEpisodes: 30, RequiredTasks: []int32{0, 1, 2}, MaxInvalidShare: 0.5,
+		Tasks: []schemas.TaskResult{res(0, "a", 10, 5, 0), res(1, "a", 10, 4, 0), res(2, "b", 10, 9, 0), res(9, "train", 10, 0, 0)}}
+	for _, t := range rep.Tasks {
+		add(&rep.Overall, t)
+	}
+	FinishRates(&rep)
+	if err := FinalScoreError(rep); err != nil {
+		t.Fatalf("a covered protocol was refused: %v", err)
+	}
+	if p := ProtocolResult(rep); p.Valid != 30 || p.Successes != 18 || len(p.SuccessCI95) != 2 {
+		t.Errorf("protocol result %+v: want the three required tasks only (18/30)", p)
+	}
+
+	empty := rep
+	empty.Tasks = append([]schemas.TaskResult{}, rep.Tasks...)
+	empty.Tasks[2] = res(2, "b", 0, 0, 10) // every episode of task 2 invalid
+	err := FinalScoreError(empty)
+	for _, want := range []string{"not a final score of P", "1 required tasks have no valid episode", "2 b_x"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("task without a valid episode: %v lacks %q", err, want)
+		}
+	}
+
+	absent := rep
+	absent.RequiredTasks = []int32{0, 1, 2, 3}
+	if err := FinalScoreError(absent); err == nil || !strings.Contains(err.Error(), "no result for required tasks 3") {
+		t.Errorf("absent task: %v", err)
+	}
+
+	short := rep
+	short.ProtocolEpisodes = 800
+	if err := FinalScoreError(short); err == nil || !strings.Contains(err.Error(), "30 cells, the protocol 800") {
+		t.Errorf("cell count: %v", err)
+	}
+
+	// Reports without a protocol require every task they list.
+	old := schemas.Report{InitKey: FinalKey, Tasks: []schemas.TaskResult{res(0, "", 5, 1, 0), res(1, "", 0, 0, 5)}}
+	if err := FinalScoreError(old); err == nil || !strings.Contains(err.Error(), "the harness's tasks") {
+		t.Errorf("old report with an uncovered task: %v", err)
+	}
+}

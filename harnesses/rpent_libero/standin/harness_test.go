@@ -38,7 +38,7 @@ func TestStandinMirrorsTheRealHarness(t *testing.T) {
 		}
 	}
 	// The stand-in parses the real flags (after filling runtime values).
-	args, err := harness.FillArgs(real.Episode.Command[1:], map[string]string{"task": "2", "seed": "12", "base_url": "http://127.0.0.1:1/e/x/v1",
+	args, err := harness.FillArgs(real.Episode.Command[1:], map[string]string{"task": "12", "task_number": "2", "suite": "libero_object_swap", "seed": "12", "base_url": "http://127.0.0.1:1/e/x/v1",
 		"output_dir": t.TempDir(), "served_name": "planner", "vla_url": "http://127.0.0.1:2", "sam3_url": "http://127.0.0.1:3"})
 	if err != nil {
 		t.Fatal(err)
@@ -94,9 +94,17 @@ func TestStandinMirrorsTheRealHarness(t *testing.T) {
 		t.Errorf("trainer must run 8 processes: %q", real.Trainer.Command)
 	}
 	checkTrainer(t, real, stand)
-	for _, task := range real.Tasks {
-		if task.Suite != real.Vars["suite"] {
-			t.Errorf("task %d suite %q, but --suite is %q", task.ID, task.Suite, real.Vars["suite"])
+	// Each episode names its own task's suite and number: one file holds
+	// the protocol's suites.
+	for _, c := range []schemas.Harness{real, stand} {
+		cmd := c.Episode.Command
+		if i := slices.Index(cmd, "--suite"); i < 0 || cmd[i+1] != "{suite}" || cmd[slices.Index(cmd, "--task")+1] != "{task_number}" {
+			t.Errorf("%s: episode must pass --suite {suite} --task {task_number}: %q", c.Name, cmd)
+		}
+		for _, task := range c.Tasks {
+			if task.Suite == "" || task.Number == nil {
+				t.Errorf("%s: task %d needs a suite and its number in it", c.Name, task.ID)
+			}
 		}
 	}
 }

@@ -265,6 +265,9 @@ func checkCompleted(t *testing.T, ctx context.Context, s *store.Store, e schemas
 	if err := json.Unmarshal(b, &tr); err != nil {
 		t.Fatal(err)
 	}
+	if tr.Suite != e.Suite || e.Suite == "" {
+		t.Errorf("%s: rpent ran suite %q, the episode row says %q", e.EpisodeID, tr.Suite, e.Suite)
+	}
 	if tr.Stats.ModelCalls != len(calls) || tr.Error != nil {
 		t.Errorf("%s: transcript says %d model calls (error %v), the proxy recorded %d", e.EpisodeID, tr.Stats.ModelCalls, tr.Error, len(calls))
 	}
