@@ -276,10 +276,10 @@ func printEvalReport(out io.Writer, rep schemas.Report, bucket string) error {
 		key = l.ShardReport(rep.Tag, rep.Shard, rep.Shards)
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "task\tname\tsuite\tattempted\tvalid\tinvalid\tlost\tsuccesses\tsuccess / valid [95% CI]\tsuccess / attempted\t")
+	fmt.Fprintln(tw, "task\tname\tsuite\tattempted\tvalid\tinvalid\tlost\tsuccesses\tsuccess / valid [95% CI]\tsuccess / attempted\tinvalid by cause\t")
 	row := func(id, name, suite string, r schemas.TaskResult) {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t\n", id, name, suite, r.Attempted(), r.Valid, r.Invalid, r.Lost, r.Successes,
-			stats.Rate(r.Successes, r.Valid), stats.Rate(r.Successes, r.Attempted()))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t\n", id, name, suite, r.Attempted(), r.Valid, r.Invalid, r.Lost, r.Successes,
+			stats.Rate(r.Successes, r.Valid), stats.Rate(r.Successes, r.Attempted()), report.Causes(r))
 	}
 	for _, t := range rep.Tasks {
 		row(strconv.Itoa(int(t.Task)), t.Name, t.Suite, t)

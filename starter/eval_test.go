@@ -318,3 +318,37 @@ func TestPrintEvalReport(t *testing.T) {
 		t.Errorf("over the limit, the output:\n%s", got)
 	}
 }
+
+// Under a protocol, the final score is over its required tasks only and
+// names the protocol; a required task without a valid episode refuses it.
+func TestPrintProtocolFinalScore(t *testing.T) {
+	res := func(id int32, suite string, valid, succ int, causes map[string]int) schemas.TaskResult {
+		inv := 0
+		for _, n := range causes {
+			inv += n
+		}
+		return schemas.TaskResult{Task: id, Name: fmt.Sprintf("%s_%d", suite, id), Suite: suite, Episodes: valid + inv, Valid: valid, Invalid: inv, Successes: succ, InvalidByCause: causes}
+	}
+	rep := schemas.Report{Run: "pro", Tag: "final", InitKey: finalKey, Protocol: "LIBERO-PRO", ProtocolEpisodes: 20, RequiredTasks: []int32{0, 1},
+		Tasks: []schemas.TaskResult{res(0, "libero_object_swap", 9, 6, map[string]int{"infra": 1}), res(1, "libero_goal_swap", 10, 9, nil), res(2, "extra", 10, 0, nil)}}
+	for _, t := range rep.Tasks {
+		rep.Overall.Episodes += t.Episodes
+		rep.Overall.Valid += t.Valid
+		rep.Overall.Invalid += t.Invalid
+		rep.Overall.Successes += t.Successes
+	}
+	var out bytes.Buffer
+	if err := printEvalReport(&out, rep, "b"); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"final score (eval_init_ids, LIBERO-PRO: 2 required tasks): 78.9% [56–92] over 19 valid of 20 attempted", "infra:1"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	rep.Tasks[1] = res(1, "libero_goal_swap", 0, 0, map[string]int{"infra": 10})
+	out.Reset()
+	if err := printEvalReport(&out, rep, "b"); err == nil || !strings.Contains(err.Error(), "1 required tasks have no valid episode (1 libero_goal_swap_1)") {
+		t.Errorf("uncovered required task: %v", err)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"os/signal"
 	"sort"
@@ -171,11 +172,13 @@ type runView struct {
 	Episodes api.Tally
 	Live     bool
 	Val      float64 // latest validation success, -1 when none
-	FinalVal bool    // Val is the final validation's
-	Weights  string
-	Err      string // the run's failure, or the last failure of an activity being retried
-	Started  time.Time
-	Children []string
+	// ValCounts are Val's counts when known, for its interval.
+	ValCounts *schemas.TaskResult
+	FinalVal  bool // Val is the final validation's
+	Weights   string
+	Err       string // the run's failure, or the last failure of an activity being retried
+	Started   time.Time
+	Children  []string
 	// Summaries are the finished rounds.
 	Summaries []schemas.RoundSummary
 }
@@ -329,9 +332,7 @@ func applyProgress(v *runView, p api.Progress) {
 	if p.Stopping {
 		v.Status = "stopping"
 	}
-	if v.Val < 0 {
-		v.Val = latestVal(p.Summaries)
-	}
+	v.takeVal(p.Summaries)
 }
 
 // applyClose completes a closed run's view from its input (the round it
@@ -358,7 +359,7 @@ func applyClose(v *runView, in *api.TrainInput, last *historypb.HistoryEvent) {
 			v.Weights = res.FinalWeights
 		}
 		if res.FinalValSuccess >= 0 {
-			v.Val, v.FinalVal = res.FinalValSuccess, true
+			v.Val, v.FinalVal, v.ValCounts = res.FinalValSuccess, true, res.FinalVal
 		}
 	case last.GetWorkflowExecutionFailedEventAttributes() != nil:
 		v.Err = failureMessage(last.GetWorkflowExecutionFailedEventAttributes().GetFailure())
@@ -369,19 +370,31 @@ func applyClose(v *runView, in *api.TrainInput, last *historypb.HistoryEvent) {
 	case last.GetWorkflowExecutionTimedOutEventAttributes() != nil:
 		v.Err = "the workflow timed out"
 	}
+	v.takeVal(v.Summaries)
+}
+
+// takeVal fills Val from the summaries when no search attribute gave it,
+// and its counts when they belong to the same validation (the attribute
+// may already carry a newer one, whose round has no summary yet).
+func (v *runView) takeVal(ss []schemas.RoundSummary) {
+	rate, counts := latestVal(ss)
 	if v.Val < 0 {
-		v.Val = latestVal(v.Summaries)
+		v.Val = rate
+	}
+	if v.ValCounts == nil && counts != nil && math.Abs(counts.SuccessRate-v.Val) < 1e-9 {
+		v.ValCounts = counts
 	}
 }
 
-// latestVal is the last validation success among finished rounds, -1 when none.
-func latestVal(ss []schemas.RoundSummary) float64 {
+// latestVal is the last validation success among finished rounds, -1 when
+// none, with its counts when the summary has them.
+func latestVal(ss []schemas.RoundSummary) (float64, *schemas.TaskResult) {
 	for i := len(ss) - 1; i >= 0; i-- {
 		if ss[i].ValSuccess >= 0 {
-			return ss[i].ValSuccess
+			return ss[i].ValSuccess, ss[i].Val
 		}
 	}
-	return -1
+	return -1, nil
 }
 
 // failureMessage is a failure's message; the SDK puts the whole wrapped
@@ -492,14 +505,20 @@ func successOf(v runView) string {
 	return fmt.Sprintf("%d/%d (%s) · %d/%d done", e.Successes, e.Valid, stats.Rate(e.Successes, e.Valid), e.Successes, e.Done)
 }
 
+// valOf is the latest validation's success with its 95 % interval when
+// its counts are known (a search attribute carries the bare rate only).
 func valOf(v runView) string {
-	switch {
-	case v.Val < 0:
+	if v.Val < 0 {
 		return "-"
-	case v.FinalVal:
-		return fmt.Sprintf("%.1f%% (final)", 100*v.Val)
 	}
-	return fmt.Sprintf("%.1f%%", 100*v.Val)
+	s := fmt.Sprintf("%.1f%%", 100*v.Val)
+	if c := v.ValCounts; c != nil && c.Valid > 0 {
+		s = fmt.Sprintf("%d/%d %s", c.Successes, c.Valid, stats.Rate(c.Successes, c.Valid))
+	}
+	if v.FinalVal {
+		s += " (final)"
+	}
+	return s
 }
 
 // bar draws done/total as " 30% [=====>              ] (3/10)" with

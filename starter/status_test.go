@@ -25,6 +25,7 @@ import (
 
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
 	"github.com/roundhouse-rl/roundhouse/internal/itest"
+	"github.com/roundhouse-rl/roundhouse/internal/stats"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 	"github.com/roundhouse-rl/roundhouse/workflows/api"
@@ -123,7 +124,8 @@ func rowOf(t *testing.T, table, run string) []string {
 }
 
 func TestStatusRows(t *testing.T) {
-	sums := []schemas.RoundSummary{{Round: 1, ValSuccess: 0.3, WeightsIn: "w0", WeightsOut: "r1"}, {Round: 2, ValSuccess: 0.5, WeightsIn: "r1", WeightsOut: "r2"}}
+	sums := []schemas.RoundSummary{{Round: 1, ValSuccess: 0.3, WeightsIn: "w0", WeightsOut: "r1", Val: &schemas.TaskResult{Successes: 9, Valid: 30, SuccessRate: 0.3}},
+		{Round: 2, ValSuccess: 0.5, WeightsIn: "r1", WeightsOut: "r2"}}
 	long := "round 2 training: activity error (type: Train, scheduledEventID: 31, activityID: 31, identity: host-1):\ntrainer exited with status 1: CUDA out of memory. Tried to allocate 20.00 GiB (GPU 0; 79.15 GiB total capacity)"
 
 	running := viewFromInfo(info(t, "r-running", enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, 2, "val", 0.3))
@@ -140,7 +142,8 @@ func TestStatusRows(t *testing.T) {
 	in := &api.TrainInput{Round: 2, Rounds: 2, Weights: "r1", Summaries: sums[:1]}
 	completed := closed("r-completed", enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, in, &historypb.HistoryEvent{
 		Attributes: &historypb.HistoryEvent_WorkflowExecutionCompletedEventAttributes{WorkflowExecutionCompletedEventAttributes: &historypb.WorkflowExecutionCompletedEventAttributes{
-			Result: payloads(t, api.TrainResult{Summaries: sums, FinalWeights: "r2", FinalValSuccess: 0.7})}}})
+			Result: payloads(t, api.TrainResult{Summaries: sums, FinalWeights: "r2", FinalValSuccess: 0.7,
+				FinalVal: &schemas.TaskResult{Successes: 14, Valid: 20, SuccessRate: 0.7}})}}})
 	stopped := closed("r-stopped", enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, &api.TrainInput{Round: 2, Rounds: 4, Summaries: sums[:1]}, &historypb.HistoryEvent{
 		Attributes: &historypb.HistoryEvent_WorkflowExecutionCompletedEventAttributes{WorkflowExecutionCompletedEventAttributes: &historypb.WorkflowExecutionCompletedEventAttributes{
 			Result: payloads(t, api.TrainResult{Summaries: sums[:1], FinalValSuccess: -1, Stopped: true, StoppedRound: 2})}}})
@@ -158,11 +161,14 @@ func TestStatusRows(t *testing.T) {
 	if head := strings.Fields(strings.SplitN(table, "\n", 2)[0]); strings.Join(head, " ") != "RUN STATUS ROUND PHASE EPISODES SUCCESS VALIDATION LAST ERROR" {
 		t.Fatalf("header %q", head)
 	}
-	// run, status, round, phase, episodes, success, validation, last error
+	// run, status, round, phase, episodes, success, validation, last error.
+	// Validation carries its counts and interval where they are those of
+	// the rate shown; r-stopped's attribute (50 %) is newer than its
+	// summaries, so it stays bare.
 	want := map[string][]string{
-		"r-running":    {"r-running", "running", "2/3", "train", "40% [=======>            ] (4/10)", "2/3 (66.7% [20–94]) · 2/4 done", "30.0%", "-"},
+		"r-running":    {"r-running", "running", "2/3", "train", "40% [=======>            ] (4/10)", "2/3 (66.7% [20–94]) · 2/4 done", "9/30 " + stats.Rate(9, 30), "-"},
 		"r-stopping":   {"r-stopping", "stopping", "1/2", "train", "100% [====================] (8/8)", "8/8 (100.0% [67–100]) · 8/8 done", "-", "-"},
-		"r-completed":  {"r-completed", "completed", "2/2", "done", "-", "-", "70.0% (final)", "-"},
+		"r-completed":  {"r-completed", "completed", "2/2", "done", "-", "-", "14/20 " + stats.Rate(14, 20) + " (final)", "-"},
 		"r-stopped":    {"r-stopped", "stopped", "2/4", "done", "-", "-", "50.0%", "-"},
 		"r-canceled":   {"r-canceled", "canceled", "2/2", "done", "-", "-", "50.0%", "-"},
 		"r-terminated": {"r-terminated", "terminated", "2/?", "done", "-", "-", "50.0%", "terminated: operator: wrong harness"},

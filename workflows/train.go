@@ -190,6 +190,7 @@ func Train(ctx workflow.Context, in api.TrainInput) (api.TrainResult, error) {
 			return result, err
 		}
 		result.FinalValSuccess = rep.Overall.SuccessRate
+		result.FinalVal = &rep.Overall
 		compact(ctx, in.Run, in.Round+1, schemas.PhaseVal)
 	}
 	state.FinalValSuccess = result.FinalValSuccess

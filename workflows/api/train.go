@@ -47,6 +47,9 @@ type TrainResult struct {
 	Summaries       []schemas.RoundSummary
 	FinalWeights    string
 	FinalValSuccess float64
+	// FinalVal is the final validation's overall counts (nil when none
+	// ran, or in results from before), so its rate carries an interval.
+	FinalVal *schemas.TaskResult `json:",omitempty"`
 	// Stopped says the run ended on a stop request in round StoppedRound;
 	// `starter train` with the same run resumes it.
 	Stopped      bool
