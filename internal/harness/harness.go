@@ -30,7 +30,7 @@ var placeholder = regexp.MustCompile(`\{([a-zA-Z_][a-zA-Z0-9_]*)\}`)
 // its vars and fills every {var}. Runtime placeholders are left in place.
 func Load(path string, overrides map[string]string) (schemas.Harness, error) {
 	var h schemas.Harness
-	raw, digestInput, err := read(path, 0)
+	raw, digestInput, root, err := read(path, 0)
 	if err != nil {
 		return h, err
 	}
@@ -45,7 +45,7 @@ func Load(path string, overrides map[string]string) (schemas.Harness, error) {
 	if h.Tasks, err = expandTasks(h.Tasks); err != nil {
 		return h, fmt.Errorf("harness file %s: %w", path, err)
 	}
-	abs, err := filepath.Abs(filepath.Dir(path))
+	abs, err := filepath.Abs(filepath.Dir(root))
 	if err != nil {
 		return h, fmt.Errorf("harness file %s: %w", path, err)
 	}
@@ -90,48 +90,50 @@ func Load(path string, overrides map[string]string) (schemas.Harness, error) {
 const maxBases = 4
 
 // read returns the YAML to decode for the harness file at path, its base
-// files merged in, and the bytes its digest covers: the file alone when it
-// has no base (so the digests of runs made before bases existed stay), else
-// every file of the chain.
-func read(path string, depth int) ([]byte, []byte, error) {
+// files merged in; the bytes its digest covers: the file alone when it has
+// no base (so the digests of runs made before bases existed stay), else
+// every file of the chain; and the path of the chain's first file, whose
+// directory is {harness_dir}: the commands a variant inherits name files
+// next to the base that wrote them.
+func read(path string, depth int) ([]byte, []byte, string, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return nil, nil, fmt.Errorf("harness file %s does not exist: pass --config harnesses/<name>/harness.yaml", path)
+			return nil, nil, "", fmt.Errorf("harness file %s does not exist: pass --config harnesses/<name>/harness.yaml", path)
 		}
-		return nil, nil, fmt.Errorf("read harness file %s: %w", path, err)
+		return nil, nil, "", fmt.Errorf("read harness file %s: %w", path, err)
 	}
 	var head struct {
 		Base string `yaml:"base"`
 	}
 	if err := yaml.Unmarshal(raw, &head); err != nil || head.Base == "" {
-		return raw, raw, nil // a YAML error is reported by the strict decode
+		return raw, raw, path, nil // a YAML error is reported by the strict decode
 	}
 	if depth >= maxBases {
-		return nil, nil, fmt.Errorf("harness file %s: base: chain longer than %d files (a file is its own base?)", path, maxBases)
+		return nil, nil, "", fmt.Errorf("harness file %s: base: chain longer than %d files (a file is its own base?)", path, maxBases)
 	}
 	basePath := head.Base
 	if !filepath.IsAbs(basePath) {
 		basePath = filepath.Join(filepath.Dir(path), basePath)
 	}
-	baseRaw, baseDigest, err := read(basePath, depth+1)
+	baseRaw, baseDigest, root, err := read(basePath, depth+1)
 	if err != nil {
-		return nil, nil, fmt.Errorf("harness file %s: base %s: %w", path, head.Base, err)
+		return nil, nil, "", fmt.Errorf("harness file %s: base %s: %w", path, head.Base, err)
 	}
 	var base, over yaml.Node
 	if err := yaml.Unmarshal(baseRaw, &base); err != nil {
-		return nil, nil, fmt.Errorf("harness file %s: %w", basePath, err)
+		return nil, nil, "", fmt.Errorf("harness file %s: %w", basePath, err)
 	}
 	if err := yaml.Unmarshal(raw, &over); err != nil {
-		return nil, nil, fmt.Errorf("harness file %s: %w", path, err)
+		return nil, nil, "", fmt.Errorf("harness file %s: %w", path, err)
 	}
 	merge(&base, &over)
 	out, err := yaml.Marshal(&base)
 	if err != nil {
-		return nil, nil, fmt.Errorf("harness file %s: merge with base %s: %w", path, head.Base, err)
+		return nil, nil, "", fmt.Errorf("harness file %s: merge with base %s: %w", path, head.Base, err)
 	}
 	digest := append(append(append([]byte{}, baseDigest...), "\n---\n"...), raw...)
-	return out, digest, nil
+	return out, digest, root, nil
 }
 
 // merge lays over onto base: mappings merge key by key, anything else

@@ -109,6 +109,14 @@ splits: {eval_init_ids: "1"}
 	case h.Digest == base.Digest:
 		t.Error("the variant has its base's digest")
 	}
+	// {harness_dir} is the base's directory wherever the variant lives.
+	elsewhere := filepath.Join(t.TempDir(), "v.yaml")
+	if err := os.WriteFile(elsewhere, []byte("base: "+filepath.Join(dir, "harness.yaml")+"\nname: far\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if far, err := Load(elsewhere, nil); err != nil || far.Dir != dir {
+		t.Errorf("variant in another directory: dir %q (%v), want the base's %q", far.Dir, err, dir)
+	}
 	// The base's own digest is the file's alone, as before bases existed.
 	again, _ := Load(filepath.Join(dir, "harness.yaml"), nil)
 	if again.Digest != base.Digest {

@@ -63,7 +63,7 @@ func Validate(path string, overrides map[string]string) ([]Problem, error) {
 	}
 	// A variant (base:) is checked as its merged document; lines then
 	// belong to no one file, so problems carry none.
-	merged, _, err := read(path, 0)
+	merged, _, _, err := read(path, 0)
 	if err != nil {
 		return []Problem{{Msg: err.Error()}}, nil
 	}
