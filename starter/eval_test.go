@@ -5,8 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/roundhouse-rl/roundhouse/internal/report"
+	"github.com/roundhouse-rl/roundhouse/internal/stats"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -350,5 +353,74 @@ func TestPrintProtocolFinalScore(t *testing.T) {
 	out.Reset()
 	if err := printEvalReport(&out, rep, "b"); err == nil || !strings.Contains(err.Error(), "1 required tasks have no valid episode (1 libero_goal_swap_1)") {
 		t.Errorf("uncovered required task: %v", err)
+	}
+}
+
+// A final score under a protocol, on the real stack: a variant of the
+// minimal harness (base:) requires suite toy's six tasks over init states
+// 1–3; the evaluation runs in two shards over both suites, the merge is
+// the final score of the required tasks only, and a variant whose task
+// list does not make its protocol's count starts nothing.
+func TestProtocolFinalScore(t *testing.T) {
+	stack := itest.Start(t)
+	bins := itest.Build(t, "./workers/worker", "./harnesses/minimal/cmd/...")
+	t.Cleanup(itest.Cleanup)
+	root := itest.Root(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	stack.StartWorker(t, bins, "main")
+
+	variant := func(episodes int) string {
+		p := filepath.Join(t.TempDir(), "final.yaml")
+		body := fmt.Sprintf("base: %s\nname: minimal-final\nprotocol: {name: toy-final, episodes: %d, suites: [toy]}\nsplits: {eval_init_ids: \"1-3\"}\n",
+			filepath.Join(root, "harnesses/minimal/harness.yaml"), episodes)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	const run, tag = "itest-final", "final"
+	w0 := filepath.Join(root, "harnesses/minimal/weights/w0")
+	flags := func(config, shard string) evalFlags {
+		return evalFlags{config: config, run: run, weights: w0, tag: tag, initKey: finalKey, shard: shard,
+			vars: []string{"bin=" + bins}, heartbeat: 10 * time.Second}
+	}
+	err := runEval(ctx, &bytes.Buffer{}, &stack.Endpoints, flags(variant(20), "0/2"))
+	if err == nil || !strings.Contains(err.Error(), "toy-final has 20 episodes, but its 6 required tasks (toy:6) × 3 eval_init_ids make 18") {
+		t.Errorf("a protocol its tasks do not make: %v", err)
+	}
+	if objs, _ := stack.Store.List(ctx, schemas.Layout{Run: run}.Prefix()); len(objs) != 0 {
+		t.Errorf("the refused evaluation wrote %d objects", len(objs))
+	}
+
+	config := variant(18)
+	for i := range 2 {
+		var out bytes.Buffer
+		if err := runEval(ctx, &out, &stack.Endpoints, flags(config, fmt.Sprintf("%d/2", i))); err != nil {
+			t.Fatalf("shard %d/2: %v\n%s", i, err, out.String())
+		}
+	}
+	var merged bytes.Buffer
+	if err := mergeReports(ctx, &merged, stack.Store, run, tag); err != nil {
+		t.Fatalf("merge: %v\n%s", err, merged.String())
+	}
+	t.Logf("merge:\n%s", merged.String())
+	var rep schemas.Report
+	if err := store.GetJSON(ctx, stack.Store, schemas.Layout{Run: run}.Report(tag), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Protocol != "toy-final" || rep.ProtocolEpisodes != 18 || !slices.Equal(rep.RequiredTasks, []int32{0, 1, 2, 3, 4, 5}) || rep.Overall.Attempted() != 21 {
+		t.Fatalf("report protocol %q %d required %v, %d attempted; want toy-final, 18, tasks 0-5, 21 (vision too)",
+			rep.Protocol, rep.ProtocolEpisodes, rep.RequiredTasks, rep.Overall.Attempted())
+	}
+	p := report.ProtocolResult(rep)
+	want := fmt.Sprintf("final score (eval_init_ids, toy-final: 6 required tasks): %s over %d valid of 18 attempted episodes", stats.Rate(p.Successes, p.Valid), p.Valid)
+	if p.Attempted() != 18 || !strings.Contains(merged.String(), want) {
+		t.Errorf("merge output lacks %q (required tasks attempted %d)", want, p.Attempted())
+	}
+	for _, s := range []string{"suite", "toy", "vision"} {
+		if !strings.Contains(merged.String(), s) {
+			t.Errorf("merged table lacks the per-suite row %q", s)
+		}
 	}
 }
