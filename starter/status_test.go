@@ -351,7 +351,11 @@ func TestStatusAndReportOnRealRun(t *testing.T) {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-	if want := fmt.Sprintf("%.1f%% (final)", 100*res.FinalValSuccess); row[2] != "1/1" || row[3] != "done" || row[6] != want || row[7] != "-" {
+	if res.FinalVal == nil || res.FinalVal.SuccessRate != res.FinalValSuccess {
+		t.Fatalf("the result's final validation counts %+v do not match its rate %v", res.FinalVal, res.FinalValSuccess)
+	}
+	fv := res.FinalVal
+	if want := fmt.Sprintf("%d/%d %s (final)", fv.Successes, fv.Valid, stats.Rate(fv.Successes, fv.Valid)); row[2] != "1/1" || row[3] != "done" || row[6] != want || row[7] != "-" {
 		t.Errorf("status row %q: want round 1/1, phase done, validation %s, no error", row, want)
 	}
 
