@@ -437,6 +437,8 @@ type svgDoc struct {
 	dots  map[string]int
 	// bars counts vertical one-segment lines (error bars) by stroke colour.
 	bars map[string]int
+	// fills counts closed filled paths (a bar chart's bars) by fill colour.
+	fills map[string]int
 }
 
 // readSVG parses the file as XML: a malformed SVG fails the test.
@@ -447,7 +449,7 @@ func readSVG(t *testing.T, file string) svgDoc {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	doc := svgDoc{texts: map[string]bool{}, dots: map[string]int{}, bars: map[string]int{}}
+	doc := svgDoc{texts: map[string]bool{}, dots: map[string]int{}, bars: map[string]int{}, fills: map[string]int{}}
 	d := xml.NewDecoder(f)
 	root := ""
 	for {
@@ -473,7 +475,7 @@ func readSVG(t *testing.T, file string) svgDoc {
 			}
 			doc.texts[s] = true
 		case "path":
-			var d, stroke string
+			var d, stroke, fill string
 			for _, a := range el.Attr {
 				switch a.Name.Local {
 				case "d":
@@ -483,8 +485,14 @@ func readSVG(t *testing.T, file string) svgDoc {
 						if v, ok := strings.CutPrefix(p, "stroke:"); ok {
 							stroke = v
 						}
+						if v, ok := strings.CutPrefix(p, "fill:"); ok {
+							fill = v
+						}
 					}
 				}
+			}
+			if strings.HasSuffix(strings.TrimSpace(d), "Z") {
+				doc.fills[fill]++
 			}
 			var x1, y1, x2, y2 int
 			if n, _ := fmt.Sscanf(strings.Join(strings.Fields(d), " "), "M %d %d L %d %d", &x1, &y1, &x2, &y2); n == 4 && x1 == x2 && y1 != y2 && strings.Count(d, "L") == 1 {
