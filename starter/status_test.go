@@ -6,6 +6,7 @@ import (
 	"encoding/xml"
 	"errors"
 	"fmt"
+	"image/png"
 	"io"
 	"log/slog"
 	"os"
@@ -381,6 +382,53 @@ func TestStatusAndReportOnRealRun(t *testing.T) {
 	}
 	if out, err = starter("compare", "--run", run, "--a", "val-r1", "--b", "no-such-tag"); err == nil || !strings.Contains(out, "has no report no-such-tag") {
 		t.Errorf("compare with a missing report: %v\n%s", err, out)
+	}
+
+	// compare by weights: w0 has its validation reports, which are reused;
+	// weights compare has never seen (w0 with one byte more, a local
+	// directory) are published and evaluated by compare itself, then
+	// reused by the next compare.
+	other := t.TempDir()
+	policy, err := os.ReadFile(filepath.Join(root, "harnesses/minimal/weights/w0/policy.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(other, "policy.json"), append(policy, '\n'), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmpChart := filepath.Join(t.TempDir(), "compare.png")
+	byWeights := []string{"compare", "--config", filepath.Join(root, "harnesses/minimal/harness.yaml"), "--var", "bin=" + bins,
+		"--run", run, "--weights-a", "w0", "--weights-b", other, "--chart", cmpChart}
+	out, err = starter(byWeights...)
+	if err != nil {
+		t.Fatalf("compare by weights: %v\n%s", err, out)
+	}
+	t.Logf("compare by weights:\n%s", out)
+	var byW schemas.Comparison
+	if i := strings.Index(out, "stored: s3://"+stack.Store.Bucket+"/"); i < 0 {
+		t.Fatalf("compare by weights stored nothing:\n%s", out)
+	} else if err := store.GetJSON(ctx, stack.Store, strings.Fields(out[i+len("stored: s3://"+stack.Store.Bucket+"/"):])[0], &byW); err != nil {
+		t.Fatalf("stored comparison: %v", err)
+	}
+	if !strings.HasPrefix(byW.A, "val-r") || byW.WeightsA != "w0" || !strings.HasPrefix(byW.B, "cmp-ext-") || !strings.HasPrefix(byW.WeightsB, "ext-") ||
+		byW.Overall.Pairs+byW.Unpaired != 35 {
+		t.Errorf("comparison by weights %s (%s) vs %s (%s), %d pairs + %d unpaired: want w0's validation against a new evaluation on all 35 cells",
+			byW.A, byW.WeightsA, byW.B, byW.WeightsB, byW.Overall.Pairs, byW.Unpaired)
+	}
+	for _, want := range []string{"A: weights w0 — reusing report " + byW.A, "B: weights " + byW.WeightsB + " — no report covers its 35 cells of val_init_ids",
+		"evaluating under tag " + byW.B, "started evaluation " + byW.B, "B: weights " + byW.WeightsB + " evaluated under tag " + byW.B, "chart: " + cmpChart} {
+		if !strings.Contains(out, want) {
+			t.Errorf("compare by weights does not say %q", want)
+		}
+	}
+	if b, err := os.ReadFile(cmpChart); err != nil {
+		t.Errorf("compare chart: %v", err)
+	} else if _, err := png.Decode(bytes.NewReader(b)); err != nil {
+		t.Errorf("compare chart is not a PNG: %v", err)
+	}
+	out, err = starter(byWeights[:len(byWeights)-2]...)
+	if err != nil || !strings.Contains(out, "B: weights "+byW.WeightsB+" — reusing report "+byW.B) || strings.Contains(out, "started evaluation") {
+		t.Errorf("compare by weights again does not reuse both reports: %v\n%s", err, out)
 	}
 
 	// report: the round's success counted from the episode files agrees
