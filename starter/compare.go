@@ -114,7 +114,9 @@ func checkCompareFlags(f compareFlags, changed func(string) bool) error {
 	switch {
 	case tags && ws:
 		return errors.New("--a/--b with --weights-a/--weights-b: compare two reports (--a val-r1 --b val-r3) or two weights (--config FILE --weights-a w0 --weights-b r2), not both")
-	case !ws:
+	case !tags && !ws:
+		return fmt.Errorf("nothing to compare in run %s: name two report tags (--a val-r1 --b val-r3) or two weights (--config FILE --weights-a w0 --weights-b r2)", f.run)
+	case tags:
 		if f.a == "" || f.b == "" || f.a == f.b {
 			return fmt.Errorf("--a %q --b %q: name two different report tags of run %s, e.g. --a val-r1 --b val-r3, or two weights with --config FILE --weights-a w0 --weights-b r2", f.a, f.b, f.run)
 		}
@@ -171,6 +173,7 @@ func compareWeights(ctx context.Context, out io.Writer, e *connect.Endpoints, f 
 		if err != nil {
 			return schemas.Comparison{}, err
 		}
+		t.flag = []string{"--weights-a", "--weights-b"}[i]
 		sides[i] = side{name: string(rune('A' + i)), t: t}
 	}
 	if a, b := sides[0].t.wid, sides[1].t.wid; a == b {

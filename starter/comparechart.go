@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"html"
+	"path/filepath"
 	"strings"
 
 	chart "github.com/wcharczuk/go-chart/v2"
@@ -47,13 +49,8 @@ func compareLabel(side, tag, weights string, successes, pairs int) string {
 	return fmt.Sprintf("%s: %s (weights %s) — all tasks %s", side, tag, weights, stats.Rate(successes, pairs))
 }
 
-// pText is a McNemar p-value as the chart prints it.
-func pText(p float64) string {
-	if p < 0.001 {
-		return "p < 0.001"
-	}
-	return fmt.Sprintf("p = %.2g", p)
-}
+// pText is a McNemar p-value as the chart prints it: as the table does.
+func pText(p float64) string { return fmt.Sprintf("p = %.3g", p) }
 
 // renderCompareChart draws a comparison: per task and over all tasks, A's
 // and B's success over the paired cells side by side, each bar with its
@@ -92,6 +89,12 @@ func renderCompareChart(file string, c schemas.Comparison) ([]byte, error) {
 	add(last, c.Overall, "all tasks", "")
 
 	barsA, barsB := columns{color: colorA}, columns{color: colorB}
+	// Task names come from the harness file and may hold < or &, which
+	// go-chart's SVG renderer writes unescaped.
+	esc := func(s string) string { return s }
+	if strings.EqualFold(filepath.Ext(file), ".svg") {
+		esc = html.EscapeString
+	}
 	whisk := errorBars{color: colorWhisk}
 	for _, g := range groups {
 		for _, s := range []struct {
@@ -126,7 +129,7 @@ func renderCompareChart(file string, c schemas.Comparison) ([]byte, error) {
 		YAxis:      percentAxis("success over paired cells (whiskers: 95% interval)"),
 		// Hidden, or go-chart draws an empty secondary axis off the canvas.
 		YAxisSecondary: chart.YAxis{Style: chart.Hidden()},
-		Series:         []chart.Series{barsA, barsB, whisk, groupLabels{groups: groups, lines: lines}},
+		Series:         []chart.Series{barsA, barsB, whisk, groupLabels{groups: groups, lines: lines, esc: esc}},
 	}
 	g.Elements = []chart.Renderable{header(title, g.Width, legend)}
 	return drawChart(g, format, fmt.Sprintf("comparison %s vs %s", c.A, c.B))
@@ -171,7 +174,8 @@ func (b columns) Render(r chart.Renderer, cb chart.Box, xr, yr chart.Range, _ ch
 // series is handed the x range: the labels land where the bars are.
 type groupLabels struct {
 	groups []compareGroup
-	lines  int // the most lines of a pair
+	lines  int                 // the most lines of a pair
+	esc    func(string) string // makes a text safe for the format
 }
 
 func (l groupLabels) GetName() string           { return "" }
@@ -192,7 +196,7 @@ func (l groupLabels) Render(r chart.Renderer, cb chart.Box, xr, _ chart.Range, s
 				i = l.lines - 1
 			}
 			tb := r.MeasureText(t)
-			r.Text(t, x-tb.Width()/2, cb.Bottom+20+i*labelLine)
+			r.Text(l.esc(t), x-tb.Width()/2, cb.Bottom+20+i*labelLine)
 		}
 	}
 	name := "p: exact McNemar test on the cells only one of A and B solved"

@@ -45,7 +45,7 @@ func TestCompareChartSVG(t *testing.T) {
 	for _, s := range []string{
 		"A: val-r1 (weights w0) — all tasks 42.9% [27–60]", "B: val-r4 (weights r3) — all tasks 71.4% [54–84]",
 		"task 0", "cube_in_drawer", "task 6", "all tasks", "bowl_on_plate",
-		"p = 0.25, 5 pairs", "p = 0.5, 5 pairs", "p = 0.013, 35 pairs", "0%", "100%",
+		"p = 0.25, 5 pairs", "p = 0.5, 5 pairs", "p = 0.0129, 35 pairs", "0%", "100%",
 	} {
 		if !svg.texts[s] {
 			t.Errorf("chart lacks the text %q", s)
@@ -61,6 +61,22 @@ func TestCompareChartSVG(t *testing.T) {
 	}
 	if svg.bars[svgColor(colorWhisk)] != 16 {
 		t.Errorf("error bars by colour %v: want 16", svg.bars)
+	}
+
+	// go-chart writes SVG text unescaped: a task name with < or & must
+	// still give well-formed XML (readSVG fails the test otherwise).
+	odd := testComparison
+	odd.Tasks = []schemas.PairedResult{{Task: 9, Name: "cup & <saucer>", Pairs: 70, SuccessA: 16, SuccessB: 48, OnlyA: 1, OnlyB: 33, PValue: 4.07e-9}}
+	odd.Overall = odd.Tasks[0]
+	b, err = renderCompareChart(file, odd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if svg := readSVG(t, file); !svg.texts["cup & <saucer>"] || !svg.texts["p = 4.07e-09, 70 pairs"] {
+		t.Errorf("chart lacks the name %q or the p of 4.07e-9: %q", "cup & <saucer>", slices.Sorted(maps.Keys(svg.texts)))
 	}
 
 	none := testComparison

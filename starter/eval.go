@@ -157,13 +157,16 @@ type evalTarget struct {
 	local  []schemas.WeightsFile
 	digest string
 	wid    string
+	// flag names the weights in messages: --weights, or compare's
+	// --weights-a and --weights-b.
+	flag string
 }
 
 // resolveEval loads the harness with the vars and finds the weights f
 // names: a weights id of the run, or local files (then described and named
 // ext-<digest>, as they will be published).
 func resolveEval(f evalFlags, sh runs.Shard) (evalTarget, error) {
-	t := evalTarget{f: f, sh: sh, wid: f.weights}
+	t := evalTarget{f: f, sh: sh, wid: f.weights, flag: "--weights"}
 	vars, err := harness.ParseVars(f.vars)
 	if err != nil {
 		return t, err
@@ -200,7 +203,7 @@ func checkRun(ctx context.Context, s *store.Store, t *evalTarget) (bool, error) 
 	case exists && old.Digest != h.Digest:
 		return exists, fmt.Errorf("run %s uses harness %s with config digest %s; --config %s gives %s (digest %s): pass the file and --var values the run used, or evaluate in a new --run", f.run, old.Name, old.Digest, f.config, h.Name, h.Digest)
 	case !exists && t.files == nil:
-		return exists, fmt.Errorf("unknown run %s (no s3://%s/%s): name an existing run, or pass --weights DIR to evaluate local weights in a new run", f.run, s.Bucket, schemas.Layout{Run: f.run}.Harness())
+		return exists, fmt.Errorf("unknown run %s (no s3://%s/%s): name an existing run, or pass %s DIR to evaluate local weights in a new run", f.run, s.Bucket, schemas.Layout{Run: f.run}.Harness(), t.flag)
 	}
 	if t.files == nil {
 		if t.digest, err = runs.PublishedDigest(ctx, s, f.run, t.wid); err != nil {
