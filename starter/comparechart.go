@@ -88,13 +88,13 @@ func renderCompareChart(file string, c schemas.Comparison) ([]byte, error) {
 	}
 	add(last, c.Overall, "all tasks", "")
 
-	barsA, barsB := columns{color: colorA}, columns{color: colorB}
 	// Task names come from the harness file and may hold < or &, which
 	// go-chart's SVG renderer writes unescaped.
 	esc := func(s string) string { return s }
 	if strings.EqualFold(filepath.Ext(file), ".svg") {
 		esc = html.EscapeString
 	}
+	barsA, barsB := columns{color: colorA}, columns{color: colorB}
 	whisk := errorBars{color: colorWhisk}
 	for _, g := range groups {
 		for _, s := range []struct {
