@@ -42,7 +42,10 @@ func (l Layout) Report(tag string) string { return l.EvalDir(tag) + "report.json
 
 // EvalDir holds everything stored under an evaluation tag: report.json
 // (the full report: unsharded, or merged from shards) and shards/.
-func (l Layout) EvalDir(tag string) string { return l.Prefix() + "eval/" + tag + "/" }
+func (l Layout) EvalDir(tag string) string { return l.Evals() + tag + "/" }
+
+// Evals holds every evaluation tag of the run, and the comparisons.
+func (l Layout) Evals() string { return l.Prefix() + "eval/" }
 
 // ShardsDir holds the shard reports of a sharded evaluation.
 func (l Layout) ShardsDir(tag string) string { return l.EvalDir(tag) + "shards/" }
@@ -125,5 +128,5 @@ func SweepLeaderboardMarkdown(name string) string { return SweepPrefix(name) + "
 // Comparison is where `starter compare` stores the paired comparison of
 // two reports of a run.
 func (l Layout) Comparison(a, b string) string {
-	return l.Prefix() + "eval/compare-" + a + "-vs-" + b + ".json"
+	return l.Evals() + "compare-" + a + "-vs-" + b + ".json"
 }

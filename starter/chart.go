@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -148,12 +149,6 @@ func renderChart(file, run string, rs []runs.RoundSuccess, final int32) ([]byte,
 	if len(series) == 0 {
 		return nil, fmt.Errorf("run %s has no valid episode to chart", run)
 	}
-	var yticks []chart.Tick
-	var grid []chart.GridLine
-	for v := 0; v <= 100; v += 20 {
-		yticks = append(yticks, chart.Tick{Value: float64(v), Label: fmt.Sprintf("%d%%", v)})
-		grid = append(grid, chart.GridLine{Value: float64(v)})
-	}
 	// Unlabelled ticks half a round beyond each end set the x range (go-chart
 	// takes it from the ticks): a margin, and a range for one round too.
 	lo, hi := float64(rs[0].Round)-0.5, float64(rs[len(rs)-1].Round)+0.5
@@ -165,20 +160,49 @@ func renderChart(file, run string, rs []runs.RoundSuccess, final int32) ([]byte,
 		// The top padding holds the title and, below it, the legend.
 		Background: chart.Style{Padding: chart.Box{Top: 44 + 18*len(shown), Left: 20, Right: 28, Bottom: 20}},
 		XAxis:      chart.XAxis{Name: "round", Ticks: ticks},
-		YAxis: chart.YAxis{Name: "success over valid episodes (bars: 95% interval)", Ticks: yticks, GridLines: grid,
-			Range: &chart.ContinuousRange{Min: 0, Max: 100},
-			// Light grid lines; the SVG renderer rounds widths to whole pixels.
-			GridMajorStyle: chart.Style{StrokeColor: drawing.Color{R: 0xdd, G: 0xdd, B: 0xdd, A: 255}, StrokeWidth: 1}},
+		YAxis:      percentAxis("success over valid episodes (bars: 95% interval)"),
 		// Hidden, or go-chart draws an empty secondary axis off the canvas.
 		YAxisSecondary: chart.YAxis{Style: chart.Hidden()},
 		Series:         series,
 	}
 	g.Elements = []chart.Renderable{header(title, g.Width, shown)}
+	return drawChart(g, format, "run "+run)
+}
+
+// percentAxis is a y axis of success in percent, 0–100 % whatever the
+// data, so two charts (or two bars) read on one scale.
+func percentAxis(name string) chart.YAxis {
+	var ticks []chart.Tick
+	var grid []chart.GridLine
+	for v := 0; v <= 100; v += 20 {
+		ticks = append(ticks, chart.Tick{Value: float64(v), Label: fmt.Sprintf("%d%%", v)})
+		grid = append(grid, chart.GridLine{Value: float64(v)})
+	}
+	return chart.YAxis{Name: name, Ticks: ticks, GridLines: grid, Range: &chart.ContinuousRange{Min: 0, Max: 100},
+		// Light grid lines; the SVG renderer rounds widths to whole pixels.
+		GridMajorStyle: chart.Style{StrokeColor: drawing.Color{R: 0xdd, G: 0xdd, B: 0xdd, A: 255}, StrokeWidth: 1}}
+}
+
+// drawChart renders g in the format; what names the chart in the error.
+func drawChart(g chart.Chart, format chart.RendererProvider, what string) ([]byte, error) {
 	var buf bytes.Buffer
 	if err := g.Render(format, &buf); err != nil {
-		return nil, fmt.Errorf("draw chart of run %s: %w", run, err)
+		return nil, fmt.Errorf("draw chart of %s: %w", what, err)
 	}
 	return buf.Bytes(), nil
+}
+
+// writeChart writes a rendered chart to its file and prints where it is.
+func writeChart(out io.Writer, file string, b []byte) error {
+	if err := os.WriteFile(file, b, 0o644); err != nil {
+		return fmt.Errorf("--chart %s: %w", file, err)
+	}
+	path, err := filepath.Abs(file)
+	if err != nil {
+		path = file
+	}
+	fmt.Fprintf(out, "\nchart: %s\n", path)
+	return nil
 }
 
 // interval is one point's 95 % interval, in chart units (round, percent).

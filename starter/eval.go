@@ -127,125 +127,189 @@ func runEval(ctx context.Context, out io.Writer, e *connect.Endpoints, f evalFla
 	if err != nil {
 		return err
 	}
-	vars, err := harness.ParseVars(f.vars)
+	t, err := resolveEval(f, sh)
 	if err != nil {
 		return err
 	}
-	h, err := harness.Load(f.config, vars)
-	if err != nil {
-		return err
-	}
-	var (
-		files  []weights.File
-		local  []schemas.WeightsFile
-		digest string
-		wid    = f.weights
-	)
-	if localWeights(f.weights) {
-		if files, err = runs.FindWeights(f.weights, h.Model.WeightsFile); err != nil {
-			return err
-		}
-		if local, err = weights.Describe(files); err != nil {
-			return fmt.Errorf("--weights %s: %w", f.weights, err)
-		}
-		digest = schemas.WeightsDigest(local)
-		wid = runs.ExternalID(digest)
-	} else if !runName.MatchString(f.weights) {
-		return fmt.Errorf("--weights %q is neither a local path nor a weights id: pass w0, r1, … or a weights directory", f.weights)
-	}
-
 	c, s, err := connectBoth(ctx, e)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	l := schemas.Layout{Run: f.run}
-	old, exists, err := runs.ReadHarness(ctx, s, f.run)
+	id, err := startEval(ctx, out, c, s, e, &t)
 	if err != nil {
 		return err
+	}
+	return followEval(ctx, out, c, s, e, id, f.run, f.detach)
+}
+
+// evalTarget is an evaluation as far as it is known without servers: its
+// flags, the harness they load, and the weights they name. `starter eval`
+// runs one, `starter compare` up to two.
+type evalTarget struct {
+	f  evalFlags
+	sh runs.Shard
+	h  schemas.Harness
+	// files and local describe local weights to publish (nil for a
+	// weights id of the run); digest is their weights digest, or the run's
+	// weights' once checkRun has read it; wid the weights id evaluated.
+	files  []weights.File
+	local  []schemas.WeightsFile
+	digest string
+	wid    string
+	// flag names the weights in messages: --weights, or compare's
+	// --weights-a and --weights-b.
+	flag string
+}
+
+// resolveEval loads the harness with the vars and finds the weights f
+// names: a weights id of the run, or local files (then described and named
+// ext-<digest>, as they will be published).
+func resolveEval(f evalFlags, sh runs.Shard) (evalTarget, error) {
+	t := evalTarget{f: f, sh: sh, wid: f.weights, flag: "--weights"}
+	vars, err := harness.ParseVars(f.vars)
+	if err != nil {
+		return t, err
+	}
+	if t.h, err = harness.Load(f.config, vars); err != nil {
+		return t, err
+	}
+	if localWeights(f.weights) {
+		if t.files, err = runs.FindWeights(f.weights, t.h.Model.WeightsFile); err != nil {
+			return t, err
+		}
+		if t.local, err = weights.Describe(t.files); err != nil {
+			return t, fmt.Errorf("--weights %s: %w", f.weights, err)
+		}
+		t.digest = schemas.WeightsDigest(t.local)
+		t.wid = runs.ExternalID(t.digest)
+	} else if !runName.MatchString(f.weights) {
+		return t, fmt.Errorf("--weights %q is neither a local path nor a weights id: pass w0, r1, … or a weights directory", f.weights)
+	}
+	return t, nil
+}
+
+// checkRun checks the target against its run in S3, writing nothing: an
+// existing run must have the same harness digest, a new one is created
+// only for local weights, and a weights id must be one of the run's (its
+// digest is read into t). It says whether the run exists.
+func checkRun(ctx context.Context, s *store.Store, t *evalTarget) (bool, error) {
+	f, h := t.f, t.h
+	old, exists, err := runs.ReadHarness(ctx, s, f.run)
+	if err != nil {
+		return false, err
 	}
 	switch {
 	case exists && old.Digest != h.Digest:
-		return fmt.Errorf("run %s uses harness %s with config digest %s; --config %s gives %s (digest %s): pass the file and --var values the run used, or evaluate in a new --run", f.run, old.Name, old.Digest, f.config, h.Name, h.Digest)
-	case !exists && files == nil:
-		return fmt.Errorf("unknown run %s (no s3://%s/%s): name an existing run, or pass --weights DIR to evaluate local weights in a new run", f.run, s.Bucket, l.Harness())
+		return exists, fmt.Errorf("run %s uses harness %s with config digest %s; --config %s gives %s (digest %s): pass the file and --var values the run used, or evaluate in a new --run", f.run, old.Name, old.Digest, f.config, h.Name, h.Digest)
+	case !exists && t.files == nil:
+		return exists, fmt.Errorf("unknown run %s (no s3://%s/%s): name an existing run, or pass %s DIR to evaluate local weights in a new run", f.run, s.Bucket, schemas.Layout{Run: f.run}.Harness(), t.flag)
 	}
-	if files == nil {
-		if digest, err = runs.PublishedDigest(ctx, s, f.run, wid); err != nil {
-			return err
+	if t.files == nil {
+		if t.digest, err = runs.PublishedDigest(ctx, s, f.run, t.wid); err != nil {
+			return exists, err
 		}
 	}
+	return exists, nil
+}
 
+// startEval checks the target against the run and its tag, then publishes
+// local weights, creates a new run and starts the Eval workflow; an
+// evaluation of the same weights already running under the tag is joined
+// instead. It returns the workflow id to follow.
+func startEval(ctx context.Context, out io.Writer, c client.Client, s *store.Store, e *connect.Endpoints, t *evalTarget) (string, error) {
+	f, sh, h := t.f, t.sh, t.h
+	exists, err := checkRun(ctx, s, t)
+	if err != nil {
+		return "", err
+	}
 	id := api.EvalWorkflowID(f.run, f.tag, sh.I, sh.N)
 	running, err := api.IsRunning(ctx, c, id)
 	if err != nil {
-		return err
+		return "", err
 	}
 	if running {
 		p, err := api.QueryEvalProgress(ctx, c, id)
-		if err == nil && (p.WeightsID != wid || p.InitKey != f.initKey) {
-			return fmt.Errorf("evaluation %s is running with weights %s on %s: wait for it, or use another --tag", id, p.WeightsID, p.InitKey)
+		if err == nil && (p.WeightsID != t.wid || p.InitKey != f.initKey) {
+			return "", fmt.Errorf("evaluation %s is running with weights %s on %s: wait for it, or use another --tag", id, p.WeightsID, p.InitKey)
 		}
 		fmt.Fprintf(out, "evaluation %s is already running; following it\n", id)
-		return followEval(ctx, out, c, s, e, id, f.run, f.detach)
+		return id, nil
 	}
 
 	st, err := runs.ReadTag(ctx, s, f.run, f.tag)
 	if err != nil {
-		return err
+		return "", err
 	}
-	plan, err := runs.PlanTag(st, runs.TagSpec{Shard: sh, InitKey: f.initKey, Weights: digest, Config: h.Digest, Replace: f.replaceTag})
+	plan, err := runs.PlanTag(st, runs.TagSpec{Shard: sh, InitKey: f.initKey, Weights: t.digest, Config: h.Digest, Replace: f.replaceTag})
 	if err != nil {
-		return err
+		return "", err
 	}
 
 	// Every check passed: from here on the command writes.
 	if err := api.RegisterSearchAttributes(ctx, c, e.Namespace); err != nil {
-		return err
+		return "", err
 	}
 	if plan.Wipe {
 		n, err := runs.WipeTag(ctx, s, f.run, f.tag, api.EvalPhase(f.tag))
 		if err != nil {
-			return err
+			return "", err
 		}
 		fmt.Fprintf(out, "--replace-tag: deleted tag %s of run %s (%d objects)\n", f.tag, f.run, n)
 	}
 	if err := runs.RemoveReports(ctx, s, plan.Remove); err != nil {
-		return err
+		return "", err
 	}
 	for _, k := range plan.Remove {
 		fmt.Fprintf(out, "--replace-tag: deleted s3://%s/%s\n", s.Bucket, k)
 	}
-	if files != nil {
-		published, err := runs.PublishLocal(ctx, s, f.run, wid, files, local)
+	if t.files != nil {
+		published, err := runs.PublishLocal(ctx, s, f.run, t.wid, t.files, t.local)
 		if err != nil {
-			return err
+			return "", err
 		}
 		if published {
-			fmt.Fprintf(out, "published %s as weights %s of run %s\n", f.weights, wid, f.run)
+			fmt.Fprintf(out, "published %s as weights %s of run %s\n", f.weights, t.wid, f.run)
 		}
 	}
 	if !exists {
 		if err := runs.PutHarness(ctx, s, f.run, h); err != nil {
-			return err
+			return "", err
 		}
 		fmt.Fprintf(out, "created run %s for evaluation: harness %s (digest %s)\n", f.run, h.Name, h.Digest)
 	}
-	_, err = api.StartEval(ctx, c, api.EvalInput{Run: f.run, Harness: h, WeightsID: wid, Tag: f.tag, InitKey: f.initKey,
+	_, err = api.StartEval(ctx, c, api.EvalInput{Run: f.run, Harness: h, WeightsID: t.wid, Tag: f.tag, InitKey: f.initKey,
 		Shard: sh.I, Shards: sh.N, Heartbeat: f.heartbeat})
 	if err != nil {
-		return fmt.Errorf("start workflow %s on %s: %w", id, e.Temporal, err)
+		return "", fmt.Errorf("start workflow %s on %s: %w", id, e.Temporal, err)
 	}
-	fmt.Fprintf(out, "started evaluation %s: weights %s (digest %.12s) on %s, shard %s, harness %s\n", f.tag, wid, digest, f.initKey, sh, h.Name)
-	return followEval(ctx, out, c, s, e, id, f.run, f.detach)
+	fmt.Fprintf(out, "started evaluation %s: weights %s (digest %.12s) on %s, shard %s, harness %s\n", f.tag, t.wid, t.digest, f.initKey, sh, h.Name)
+	return id, nil
 }
 
 // followEval prints progress until the evaluation ends, then its report.
 func followEval(ctx context.Context, out io.Writer, c client.Client, s *store.Store, e *connect.Endpoints, id, run string, detach bool) error {
-	fmt.Fprintf(out, "Temporal UI: %s\nS3 prefix:   s3://%s/%s\n", uiURL(e, id), s.Bucket, schemas.Layout{Run: run}.Prefix())
+	printEvalLinks(out, s, e, id, run)
 	if detach {
 		return nil
 	}
+	rep, err := waitEval(ctx, out, c, id)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(out)
+	return printEvalReport(out, rep, s.Bucket)
+}
+
+// printEvalLinks says where to watch an evaluation: its workflow in the
+// Temporal UI and the run's prefix in S3.
+func printEvalLinks(out io.Writer, s *store.Store, e *connect.Endpoints, id, run string) {
+	fmt.Fprintf(out, "Temporal UI: %s\nS3 prefix:   s3://%s/%s\n", uiURL(e, id), s.Bucket, schemas.Layout{Run: run}.Prefix())
+}
+
+// waitEval prints progress lines (and failing activities) until the
+// evaluation ends, and returns its report.
+func waitEval(ctx context.Context, out io.Writer, c client.Client, id string) (schemas.Report, error) {
 	var rep schemas.Report
 	err := followUntil(ctx, out, c, id, func(ctx context.Context) error { return c.GetWorkflow(ctx, id, "").Get(ctx, &rep) }, func() string {
 		p, err := api.QueryEvalProgress(ctx, c, id)
@@ -259,10 +323,9 @@ func followEval(ctx context.Context, out io.Writer, c client.Client, s *store.St
 		return fmt.Sprintf("eval %s %s: %d/%d episodes, %d successes", p.Tag, p.Phase, t.Done, t.Total, t.Successes)
 	})
 	if err != nil {
-		return fmt.Errorf("evaluation %s failed: %w (details in the Temporal UI; fix the cause, then rerun the same command: no report was written)", id, err)
+		return rep, fmt.Errorf("evaluation %s failed: %w (details in the Temporal UI; fix the cause, then rerun the same command: no report was written)", id, err)
 	}
-	fmt.Fprintln(out)
-	return printEvalReport(out, rep, s.Bucket)
+	return rep, nil
 }
 
 // printEvalReport prints a report's table, with both denominators and

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -93,15 +91,7 @@ func showReport(ctx context.Context, out io.Writer, s *store.Store, run, chartFi
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(chartFile, b, 0o644); err != nil {
-		return fmt.Errorf("--chart %s: %w", chartFile, err)
-	}
-	path, err := filepath.Abs(chartFile)
-	if err != nil {
-		path = chartFile
-	}
-	fmt.Fprintf(out, "\nchart: %s\n", path)
-	return nil
+	return writeChart(out, chartFile, b)
 }
 
 // printDiagnostics is the table a user reads when training does or does

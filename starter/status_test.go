@@ -6,6 +6,7 @@ import (
 	"encoding/xml"
 	"errors"
 	"fmt"
+	"image/png"
 	"io"
 	"log/slog"
 	"os"
@@ -393,6 +394,53 @@ func TestStatusAndReportOnRealRun(t *testing.T) {
 		t.Errorf("compare with a missing report: %v\n%s", err, out)
 	}
 
+	// compare by weights: w0 has its validation reports, which are reused;
+	// weights compare has never seen (w0 with one byte more, a local
+	// directory) are published and evaluated by compare itself, then
+	// reused by the next compare.
+	other := t.TempDir()
+	policy, err := os.ReadFile(filepath.Join(root, "harnesses/minimal/weights/w0/policy.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(other, "policy.json"), append(policy, '\n'), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmpChart := filepath.Join(t.TempDir(), "compare.png")
+	byWeights := []string{"compare", "--config", filepath.Join(root, "harnesses/minimal/harness.yaml"), "--var", "bin=" + bins,
+		"--run", run, "--weights-a", "w0", "--weights-b", other, "--chart", cmpChart}
+	out, err = starter(byWeights...)
+	if err != nil {
+		t.Fatalf("compare by weights: %v\n%s", err, out)
+	}
+	t.Logf("compare by weights:\n%s", out)
+	var byW schemas.Comparison
+	if i := strings.Index(out, "stored: s3://"+stack.Store.Bucket+"/"); i < 0 {
+		t.Fatalf("compare by weights stored nothing:\n%s", out)
+	} else if err := store.GetJSON(ctx, stack.Store, strings.Fields(out[i+len("stored: s3://"+stack.Store.Bucket+"/"):])[0], &byW); err != nil {
+		t.Fatalf("stored comparison: %v", err)
+	}
+	if !strings.HasPrefix(byW.A, "val-r") || byW.WeightsA != "w0" || !strings.HasPrefix(byW.B, "cmp-ext-") || !strings.HasPrefix(byW.WeightsB, "ext-") ||
+		byW.Overall.Pairs+byW.Unpaired != 35 {
+		t.Errorf("comparison by weights %s (%s) vs %s (%s), %d pairs + %d unpaired: want w0's validation against a new evaluation on all 35 cells",
+			byW.A, byW.WeightsA, byW.B, byW.WeightsB, byW.Overall.Pairs, byW.Unpaired)
+	}
+	for _, want := range []string{"A: weights w0 — reusing report " + byW.A, "B: weights " + byW.WeightsB + " — no report covers its 35 cells of val_init_ids",
+		"evaluating under tag " + byW.B, "started evaluation " + byW.B, "B: weights " + byW.WeightsB + " evaluated under tag " + byW.B, "chart: " + cmpChart} {
+		if !strings.Contains(out, want) {
+			t.Errorf("compare by weights does not say %q", want)
+		}
+	}
+	if b, err := os.ReadFile(cmpChart); err != nil {
+		t.Errorf("compare chart: %v", err)
+	} else if _, err := png.Decode(bytes.NewReader(b)); err != nil {
+		t.Errorf("compare chart is not a PNG: %v", err)
+	}
+	out, err = starter(byWeights[:len(byWeights)-2]...)
+	if err != nil || !strings.Contains(out, "B: weights "+byW.WeightsB+" — reusing report "+byW.B) || strings.Contains(out, "started evaluation") {
+		t.Errorf("compare by weights again does not reuse both reports: %v\n%s", err, out)
+	}
+
 	// report: the round's success counted from the episode files agrees
 	// with the workflow's summary, and the chart has both rounds.
 	dir := t.TempDir()
@@ -447,6 +495,8 @@ type svgDoc struct {
 	dots  map[string]int
 	// bars counts vertical one-segment lines (error bars) by stroke colour.
 	bars map[string]int
+	// fills counts closed filled paths (a bar chart's bars) by fill colour.
+	fills map[string]int
 }
 
 // readSVG parses the file as XML: a malformed SVG fails the test.
@@ -457,7 +507,7 @@ func readSVG(t *testing.T, file string) svgDoc {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	doc := svgDoc{texts: map[string]bool{}, dots: map[string]int{}, bars: map[string]int{}}
+	doc := svgDoc{texts: map[string]bool{}, dots: map[string]int{}, bars: map[string]int{}, fills: map[string]int{}}
 	d := xml.NewDecoder(f)
 	root := ""
 	for {
@@ -483,7 +533,7 @@ func readSVG(t *testing.T, file string) svgDoc {
 			}
 			doc.texts[s] = true
 		case "path":
-			var d, stroke string
+			var d, stroke, fill string
 			for _, a := range el.Attr {
 				switch a.Name.Local {
 				case "d":
@@ -493,8 +543,14 @@ func readSVG(t *testing.T, file string) svgDoc {
 						if v, ok := strings.CutPrefix(p, "stroke:"); ok {
 							stroke = v
 						}
+						if v, ok := strings.CutPrefix(p, "fill:"); ok {
+							fill = v
+						}
 					}
 				}
+			}
+			if strings.HasSuffix(strings.TrimSpace(d), "Z") {
+				doc.fills[fill]++
 			}
 			var x1, y1, x2, y2 int
 			if n, _ := fmt.Sscanf(strings.Join(strings.Fields(d), " "), "M %d %d L %d %d", &x1, &y1, &x2, &y2); n == 4 && x1 == x2 && y1 != y2 && strings.Count(d, "L") == 1 {

@@ -150,6 +150,13 @@ func TestMergeAndWipeTag(t *testing.T) {
 	if m, err := runs.MergeTag(ctx, s, "r", "t"); err != nil || !m.Already {
 		t.Errorf("second merge: %+v, %v", m, err)
 	}
+	// The run's reports are the merged one: not its shards, not a comparison.
+	if err := store.PutJSON(ctx, s, l.Comparison("t", "u"), schemas.Comparison{Run: "r", A: "t", B: "u"}); err != nil {
+		t.Fatal(err)
+	}
+	if reps, err := runs.Reports(ctx, s, "r"); err != nil || len(reps) != 1 || reps[0].Tag != "t" || reps[0].IsShard() || len(reps[0].Cells) != 2 {
+		t.Errorf("reports of the run: %+v, %v; want the merged report of t only", reps, err)
+	}
 	if err := s.Put(ctx, l.Episodes(0, "eval-t", "e1"), []byte("x")); err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/roundhouse-rl/roundhouse/internal/report"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
@@ -63,6 +64,29 @@ func ReadTag(ctx context.Context, s *store.Store, run, tag string) (TagState, er
 		st.Shards = append(st.Shards, f)
 	}
 	return st, nil
+}
+
+// Reports reads every full report of a run (eval/<tag>/report.json, not
+// the shards), in the order of their keys.
+func Reports(ctx context.Context, s *store.Store, run string) ([]schemas.Report, error) {
+	l := schemas.Layout{Run: run}
+	objs, err := s.List(ctx, l.Evals())
+	if err != nil {
+		return nil, err
+	}
+	var reps []schemas.Report
+	for _, o := range objs {
+		tag, ok := strings.CutSuffix(strings.TrimPrefix(o.Key, l.Evals()), "/report.json")
+		if !ok || strings.Contains(tag, "/") {
+			continue
+		}
+		var rep schemas.Report
+		if err := store.GetJSON(ctx, s, o.Key, &rep); err != nil {
+			return nil, fmt.Errorf("reports of run %s: %w", run, err)
+		}
+		reps = append(reps, rep)
+	}
+	return reps, nil
 }
 
 // TagSpec is the evaluation a command wants to store under a tag.
