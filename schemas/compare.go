@@ -10,8 +10,11 @@ type Comparison struct {
 	WeightsA string `json:"weights_a"`
 	WeightsB string `json:"weights_b"`
 	// Digest is both reports' harness config digest (they must agree).
-	Digest  string         `json:"config_digest"`
-	Tasks   []PairedResult `json:"tasks"`
+	Digest string         `json:"config_digest"`
+	Tasks  []PairedResult `json:"tasks"`
+	// Suites has one result per suite (Task -1) when the tasks span
+	// several, in the order the harness names them.
+	Suites  []PairedResult `json:"suites,omitempty"`
 	Overall PairedResult   `json:"overall"`
 	// Discordant lists the cells one weights solved and the other did not.
 	Discordant []DiscordantCell `json:"discordant"`
@@ -25,6 +28,7 @@ type Comparison struct {
 type PairedResult struct {
 	Task     int32  `json:"task"`
 	Name     string `json:"name,omitempty"`
+	Suite    string `json:"suite,omitempty"`
 	Pairs    int    `json:"pairs"`     // cells valid under both
 	SuccessA int    `json:"success_a"` // of the pairs
 	SuccessB int    `json:"success_b"`

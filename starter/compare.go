@@ -304,6 +304,9 @@ func printComparison(out io.Writer, c schemas.Comparison) {
 	for _, r := range c.Tasks {
 		row(r, fmt.Sprint(r.Task), r.Name)
 	}
+	for _, r := range c.Suites {
+		row(r, "suite", r.Suite)
+	}
 	row(c.Overall, "all", "")
 	tw.Flush()
 	if len(c.Discordant) == 0 {

@@ -59,6 +59,7 @@ func pText(p float64) string { return fmt.Sprintf("p = %.3g", p) }
 // above the plot, names each side with its overall rate; the printed
 // table has every number.
 func renderCompareChart(file string, c schemas.Comparison) ([]byte, error) {
+	const maxChartTasks = 16
 	format, err := chartFormat(file)
 	if err != nil {
 		return nil, err
@@ -70,7 +71,24 @@ func renderCompareChart(file string, c schemas.Comparison) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := len(c.Tasks) + 1
+	// A protocol's 80 tasks would make the chart metres wide: past
+	// maxChartTasks, a multi-suite comparison is drawn per suite (the
+	// table and the JSON keep every task).
+	type item struct {
+		r          schemas.PairedResult
+		head, name string
+	}
+	var items []item
+	if len(c.Suites) > 1 && len(c.Tasks) > maxChartTasks {
+		for _, r := range c.Suites {
+			items = append(items, item{r, "suite", r.Suite})
+		}
+	} else {
+		for _, t := range c.Tasks {
+			items = append(items, item{t, fmt.Sprintf("task %d", t.Task), t.Name})
+		}
+	}
+	n := len(items) + 1
 	width := max(720, 80+pairWidth*n)
 	last := float64(n-1) + allGap
 	// A pair's share of the plot's width (less the y axis), less a gap:
@@ -83,8 +101,8 @@ func renderCompareChart(file string, c schemas.Comparison) ([]byte, error) {
 		lines = max(lines, len(ls))
 		groups = append(groups, compareGroup{x: x, r: r, lines: ls})
 	}
-	for i, t := range c.Tasks {
-		add(float64(i), t, fmt.Sprintf("task %d", t.Task), t.Name)
+	for i, it := range items {
+		add(float64(i), it.r, it.head, it.name)
 	}
 	add(last, c.Overall, "all tasks", "")
 

@@ -137,3 +137,34 @@ func TestWrapLabel(t *testing.T) {
 		}
 	}
 }
+
+// A protocol's comparison (here 20 tasks of two suites) is drawn per suite:
+// a bar pair per suite and one over all, never one per task.
+func TestCompareChartPerSuite(t *testing.T) {
+	c := testComparison
+	c.Tasks = nil
+	for i := range 20 {
+		suite := "libero_object_swap"
+		if i >= 10 {
+			suite = "libero_goal_swap"
+		}
+		c.Tasks = append(c.Tasks, schemas.PairedResult{Task: int32(i), Name: "t", Suite: suite, Pairs: 10, SuccessA: 3, SuccessB: 6, OnlyB: 3, PValue: 0.25})
+	}
+	c.Suites = []schemas.PairedResult{
+		{Task: -1, Suite: "libero_object_swap", Pairs: 100, SuccessA: 30, SuccessB: 60, OnlyB: 30, PValue: 1.9e-9},
+		{Task: -1, Suite: "libero_goal_swap", Pairs: 100, SuccessA: 30, SuccessB: 60, OnlyB: 30, PValue: 1.9e-9},
+	}
+	c.Overall = schemas.PairedResult{Task: -1, Pairs: 200, SuccessA: 60, SuccessB: 120, OnlyB: 60, PValue: 1e-18}
+	file := filepath.Join(t.TempDir(), "cmp.svg")
+	b, err := renderCompareChart(file, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	svg := readSVG(t, file)
+	if svg.fills[svgColor(colorA)] != 3 || svg.fills[svgColor(colorB)] != 3 || !svg.texts["libero_goal_swap"] || !svg.texts["suite"] || svg.texts["task 0"] {
+		t.Errorf("want two suites and all tasks as 3 bar pairs: bars %v, texts %q", svg.fills, slices.Sorted(maps.Keys(svg.texts)))
+	}
+}

@@ -31,9 +31,19 @@ func Compare(a, b schemas.Report, epsA, epsB []schemas.Episode) (schemas.Compari
 		return m
 	}
 	ia, ib := index(epsA), index(epsB)
-	names := map[int32]string{}
+	names, suiteOf := map[int32]string{}, map[int32]string{}
 	for _, t := range a.Tasks {
-		names[t.Task] = t.Name
+		names[t.Task], suiteOf[t.Task] = t.Name, t.Suite
+	}
+	// Per suite only when the tasks span several: one suite is Overall.
+	bySuite := map[string]*schemas.PairedResult{}
+	if len(a.Suites) > 1 {
+		for _, s := range a.Suites {
+			c.Suites = append(c.Suites, schemas.PairedResult{Task: -1, Suite: s.Suite})
+		}
+		for i := range c.Suites {
+			bySuite[c.Suites[i].Suite] = &c.Suites[i]
+		}
 	}
 	byTask := map[int32]*schemas.PairedResult{}
 	var keys []cell
@@ -61,10 +71,14 @@ func Compare(a, b schemas.Report, epsA, epsB []schemas.Episode) (schemas.Compari
 		}
 		r := byTask[k.task]
 		if r == nil {
-			r = &schemas.PairedResult{Task: k.task, Name: names[k.task]}
+			r = &schemas.PairedResult{Task: k.task, Name: names[k.task], Suite: suiteOf[k.task]}
 			byTask[k.task] = r
 		}
-		for _, r := range []*schemas.PairedResult{r, &c.Overall} {
+		rs := []*schemas.PairedResult{r, &c.Overall}
+		if s := bySuite[suiteOf[k.task]]; s != nil {
+			rs = append(rs, s)
+		}
+		for _, r := range rs {
 			r.Pairs++
 			if ea.Success {
 				r.SuccessA++
@@ -101,6 +115,9 @@ func Compare(a, b schemas.Report, epsA, epsB []schemas.Episode) (schemas.Compari
 	for _, t := range tasks {
 		finish(byTask[t])
 		c.Tasks = append(c.Tasks, *byTask[t])
+	}
+	for i := range c.Suites {
+		finish(&c.Suites[i])
 	}
 	finish(&c.Overall)
 	return c, nil

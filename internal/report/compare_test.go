@@ -52,6 +52,24 @@ func TestCompare(t *testing.T) {
 		t.Errorf("discordant %+v", c.Discordant)
 	}
 
+	if len(c.Suites) != 0 {
+		t.Errorf("one suite (none named) gave per-suite rows %+v", c.Suites)
+	}
+	// Tasks of two suites: each suite is its own paired result.
+	two := a
+	two.Tasks = []schemas.TaskResult{{Task: 0, Name: "zero", Suite: "s_swap"}, {Task: 1, Name: "one", Suite: "s_lan"}}
+	two.Suites = []schemas.TaskResult{{Task: -1, Suite: "s_swap"}, {Task: -1, Suite: "s_lan"}}
+	twoB := two
+	twoB.Tag = "val-r3"
+	c, err = Compare(two, twoB, epsA, epsB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Suites) != 2 || c.Suites[0].Suite != "s_swap" || c.Suites[0].Pairs != 2 || c.Suites[0].OnlyB != 1 ||
+		c.Suites[1].Suite != "s_lan" || c.Suites[1].Pairs != 1 || c.Suites[1].OnlyB != 1 || c.Tasks[1].Suite != "s_lan" {
+		t.Errorf("per-suite results %+v", c.Suites)
+	}
+
 	other := b
 	other.Digest = "e"
 	if _, err := Compare(a, other, epsA, epsB); err == nil || !strings.Contains(err.Error(), "different harness configurations") {
