@@ -354,17 +354,31 @@ func follow(ctx context.Context, out io.Writer, c client.Client, s *store.Store,
 	if err != nil {
 		return fmt.Errorf("run %s failed: %w (details in the Temporal UI; fix the cause, then `starter train --run %s` resumes it)", run, err, run)
 	}
+	printResult(out, s.Bucket, run, res)
+	return nil
+}
+
+// printResult prints how a run ended: the rounds' table, then the stop,
+// or the final validation (with its interval, and a loud line when too
+// many of its episodes did not count) and the final weights.
+func printResult(out io.Writer, bucket, run string, res api.TrainResult) {
 	fmt.Fprintln(out)
 	printSummaries(out, res.Summaries)
 	if res.Stopped {
 		fmt.Fprintf(out, "run %s stopped in round %d; `starter train --run %s --config …` resumes it\n", run, res.StoppedRound, run)
-		return nil
+		return
 	}
-	if res.FinalValSuccess >= 0 {
+	switch v := res.FinalVal; {
+	case v != nil:
+		fmt.Fprintf(out, "final validation success (weights %s): %d/%d %s over valid, %s over attempted\n", res.FinalWeights,
+			v.Successes, v.Valid, stats.Rate(v.Successes, v.Valid), stats.Rate(v.Successes, v.Attempted()))
+		if w := finalValWarning(*v, lastLimit(res.Summaries)); w != "" {
+			fmt.Fprintln(out, w)
+		}
+	case res.FinalValSuccess >= 0: // a result from before counts were kept
 		fmt.Fprintf(out, "final validation success (weights %s): %.1f%%\n", res.FinalWeights, 100*res.FinalValSuccess)
 	}
-	fmt.Fprintf(out, "final weights: s3://%s/%s\n", s.Bucket, schemas.Layout{Run: run}.Weights(res.FinalWeights))
-	return nil
+	fmt.Fprintf(out, "final weights: s3://%s/%s\n", bucket, schemas.Layout{Run: run}.Weights(res.FinalWeights))
 }
 
 // followUntil prints progress lines — line() every 2 s, when it changed and is

@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"github.com/roundhouse-rl/roundhouse/internal/stats"
+	"github.com/roundhouse-rl/roundhouse/workflows/api"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -162,5 +165,24 @@ func TestRunDirSaysWhereRunsLive(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "--run-dir /data/runs/exp1") || !strings.Contains(err.Error(), "runs/<run>/") ||
 		!strings.Contains(err.Error(), "--run NAME") {
 		t.Fatalf("--run-dir: %v", err)
+	}
+}
+
+// The end of `starter train`: the final validation with its counts and
+// both denominators, loud when too many of its episodes did not count.
+func TestPrintResult(t *testing.T) {
+	res := api.TrainResult{FinalWeights: "r2", FinalValSuccess: 29.0 / 33,
+		FinalVal: &schemas.TaskResult{Episodes: 33, Valid: 33, Successes: 29, Lost: 2}}
+	var out bytes.Buffer
+	printResult(&out, "b", "demo", res)
+	want := fmt.Sprintf("final validation success (weights r2): 29/33 %s over valid, %s over attempted", stats.Rate(29, 33), stats.Rate(29, 35))
+	if !strings.Contains(out.String(), want) || !strings.Contains(out.String(), "final weights: s3://b/runs/demo/weights/r2/") || strings.Contains(out.String(), "!!") {
+		t.Errorf("output lacks %q or the weights, or warns:\n%s", want, out.String())
+	}
+	res.FinalVal.Valid, res.FinalVal.Invalid = 23, 10
+	out.Reset()
+	printResult(&out, "b", "demo", res)
+	if !strings.Contains(out.String(), "!! final validation: 12 of 35 attempted episodes invalid or lost") {
+		t.Errorf("over the invalid limit without a warning:\n%s", out.String())
 	}
 }
