@@ -10,7 +10,11 @@
 //     VLA action chunk, environment step) and writes RPent's output files:
 //     transcript_<tag>.json, states.json and run.log. Without
 //     --env-endpoint/--vla-endpoint/--sam3-endpoint it spawns that service
-//     itself, as RPent does, so its process group holds children.
+//     itself, as RPent does, so its process group holds children. With
+//     --policy-mode code the model writes snippets calling robo.<tool>()
+//     instead of tool calls; each runs through the same steps within
+//     --code-timeout-s and --code-max-calls and is recorded in code_policy/
+//     (code.go).
 //   - cmd/rpc-service is one of those services: it prints
 //     "RPC server listening on http://HOST:PORT" when ready and answers
 //     POST /call {"method": …} with {"ok": true, "result": …} or
