@@ -373,3 +373,52 @@ func TestCodeModeFailures(t *testing.T) {
 		})
 	}
 }
+
+// RPENT_STANDIN_MODEL_SEED makes episodes reproducible: each request
+// carries a seed from the knob, the output dir's name and the turn, so the
+// same name replays the same episode and another attempt's differs.
+func TestModelSeedReproducesEpisodes(t *testing.T) {
+	model, requests := toyModel(t)
+	seed := int64(7)
+	k := knobs
+	k.ModelSeed = &seed
+	play := func(name string) (codes []string, seeds []any) {
+		before := len(requests())
+		_, _, _, urls := services(t, 2, 12, 0)
+		cfg := codeConfig(t, model.URL+"/v1", 2, 12, urls)
+		cfg.OutputDir = filepath.Join(t.TempDir(), name)
+		if code := Run(context.Background(), cfg, k, io.Discard); code != ExitOK {
+			t.Fatalf("exit %d", code)
+		}
+		for _, s := range readSnippets(t, cfg.OutputDir) {
+			codes = append(codes, s.Code)
+		}
+		for _, r := range requests()[before:] {
+			seeds = append(seeds, r["seed"])
+		}
+		return codes, seeds
+	}
+	codes, seeds := play("r1-train-g000-a00-try0")
+	again, seedsAgain := play("r1-train-g000-a00-try0")
+	_, other := play("r1-train-g000-a01-try0")
+	if !reflect.DeepEqual(codes, again) || !reflect.DeepEqual(seeds, seedsAgain) || len(seeds) != len(codes) {
+		t.Errorf("same seed and name, different episodes: %v (seeds %v) and %v (seeds %v)", codes, seeds, again, seedsAgain)
+	}
+	for i, s := range seeds {
+		if s == nil || (i > 0 && s == seeds[i-1]) {
+			t.Errorf("request %d seed %v: want one per turn", i, s)
+		}
+	}
+	if reflect.DeepEqual(seeds[0], other[0]) {
+		t.Errorf("two attempts share their first seed %v", seeds[0])
+	}
+	t.Setenv("RPENT_STANDIN_RPC_SERVICE", "/bin/true")
+	t.Setenv("RPENT_STANDIN_MODEL_SEED", "seven")
+	if _, err := KnobsFromEnv(); err == nil || !strings.Contains(err.Error(), "RPENT_STANDIN_MODEL_SEED") {
+		t.Errorf("a seed that is not a number: %v", err)
+	}
+	t.Setenv("RPENT_STANDIN_MODEL_SEED", "7")
+	if got, err := KnobsFromEnv(); err != nil || got.ModelSeed == nil || *got.ModelSeed != 7 {
+		t.Errorf("KnobsFromEnv: %+v, %v", got, err)
+	}
+}

@@ -23,8 +23,9 @@
 // The environment is seeded by (suite, task, seed) and alone decides success
 // (states.json steps[*].terminated); the model's finish call is a claim.
 // Knobs for failure tests (services that exit or never become ready, calls
-// that fail, an rpent that hangs) are environment variables, so the command
-// lines in standin.yaml stay those of the real harness.yaml.
+// that fail, an rpent that hangs) and for reproducible episodes (a model
+// sampling seed) are environment variables, so the command lines in
+// standin.yaml stay those of the real harness.yaml.
 //
 // The RPC method names and payloads are the stand-in's own: RPent's exact
 // wire protocol for /call beyond healthz is not documented upstream.

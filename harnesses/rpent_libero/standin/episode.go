@@ -110,6 +110,11 @@ type Knobs struct {
 	// RPCService is the rpc-service binary spawned for endpoints not given
 	// (RPENT_STANDIN_RPC_SERVICE, default: next to this executable).
 	RPCService string
+	// ModelSeed, when set, makes episodes reproducible for tests: each
+	// chat request carries a sampling seed derived from it, the output
+	// dir's name (Roundhouse names it after the episode and try) and the
+	// turn (RPENT_STANDIN_MODEL_SEED, an integer).
+	ModelSeed *int64
 	// ModelTimeout and ServiceTimeout bound each request.
 	ModelTimeout, ServiceTimeout time.Duration
 	APIKey                       string // OPENAI_API_KEY
@@ -126,6 +131,13 @@ func KnobsFromEnv() (Knobs, error) {
 			return k, fmt.Errorf("RPENT_STANDIN_HANG_FOR=%q: %w", v, err)
 		}
 		k.HangFor = d
+	}
+	if v := os.Getenv("RPENT_STANDIN_MODEL_SEED"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return k, fmt.Errorf("RPENT_STANDIN_MODEL_SEED=%q: want an integer, or leave it empty for unseeded sampling: %w", v, err)
+		}
+		k.ModelSeed = &n
 	}
 	if k.RPCService == "" {
 		exe, err := os.Executable()
@@ -382,6 +394,9 @@ func (e *episode) complete(ctx context.Context) (Message, error) {
 	chat := map[string]any{"model": e.model, "messages": e.tr.Messages, "temperature": 1.0}
 	if !e.codeMode() {
 		chat["tools"], chat["tool_choice"] = Tools, "auto"
+	}
+	if e.knobs.ModelSeed != nil {
+		chat["seed"] = int64(hash(*e.knobs.ModelSeed, filepath.Base(e.cfg.OutputDir), e.tr.Stats.ModelCalls) >> 1)
 	}
 	body, err := json.Marshal(chat)
 	if err != nil {
