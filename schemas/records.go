@@ -102,8 +102,9 @@ type Episode struct {
 	Termination  string  `parquet:"termination" json:"termination"`
 	// Reason is a task failure's short, countable cause: out_of_time,
 	// planner_error, or how the episode ran out (the toy's max_turns,
-	// finish_claimed; RPent's not_terminated); "" otherwise and in rows
-	// written before it existed.
+	// finish_claimed; RPent's not_terminated, and in code mode code_error,
+	// code_timeout, code_max_calls when its last snippet failed so); ""
+	// otherwise and in rows written before it existed.
 	Reason   string `parquet:"reason" json:"reason,omitempty"`
 	NumCalls int32  `parquet:"num_calls" json:"num_calls"`
 	// SuccessCall is the index of the first call made after the environment

@@ -145,6 +145,7 @@ func TestShippedProtocols(t *testing.T) {
 	}{
 		"../../harnesses/rpent_libero/harness.yaml": {"LIBERO-PRO", 8, 800},
 		"../../harnesses/rpent_libero/plus.yaml":    {"LIBERO-Plus", 4, 10030},
+		"../../harnesses/rpent_libero/code.yaml":    {"LIBERO-PRO", 8, 800},
 	} {
 		h, err := Load(f, nil)
 		if err != nil {

@@ -15,6 +15,17 @@ import (
 const (
 	rpentTranscriptGlob = "transcript_*.json"
 	rpentStates         = "states.json"
+	// rpentSnippetGlob: code mode's record of each code snippet, in our own
+	// format (harnesses/rpent_libero/README.md, "Code as policy").
+	rpentSnippetGlob = "code_policy/*.json"
+)
+
+// Task failure reasons of RPent's code mode: how the episode's last code
+// snippet failed, when it did.
+const (
+	ReasonCodeError    = "code_error"     // it raised
+	ReasonCodeTimeout  = "code_timeout"   // it ran past --code-timeout-s
+	ReasonCodeMaxCalls = "code_max_calls" // it tried more than --code-max-calls robo calls
 )
 
 // rpentTranscript holds the fields of transcript_<tag>.json the adapter
@@ -39,8 +50,17 @@ type rpentTranscript struct {
 //     env server) reported to the planner, at its turn;
 //   - a transcript `error` or a non-zero exit is the planner's error;
 //   - a missing or unreadable transcript or states.json is a missing
-//     output (rpent stopped before it could report).
+//     output (rpent stopped before it could report);
+//   - in code mode (code_policy/*.json present) the snippets are the
+//     evidence instead of the transcript's tool results: a robo call that
+//     met a service error is a component's failure at its snippet's turn;
+//     a snippet that raised, ran out of time or of calls is the planner's
+//     own code (the reason, when it was the last snippet).
 func rpentLibero(dir string, exit Exit) finding {
+	code, bad := rpentCode(dir)
+	if bad != "" {
+		return finding{missing: bad}
+	}
 	paths, err := filepath.Glob(filepath.Join(dir, rpentTranscriptGlob))
 	if err != nil {
 		return finding{missing: fmt.Sprintf("transcript pattern: %v", err)}
@@ -63,11 +83,16 @@ func rpentLibero(dir string, exit Exit) finding {
 		if msg := errorText(t.Error); msg != "" && f.plannerError == "" {
 			f.plannerError = fmt.Sprintf("exit code %d: %s", exit.Code, msg)
 		}
-		if n, first, turn := serviceErrors(t); n > 0 && f.serviceError == "" {
+		// In code mode a tool result may be a snippet's, whose error is the
+		// planner's code: the snippets' own records say which is which.
+		if n, first, turn := serviceErrors(t); n > 0 && f.serviceError == "" && code.snippets == 0 {
 			f.serviceError = fmt.Sprintf("%d tool result(s) carry service errors; first: %s", n, first)
 			f.serviceTurn = turn
 		}
 		claim = finishClaim(t.Finish)
+	}
+	if code.serviceError != "" {
+		f.serviceError, f.serviceTurn = code.serviceError, code.serviceTurn
 	}
 	if exit.Code != 0 && f.plannerError == "" {
 		f.plannerError = fmt.Sprintf("rpent exited with code %d and no transcript error; see run.log", exit.Code)
@@ -112,6 +137,12 @@ func rpentLibero(dir string, exit Exit) finding {
 		}
 	}
 	f.termination, f.reason = fmt.Sprintf("not terminated after %d steps", len(steps)), "not_terminated"
+	if code.failed > 0 {
+		f.termination += fmt.Sprintf("; %d of %d code snippet(s) failed, last: %s", code.failed, code.snippets, code.lastFailure)
+	}
+	if code.lastReason != "" {
+		f.reason = code.lastReason
+	}
 	if claim != "" {
 		f.termination += "; " + claim + " (not counted)"
 	}
@@ -214,4 +245,100 @@ func finishClaim(raw json.RawMessage) string {
 		}
 	}
 	return "the model called finish"
+}
+
+// rpentSnippet holds the fields of code_policy/snippet_NNN.json the adapter
+// reads.
+type rpentSnippet struct {
+	Snippet int `json:"snippet"`
+	Turn    int `json:"turn"`
+	Calls   []struct {
+		Tool   string          `json:"tool"`
+		Result json.RawMessage `json:"result"`
+	} `json:"calls"`
+	Error     json.RawMessage `json:"error"`
+	ErrorKind string          `json:"error_kind"`
+}
+
+// codeEvidence is what code mode's snippets say.
+type codeEvidence struct {
+	snippets int
+	// serviceError: the first robo call that met a component's failure,
+	// at serviceTurn (its snippet's planner turn; 0 unknown).
+	serviceError string
+	serviceTurn  int
+	// failed counts snippets the planner's own code stopped; lastFailure
+	// describes the last, and lastReason is set when it was the episode's
+	// last snippet.
+	failed      int
+	lastFailure string
+	lastReason  string
+}
+
+// rpentCode reads code_policy/*.json in the order the snippets ran; the
+// string is a missing output when one is unreadable. An error_kind it does
+// not know is counted as the planner's exception: only a component's
+// failure that the record shows makes an episode invalid.
+func rpentCode(dir string) (codeEvidence, string) {
+	var c codeEvidence
+	paths, err := filepath.Glob(filepath.Join(dir, rpentSnippetGlob))
+	if err != nil {
+		return c, fmt.Sprintf("snippet pattern: %v", err)
+	}
+	snippets := make([]rpentSnippet, len(paths))
+	for i, p := range paths {
+		name := filepath.Join("code_policy", filepath.Base(p))
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return c, fmt.Sprintf("unreadable %s: %v", name, err)
+		}
+		if err := json.Unmarshal(b, &snippets[i]); err != nil {
+			return c, fmt.Sprintf("%s is not a code snippet record: %v", name, err)
+		}
+	}
+	sort.SliceStable(snippets, func(i, j int) bool {
+		if snippets[i].Turn != snippets[j].Turn {
+			return snippets[i].Turn < snippets[j].Turn
+		}
+		return snippets[i].Snippet < snippets[j].Snippet
+	})
+	c.snippets = len(snippets)
+	for i, s := range snippets {
+		msg := errorText(s.Error)
+		where := fmt.Sprintf("snippet %d (turn %d)", s.Snippet, s.Turn)
+		service := s.ErrorKind == "service"
+		if (service && msg == "") || (s.ErrorKind == "" && msg == "") {
+			// The failed call's result says what failed; a snippet that went
+			// on past a failed call (no error of its own) still met it.
+			for _, call := range s.Calls {
+				var obj map[string]json.RawMessage
+				if json.Unmarshal(call.Result, &obj) == nil && errorText(obj["error"]) != "" {
+					service, msg = true, "robo."+call.Tool+": "+errorText(obj["error"])
+					break
+				}
+			}
+		}
+		switch {
+		case service:
+			if c.serviceError == "" {
+				c.serviceError, c.serviceTurn = where+": a robo call met a service error: "+msg, s.Turn
+			}
+		case s.ErrorKind != "" || msg != "":
+			kind, reason := s.ErrorKind, ReasonCodeError
+			switch kind {
+			case "timeout":
+				reason = ReasonCodeTimeout
+			case "max_calls":
+				reason = ReasonCodeMaxCalls
+			case "":
+				kind = "exception"
+			}
+			c.failed++
+			c.lastFailure = fmt.Sprintf("%s %s: %s", where, kind, msg)
+			if i == len(snippets)-1 {
+				c.lastReason = reason
+			}
+		}
+	}
+	return c, ""
 }

@@ -2,6 +2,7 @@ package outcome
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -171,5 +172,135 @@ func TestRPentLiberoUnreadableFiles(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, "transcript_zz.json"), b, 0o644)
 	if got := Decide(spec, dir, Exit{}); !strings.Contains(got.Termination, "model 404") {
 		t.Errorf("second transcript's error ignored: %+v", got)
+	}
+}
+
+// snippet is a code_policy/snippet_NNN.json record (README "Code as
+// policy"): the calls' results as tool mode's, error and error_kind null
+// unless given.
+func snippet(n, turn int, kind, msg string, results ...string) map[string]any {
+	calls := []any{}
+	for _, r := range results {
+		var res any
+		if r != "" {
+			res = json.RawMessage(r)
+		}
+		calls = append(calls, map[string]any{"tool": "execute_skill", "args": map[string]any{"instruction": "pick up the bowl"}, "result": res})
+	}
+	s := map[string]any{"snippet": n, "turn": turn, "code": "robo.execute_skill('pick up the bowl')", "calls": calls,
+		"error": nil, "error_kind": nil, "finished": false, "duration_s": 0.1}
+	if kind != "" {
+		s["error_kind"] = kind
+	}
+	if msg != "" {
+		s["error"] = msg
+	}
+	return s
+}
+
+// codeDir is rpentDir plus code_policy/ with the snippets.
+func codeDir(t *testing.T, transcript map[string]any, states any, snippets ...map[string]any) string {
+	t.Helper()
+	dir := rpentDir(t, transcript, states)
+	if err := os.MkdirAll(filepath.Join(dir, "code_policy"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range snippets {
+		b, _ := json.Marshal(s)
+		name := filepath.Join(dir, "code_policy", fmt.Sprintf("snippet_%03d.json", s["snippet"]))
+		if err := os.WriteFile(name, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// Code mode (--policy-mode code): the snippets' records decide whose a
+// failure was; success is still states.json's alone.
+func TestRPentLiberoCodePolicy(t *testing.T) {
+	ok := `{"status":"executed","instruction":"pick up the bowl","env_steps":5}`
+	vlaDown := `{"error":"vla predict_action: 500 Internal Server Error: CUDA error"}`
+	// Snippet results go back to the model; a harness that sends them as
+	// tool results shows the planner's exception as a tool result error.
+	codeResult := `{"error":"NameError: name 'bowl' is not defined","error_kind":"exception"}`
+	claim := map[string]any{"success": true, "summary": "done"}
+	cases := []struct {
+		name     string
+		tr       map[string]any
+		states   any
+		snippets []map[string]any
+		exit     Exit
+		want     Result
+		why      []string
+	}{
+		{"the last snippet raised: the planner's code", transcript(nil, nil), steps(false),
+			[]map[string]any{snippet(1, 1, "", "", ok), snippet(2, 2, "exception", "NameError: name 'bowl' is not defined")}, Exit{},
+			Result{Valid: true, FailureClass: schemas.FailureTask, Reason: ReasonCodeError}, []string{"1 of 2 code snippet(s) failed", "snippet 2 (turn 2) exception", "NameError"}},
+		{"the last snippet ran out of time", transcript(nil, nil), steps(false),
+			[]map[string]any{snippet(1, 1, "timeout", "TimeoutError: past its 120s limit", "")}, Exit{},
+			Result{Valid: true, FailureClass: schemas.FailureTask, Reason: ReasonCodeTimeout}, []string{"timeout", "120s"}},
+		{"the last snippet made too many calls", transcript(nil, nil), steps(false, false),
+			[]map[string]any{snippet(1, 1, "max_calls", "a snippet may make 2", ok, ok)}, Exit{},
+			Result{Valid: true, FailureClass: schemas.FailureTask, Reason: ReasonCodeMaxCalls}, []string{"max_calls"}},
+		{"an error kind the adapter does not know is the planner's", transcript(nil, nil), steps(false),
+			[]map[string]any{snippet(1, 1, "recursion", "RecursionError")}, Exit{},
+			Result{Valid: true, FailureClass: schemas.FailureTask, Reason: ReasonCodeError}, []string{"recursion", "RecursionError"}},
+		{"a failed snippet the planner recovered from: out of turns", transcript(nil, nil), steps(false),
+			[]map[string]any{snippet(1, 1, "exception", "SyntaxError: line 1"), snippet(2, 2, "", "", ok)}, Exit{},
+			Result{Valid: true, FailureClass: schemas.FailureTask, Reason: "not_terminated"}, []string{"1 of 2 code snippet(s) failed", "SyntaxError"}},
+		{"a snippet's result as a tool result error is not a service error", transcript(nil, nil, codeResult), steps(),
+			[]map[string]any{snippet(1, 1, "exception", "NameError: name 'bowl' is not defined")}, Exit{},
+			Result{Valid: true, FailureClass: schemas.FailureTask, Reason: ReasonCodeError}, []string{"NameError"}},
+		{"robo.finish claiming success is not success", transcript(claim, nil), steps(false),
+			[]map[string]any{snippet(1, 1, "", "", ok)}, Exit{},
+			Result{Valid: true, FailureClass: schemas.FailureTask, Reason: "not_terminated"}, []string{"claimed success (not counted)"}},
+		{"a robo call met a service error: infrastructure", transcript(nil, nil), steps(false),
+			[]map[string]any{snippet(1, 1, "", "", ok), snippet(2, 2, "service", "line 1: robo.execute_skill: vla predict_action: 500", vlaDown)}, Exit{},
+			Result{FailureClass: schemas.FailureInfra}, []string{"snippet 2 (turn 2)", "service error", "vla predict_action: 500"}},
+		{"a service error kind without a message names the failed call", transcript(nil, nil), steps(false),
+			[]map[string]any{snippet(1, 3, "service", "", ok, vlaDown)}, Exit{},
+			Result{FailureClass: schemas.FailureInfra}, []string{"turn 3", "robo.execute_skill: vla predict_action: 500"}},
+		{"a snippet that went on past a failed call still met it", transcript(nil, nil), steps(false),
+			[]map[string]any{snippet(1, 1, "", "", vlaDown, ok)}, Exit{},
+			Result{FailureClass: schemas.FailureInfra}, []string{"CUDA error"}},
+		{"a service error before the env's success: infrastructure", transcript(nil, nil), steps(false, true),
+			[]map[string]any{snippet(1, 1, "service", "robo.detect: sam3 segment: 500", vlaDown), snippet(2, 2, "", "", ok)}, Exit{},
+			Result{FailureClass: schemas.FailureInfra}, []string{"service error before success", "sam3 segment"}},
+		{"a service error after the env's success does not undo it", transcript(nil, nil), steps(true),
+			[]map[string]any{snippet(1, 1, "", "", ok), snippet(2, 2, "service", "robo.detect: sam3 segment: 500")}, Exit{},
+			Result{Valid: true, Success: true, Reward: 1, SuccessTurn: 1}, []string{"after success (not counted)"}},
+		{"success stands against the planner's code errors", transcript(nil, nil), steps(false, true),
+			[]map[string]any{snippet(1, 1, "exception", "TypeError"), snippet(2, 2, "timeout", "TimeoutError", ok)}, Exit{},
+			Result{Valid: true, Success: true, Reward: 1, SuccessTurn: 2}, []string{"terminated at step 2 of 2"}},
+		{"a code error with the model server failing: infrastructure", transcript(nil, nil), steps(false),
+			[]map[string]any{snippet(1, 1, "exception", "SyntaxError")}, Exit{Health: Health{ModelFailures: 1, FirstModelFailure: "call 1: HTTP 502"}},
+			Result{FailureClass: schemas.FailureInfra}, []string{"HTTP 502"}},
+		{"a code error and the episode's timeout: out of time", transcript(nil, nil), steps(false),
+			[]map[string]any{snippet(1, 1, "timeout", "TimeoutError")}, Exit{TimedOut: true, Code: -1},
+			Result{Valid: true, FailureClass: schemas.FailureTask, Reason: ReasonOutOfTime}, []string{"ran out of time"}},
+	}
+	spec := schemas.OutcomeSpec{Adapter: "rpent_libero"}
+	for _, c := range cases {
+		got := Decide(spec, codeDir(t, c.tr, c.states, c.snippets...), c.exit)
+		if got.Valid != c.want.Valid || got.Success != c.want.Success || got.Reward != c.want.Reward || got.FailureClass != c.want.FailureClass ||
+			got.SuccessTurn != c.want.SuccessTurn || got.Reason != c.want.Reason {
+			t.Errorf("%s: got %+v, want %+v", c.name, got, c.want)
+		}
+		for _, w := range c.why {
+			if !strings.Contains(got.Termination, w) {
+				t.Errorf("%s: termination %q lacks %q", c.name, got.Termination, w)
+			}
+		}
+	}
+	// Without code_policy/ the same transcript's tool result error is a
+	// service error, as in tool mode.
+	if got := Decide(spec, rpentDir(t, transcript(nil, nil, codeResult), steps()), Exit{}); got.Valid {
+		t.Errorf("tool mode: a tool result error must be a service error, got %+v", got)
+	}
+	// An unreadable snippet record is a missing output, named.
+	dir := codeDir(t, transcript(nil, nil), steps(false))
+	os.WriteFile(filepath.Join(dir, "code_policy", "snippet_001.json"), []byte(`{"turn":`), 0o644)
+	if got := Decide(spec, dir, Exit{}); got.Valid || !strings.Contains(got.Termination, "snippet_001.json") {
+		t.Errorf("truncated snippet record: %+v", got)
 	}
 }

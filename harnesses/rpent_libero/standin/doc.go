@@ -10,7 +10,11 @@
 //     VLA action chunk, environment step) and writes RPent's output files:
 //     transcript_<tag>.json, states.json and run.log. Without
 //     --env-endpoint/--vla-endpoint/--sam3-endpoint it spawns that service
-//     itself, as RPent does, so its process group holds children.
+//     itself, as RPent does, so its process group holds children. With
+//     --policy-mode code the model writes snippets calling robo.<tool>()
+//     instead of tool calls; each runs through the same steps within
+//     --code-timeout-s and --code-max-calls and is recorded in code_policy/
+//     (code.go).
 //   - cmd/rpc-service is one of those services: it prints
 //     "RPC server listening on http://HOST:PORT" when ready and answers
 //     POST /call {"method": …} with {"ok": true, "result": …} or
@@ -19,8 +23,9 @@
 // The environment is seeded by (suite, task, seed) and alone decides success
 // (states.json steps[*].terminated); the model's finish call is a claim.
 // Knobs for failure tests (services that exit or never become ready, calls
-// that fail, an rpent that hangs) are environment variables, so the command
-// lines in standin.yaml stay those of the real harness.yaml.
+// that fail, an rpent that hangs) and for reproducible episodes (a model
+// sampling seed) are environment variables, so the command lines in
+// standin.yaml stay those of the real harness.yaml.
 //
 // The RPC method names and payloads are the stand-in's own: RPent's exact
 // wire protocol for /call beyond healthz is not documented upstream.

@@ -30,7 +30,11 @@ type Config struct {
 	EnvEndpoint              string
 	VLAEndpoint              string
 	SAM3Endpoint             string
-	PolicyMode               string
+	// PolicyMode is tool (one tool call a turn) or code (Python snippets
+	// calling robo.<tool>(), code.go); the two limits bound each snippet.
+	PolicyMode   string
+	CodeTimeoutS float64
+	CodeMaxCalls int
 }
 
 // Exit codes: 0 the episode ran to an end, 1 planner error (the transcript
@@ -61,7 +65,9 @@ func ParseArgs(args []string, stderr io.Writer) (Config, error) {
 	fs.StringVar(&c.EnvEndpoint, "env-endpoint", "", "[http|socket://]HOST:PORT of a running env service (default: spawn one)")
 	fs.StringVar(&c.VLAEndpoint, "vla-endpoint", "", "[http|socket://]HOST:PORT of a running VLA service (default: spawn one)")
 	fs.StringVar(&c.SAM3Endpoint, "sam3-endpoint", "", "[http|socket://]HOST:PORT of a running SAM3 service (default: spawn one)")
-	fs.StringVar(&c.PolicyMode, "policy-mode", "tool", "tool (tool calls) or code (not in the stand-in)")
+	fs.StringVar(&c.PolicyMode, "policy-mode", "tool", "tool (tool calls) or code (Python snippets calling robo.<tool>())")
+	fs.Float64Var(&c.CodeTimeoutS, "code-timeout-s", 120, "code mode: seconds each snippet may run")
+	fs.IntVar(&c.CodeMaxCalls, "code-max-calls", 100, "code mode: robot tool calls each snippet may make")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -85,8 +91,10 @@ func ParseArgs(args []string, stderr io.Writer) (Config, error) {
 		return c, errors.New("--max-turns and --max-episode-steps must be positive")
 	case c.OutputDir == "":
 		return c, errors.New("--output-dir is required")
-	case c.PolicyMode != "tool":
-		return c, fmt.Errorf("--policy-mode %q: the stand-in plays tool mode only", c.PolicyMode)
+	case c.PolicyMode != "tool" && c.PolicyMode != "code":
+		return c, fmt.Errorf("--policy-mode %q: use tool or code", c.PolicyMode)
+	case !(c.CodeTimeoutS > 0) || c.CodeMaxCalls < 1:
+		return c, fmt.Errorf("--code-timeout-s %g and --code-max-calls %d: both must be positive (defaults 120 and 100)", c.CodeTimeoutS, c.CodeMaxCalls)
 	}
 	return c, nil
 }
@@ -102,6 +110,11 @@ type Knobs struct {
 	// RPCService is the rpc-service binary spawned for endpoints not given
 	// (RPENT_STANDIN_RPC_SERVICE, default: next to this executable).
 	RPCService string
+	// ModelSeed, when set, makes episodes reproducible for tests: each
+	// chat request carries a sampling seed derived from it, the output
+	// dir's name (Roundhouse names it after the episode and try) and the
+	// turn (RPENT_STANDIN_MODEL_SEED, an integer).
+	ModelSeed *int64
 	// ModelTimeout and ServiceTimeout bound each request.
 	ModelTimeout, ServiceTimeout time.Duration
 	APIKey                       string // OPENAI_API_KEY
@@ -118,6 +131,13 @@ func KnobsFromEnv() (Knobs, error) {
 			return k, fmt.Errorf("RPENT_STANDIN_HANG_FOR=%q: %w", v, err)
 		}
 		k.HangFor = d
+	}
+	if v := os.Getenv("RPENT_STANDIN_MODEL_SEED"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return k, fmt.Errorf("RPENT_STANDIN_MODEL_SEED=%q: want an integer, or leave it empty for unseeded sampling: %w", v, err)
+		}
+		k.ModelSeed = &n
 	}
 	if k.RPCService == "" {
 		exe, err := os.Executable()
@@ -207,6 +227,9 @@ type Transcript struct {
 	Error       *string          `json:"error"`
 	Messages    []Message        `json:"messages"`
 	Tools       []map[string]any `json:"tools"`
+	// PolicyMode is set in code mode only, so tool mode's transcript keeps
+	// its bytes.
+	PolicyMode string `json:"policy_mode,omitempty"`
 }
 
 // Stats counts what the episode did.
@@ -221,6 +244,9 @@ type Stats struct {
 	PromptTokens     int     `json:"prompt_tokens"`
 	CompletionTokens int     `json:"completion_tokens"`
 	DurationS        float64 `json:"duration_s"`
+	// CodeSnippets counts code mode's snippets (ToolCalls then counts
+	// their robo calls); absent in tool mode.
+	CodeSnippets int `json:"code_snippets,omitempty"`
 }
 
 // episode is one run of the planner loop.
@@ -238,6 +264,8 @@ type episode struct {
 	terminated bool
 	truncated  bool
 	children   []*exec.Cmd
+	// vars are code mode's variables; they persist between snippets.
+	vars map[string]any
 }
 
 // Run plays one episode and writes RPent's output files. It returns the
@@ -259,6 +287,10 @@ func Run(ctx context.Context, cfg Config, knobs Knobs, stdout io.Writer) int {
 	e.tr = Transcript{Tag: start.UTC().Format("20060102T150405.000Z"), Robot: cfg.Robot, LiberoType: cfg.LiberoType, Suite: cfg.Suite,
 		Task: cfg.Task, Seed: cfg.Seed, Planner: cfg.Planner, Model: cfg.Model, StartedAt: start.UTC().Format(time.RFC3339Nano),
 		Messages: []Message{}, Tools: Tools}
+	if e.codeMode() {
+		// No tools are offered in code mode (code.go says why).
+		e.tr.Tools, e.tr.PolicyMode, e.vars = []map[string]any{}, "code", map[string]any{}
+	}
 	defer e.stopChildren()
 	code := ExitOK
 	if err := e.play(ctx); err != nil {
@@ -298,8 +330,12 @@ func (e *episode) play(ctx context.Context) error {
 		return fmt.Errorf("environment reset: %w", err)
 	}
 	e.tr.Instruction, e.obs = reset.Instruction, reset.Observation.Image
+	system := SystemPrompt
+	if e.codeMode() {
+		system = CodeSystemPrompt(e.cfg.CodeTimeoutS, e.cfg.CodeMaxCalls)
+	}
 	e.tr.Messages = append(e.tr.Messages,
-		Message{Role: "system", Content: SystemPrompt},
+		Message{Role: "system", Content: system},
 		Message{Role: "user", Content: []any{
 			map[string]any{"type": "text", "text": "Task: " + reset.Instruction},
 			map[string]any{"type": "image_url", "image_url": map[string]any{"url": "data:image/png;base64," + e.obs}},
@@ -320,6 +356,17 @@ func (e *episode) play(ctx context.Context) error {
 			}
 		}
 		e.tr.Messages = append(e.tr.Messages, reply)
+		if e.codeMode() {
+			end, err := e.runSnippet(ctx, reply)
+			if err != nil {
+				return err
+			}
+			if end != "" {
+				e.tr.Termination = end
+				return nil
+			}
+			continue
+		}
 		if len(reply.ToolCalls) == 0 {
 			e.tr.Messages = append(e.tr.Messages, Message{Role: "user", Content: "No tool was called. Call exactly one tool."})
 			continue
@@ -338,11 +385,20 @@ func (e *episode) play(ctx context.Context) error {
 	return nil
 }
 
-// complete asks the model for the next message, with the tools.
+func (e *episode) codeMode() bool { return e.cfg.PolicyMode == "code" }
+
+// complete asks the model for the next message, with the tools (tool mode)
+// or without (code mode: the reply's content is the code).
 func (e *episode) complete(ctx context.Context) (Message, error) {
 	e.tr.Stats.ModelCalls++
-	body, err := json.Marshal(map[string]any{"model": e.model, "messages": e.tr.Messages, "tools": Tools,
-		"tool_choice": "auto", "temperature": 1.0})
+	chat := map[string]any{"model": e.model, "messages": e.tr.Messages, "temperature": 1.0}
+	if !e.codeMode() {
+		chat["tools"], chat["tool_choice"] = Tools, "auto"
+	}
+	if e.knobs.ModelSeed != nil {
+		chat["seed"] = int64(hash(*e.knobs.ModelSeed, filepath.Base(e.cfg.OutputDir), e.tr.Stats.ModelCalls) >> 1)
+	}
+	body, err := json.Marshal(chat)
 	if err != nil {
 		return Message{}, fmt.Errorf("encode chat request: %w", err)
 	}
@@ -393,8 +449,20 @@ func (e *episode) complete(ctx context.Context) (Message, error) {
 func (e *episode) execute(ctx context.Context, tc ToolCall) (string, string) {
 	var args map[string]any
 	_ = json.Unmarshal([]byte(tc.Function.Arguments), &args) // the toy sends "{}"; bad JSON means no arguments
+	result, end, err := e.act(ctx, tc.Function.Name, args)
+	if err != nil {
+		return e.serviceError(err), ""
+	}
+	return jsonText(result), end
+}
+
+// act runs one robot tool, the one execution path of both modes: a tool
+// call in tool mode, a robo.<name>(…) call in code mode. It returns the
+// result, the episode's end when it ends, or the error of the service (VLA,
+// SAM3, env server) that failed; a failed step is still recorded in
+// states.json.
+func (e *episode) act(ctx context.Context, name string, args map[string]any) (map[string]any, string, error) {
 	str := func(k string) string { s, _ := args[k].(string); return strings.TrimSpace(s) }
-	name := tc.Function.Name
 	switch name {
 	case "finish":
 		claim := map[string]any{"success": true, "summary": str("summary"), "turn": e.tr.Stats.Turns}
@@ -402,14 +470,14 @@ func (e *episode) execute(ctx context.Context, tc ToolCall) (string, string) {
 			claim["success"] = v
 		}
 		e.tr.Finish = claim
-		return jsonText(map[string]any{"status": "finished"}), "finish_called"
+		return map[string]any{"status": "finished"}, "finish_called", nil
 	case "detect":
 		var seg any
 		e.tr.Stats.SAM3Calls++
 		if err := e.sam3.Call(ctx, "segment", map[string]any{"text": str("object"), "image": e.obs}, &seg); err != nil {
-			return e.serviceError(err), ""
+			return nil, "", err
 		}
-		return jsonText(map[string]any{"status": "ok", "detections": seg}), ""
+		return map[string]any{"status": "ok", "detections": seg}, "", nil
 	}
 	// Any other tool is a manipulation primitive: execute_skill's
 	// instruction, or the tool's own name ("pick_cube" → "pick cube").
@@ -418,12 +486,12 @@ func (e *episode) execute(ctx context.Context, tc ToolCall) (string, string) {
 		instr = strings.ReplaceAll(name, "_", " ")
 	}
 	step := Step{Turn: e.tr.Stats.Turns, Tool: name, Instruction: instr}
-	record := func(err error) (string, string) {
+	record := func(err error) (map[string]any, string, error) {
 		msg := err.Error()
 		step.Error = &msg
 		step.EnvSteps, step.Progress = e.lastSteps()
 		e.steps = append(e.steps, step)
-		return e.serviceError(err), ""
+		return nil, "", err
 	}
 	words := strings.Fields(instr)
 	target := instr
@@ -456,14 +524,14 @@ func (e *episode) execute(ctx context.Context, tc ToolCall) (string, string) {
 	e.tr.Stats.EnvSteps = res.Step.EnvSteps
 	step.EnvSteps, step.Progress, step.Terminated, step.Truncated = res.Step.EnvSteps, res.Step.Progress, res.Step.Terminated, res.Step.Truncated
 	e.steps = append(e.steps, step)
-	result := jsonText(map[string]any{"status": "executed", "instruction": instr, "env_steps": res.Step.EnvSteps})
+	result := map[string]any{"status": "executed", "instruction": instr, "env_steps": res.Step.EnvSteps}
 	switch {
 	case res.Step.Terminated:
-		return result, "env_terminated"
+		return result, "env_terminated", nil
 	case res.Step.Truncated:
-		return result, "env_truncated"
+		return result, "env_truncated", nil
 	}
-	return result, ""
+	return result, "", nil
 }
 
 func (e *episode) lastSteps() (int, int) {

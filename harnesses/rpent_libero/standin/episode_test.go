@@ -165,6 +165,11 @@ func TestEpisodesAgainstTheToyModel(t *testing.T) {
 		if vla.calls != len(f.steps) {
 			t.Errorf("seed %d: %d VLA calls for %d steps", seed, vla.calls, len(f.steps))
 		}
+		// Tool mode carries nothing of code mode.
+		if _, err := os.Stat(filepath.Join(cfg.OutputDir, "code_policy")); err == nil || f.transcript["policy_mode"] != nil ||
+			f.transcript["stats"].(map[string]any)["code_snippets"] != nil {
+			t.Errorf("seed %d: tool mode wrote code mode's files or fields", seed)
+		}
 	}
 	reqs := requests()
 	if len(reqs) == 0 {
@@ -336,13 +341,22 @@ func TestParseArgs(t *testing.T) {
 		"other robot":    replace("--robot", "franka"),
 		"other planner":  replace("--planner", "claude_code"),
 		"bare model":     replace("--model", "toy"),
-		"code mode":      with("--policy-mode", "code"),
+		"other mode":     with("--policy-mode", "python"),
+		"no time limit":  with("--policy-mode", "code", "--code-timeout-s", "0"),
+		"no calls":       with("--policy-mode", "code", "--code-max-calls", "0"),
 		"stray argument": with("extra"),
 		"no output dir":  replace("--output-dir", ""),
 	} {
 		if _, err := ParseArgs(args, io.Discard); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
+	}
+	if c.PolicyMode != "tool" || c.CodeTimeoutS != 120 || c.CodeMaxCalls != 100 {
+		t.Errorf("defaults: mode %q, code limits %gs and %d calls; want tool, RPent's 120 and 100", c.PolicyMode, c.CodeTimeoutS, c.CodeMaxCalls)
+	}
+	c, err = ParseArgs(with("--policy-mode", "code", "--code-timeout-s", "2.5", "--code-max-calls", "7"), io.Discard)
+	if err != nil || c.PolicyMode != "code" || c.CodeTimeoutS != 2.5 || c.CodeMaxCalls != 7 {
+		t.Errorf("code mode: %+v, %v", c, err)
 	}
 	for in, want := range map[string]string{"127.0.0.1:5": "http://127.0.0.1:5", "http://h:6/": "http://h:6"} {
 		if got, err := ParseEndpoint(in); err != nil || got != want {

@@ -19,12 +19,87 @@ import (
 // service command lines after the program, the same services, readiness
 // signals, external-endpoint vars, outcome adapter, artifacts and splits.
 func TestStandinMirrorsTheRealHarness(t *testing.T) {
-	real, err := harness.Load("../harness.yaml", nil)
+	real, stand, _ := mirror(t, "../harness.yaml", "../standin.yaml")
+	overridden, err := harness.Load("../harness.yaml", map[string]string{"vla_endpoint": "http://10.0.0.5:8220"})
+	if err != nil || overridden.Services[0].External != "http://10.0.0.5:8220" {
+		t.Errorf("--var vla_endpoint must make vla external: %+v %v", overridden.Services[0], err)
+	}
+	if real.Splits.Train != "11-44" || real.Splits.Val != "45-49" || real.Splits.Eval != "1-10" {
+		t.Errorf("splits %+v", real.Splits)
+	}
+	if !slices.Contains(real.Trainer.Command, "--nproc_per_node") || real.Trainer.Command[slices.Index(real.Trainer.Command, "--nproc_per_node")+1] != "8" {
+		t.Errorf("trainer must run 8 processes: %q", real.Trainer.Command)
+	}
+	checkTrainer(t, real, stand)
+	// Each episode names its own task's suite and number: one file holds
+	// the protocol's suites.
+	for _, c := range []schemas.Harness{real, stand} {
+		cmd := c.Episode.Command
+		if i := slices.Index(cmd, "--suite"); i < 0 || cmd[i+1] != "{suite}" || cmd[slices.Index(cmd, "--task")+1] != "{task_number}" {
+			t.Errorf("%s: episode must pass --suite {suite} --task {task_number}: %q", c.Name, cmd)
+		}
+		for _, task := range c.Tasks {
+			if task.Suite == "" || task.Number == nil {
+				t.Errorf("%s: task %d needs a suite and its number in it", c.Name, task.ID)
+			}
+		}
+	}
+}
+
+// The code-mode pair: standin_code.yaml mirrors code.yaml as standin.yaml
+// mirrors harness.yaml, and each variant is its base with only the episode
+// in code mode (RPent's flags and limits) and code_policy/ uploaded.
+func TestCodeVariantMirrorsTheRealHarness(t *testing.T) {
+	_, _, cfg := mirror(t, "../code.yaml", "../standin_code.yaml", "code_timeout_s", "code_max_calls")
+	if cfg.PolicyMode != "code" || cfg.CodeTimeoutS != 120 || cfg.CodeMaxCalls != 100 {
+		t.Errorf("code.yaml runs mode %q with %gs and %d calls a snippet; want code with RPent's defaults 120 and 100", cfg.PolicyMode, cfg.CodeTimeoutS, cfg.CodeMaxCalls)
+	}
+	for variantPath, basePath := range map[string]string{"../code.yaml": "../harness.yaml", "../standin_code.yaml": "../standin.yaml"} {
+		v, err := harness.Load(variantPath, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		base, err := harness.Load(basePath, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v.Name == base.Name {
+			t.Errorf("%s: the variant keeps its base's name", v.Name)
+		}
+		flags := []string{"--policy-mode", "code", "--code-timeout-s", v.Vars["code_timeout_s"], "--code-max-calls", v.Vars["code_max_calls"]}
+		if want := append(slices.Clone(base.Episode.Command), flags...); !slices.Equal(v.Episode.Command, want) {
+			t.Errorf("%s: episode command is not its base's plus %q:\n %q", v.Name, flags, v.Episode.Command)
+		}
+		if want := append(slices.Clone(base.Episode.Artifacts), "code_policy/*"); !slices.Equal(v.Episode.Artifacts, want) {
+			t.Errorf("%s: artifacts %q, want the base's plus code_policy/*", v.Name, v.Episode.Artifacts)
+		}
+		// Everything else is the base's.
+		v.Name, v.Digest, v.Episode.Command, v.Episode.Artifacts = base.Name, base.Digest, base.Episode.Command, base.Episode.Artifacts
+		delete(v.Vars, "code_timeout_s")
+		delete(v.Vars, "code_max_calls")
+		if !reflect.DeepEqual(v, base) {
+			t.Errorf("%s differs from %s beyond the episode's code mode", variantPath, basePath)
+		}
+	}
+}
+
+// mirror checks that the stand-in file tests the real file's wiring (the
+// same episode and service command lines after the program, services,
+// readiness signals, external-endpoint vars, outcome adapter, artifacts and
+// splits) and that the stand-in rpent parses the real episode flags, which
+// it returns. Both load with the real file's values of max_turns,
+// max_steps and of vars, so only the wiring can differ.
+func mirror(t *testing.T, realPath, standPath string, vars ...string) (real, stand schemas.Harness, cfg Config) {
+	t.Helper()
+	real, err := harness.Load(realPath, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Same var values, so only the wiring can differ.
-	stand, err := harness.Load("../standin.yaml", map[string]string{"max_turns": real.Vars["max_turns"], "max_steps": real.Vars["max_steps"]})
+	same := map[string]string{}
+	for _, k := range append([]string{"max_turns", "max_steps"}, vars...) {
+		same[k] = real.Vars[k]
+	}
+	stand, err = harness.Load(standPath, same)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,8 +118,8 @@ func TestStandinMirrorsTheRealHarness(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ParseArgs(args, os.Stderr); err != nil {
-		t.Errorf("the stand-in refuses harness.yaml's episode flags: %v", err)
+	if cfg, err = ParseArgs(args, os.Stderr); err != nil {
+		t.Errorf("the stand-in refuses %s's episode flags: %v", realPath, err)
 	}
 	if len(real.Services) != len(stand.Services) {
 		t.Fatalf("services: real %d, standin %d", len(real.Services), len(stand.Services))
@@ -74,10 +149,6 @@ func TestStandinMirrorsTheRealHarness(t *testing.T) {
 			}
 		}
 	}
-	overridden, err := harness.Load("../harness.yaml", map[string]string{"vla_endpoint": "http://10.0.0.5:8220"})
-	if err != nil || overridden.Services[0].External != "http://10.0.0.5:8220" {
-		t.Errorf("--var vla_endpoint must make vla external: %+v %v", overridden.Services[0], err)
-	}
 	if real.Episode.Env["OPENAI_API_KEY"] == "" || stand.Episode.Env["OPENAI_API_KEY"] == "" {
 		t.Error("OPENAI_API_KEY must be set to a non-empty value")
 	}
@@ -87,26 +158,7 @@ func TestStandinMirrorsTheRealHarness(t *testing.T) {
 	if !reflect.DeepEqual(real.Episode.Artifacts, stand.Episode.Artifacts) || !reflect.DeepEqual(real.Splits, stand.Splits) {
 		t.Error("artifacts and splits must match")
 	}
-	if real.Splits.Train != "11-44" || real.Splits.Val != "45-49" || real.Splits.Eval != "1-10" {
-		t.Errorf("splits %+v", real.Splits)
-	}
-	if !slices.Contains(real.Trainer.Command, "--nproc_per_node") || real.Trainer.Command[slices.Index(real.Trainer.Command, "--nproc_per_node")+1] != "8" {
-		t.Errorf("trainer must run 8 processes: %q", real.Trainer.Command)
-	}
-	checkTrainer(t, real, stand)
-	// Each episode names its own task's suite and number: one file holds
-	// the protocol's suites.
-	for _, c := range []schemas.Harness{real, stand} {
-		cmd := c.Episode.Command
-		if i := slices.Index(cmd, "--suite"); i < 0 || cmd[i+1] != "{suite}" || cmd[slices.Index(cmd, "--task")+1] != "{task_number}" {
-			t.Errorf("%s: episode must pass --suite {suite} --task {task_number}: %q", c.Name, cmd)
-		}
-		for _, task := range c.Tasks {
-			if task.Suite == "" || task.Number == nil {
-				t.Errorf("%s: task %d needs a suite and its number in it", c.Name, task.ID)
-			}
-		}
-	}
+	return real, stand, cfg
 }
 
 // checkTrainer: the planner reads images in both files; the real trainer

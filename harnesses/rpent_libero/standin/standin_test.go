@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,7 +16,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/roundhouse-rl/roundhouse/internal/harness"
 	"github.com/roundhouse-rl/roundhouse/internal/itest"
+	"github.com/roundhouse-rl/roundhouse/internal/outcome"
+	"github.com/roundhouse-rl/roundhouse/internal/rl"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 )
@@ -31,6 +36,9 @@ import (
 //   - "service": SAM3 fails to start (its checkpoint is missing): every
 //     episode is invalid with an infrastructure cause naming the service
 //     after collect.infra_retries retries, and the round still completes.
+//   - "code": standin_code.yaml, RPent's code mode: the calls are recorded
+//     as in tool mode, the rows and code_policy/ artifacts agree with the
+//     files, and the round trains on the recorded calls.
 func TestStandinRounds(t *testing.T) {
 	stack := itest.Start(t)
 	bins := itest.Binaries(t)
@@ -52,7 +60,7 @@ func TestStandinRounds(t *testing.T) {
 	if err := os.WriteFile(pool, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	train := func(t *testing.T, run string, vars ...string) string {
+	trainWith := func(t *testing.T, config, run string, vars ...string) string {
 		args := []string{"train", "--config", config, "--run", run, "--weights", filepath.Join(root, "harnesses/minimal/weights/w0"),
 			"--rounds", "1", "--groups", "2", "--attempts", "2", "--pool-report", pool, "--pool-report-any-weights",
 			"--var", "bin=" + sbins, "--var", "toy_bin=" + bins}
@@ -65,6 +73,7 @@ func TestStandinRounds(t *testing.T) {
 		}
 		return string(out)
 	}
+	train := func(t *testing.T, run string, vars ...string) string { return trainWith(t, config, run, vars...) }
 	episodes := func(t *testing.T, run string) []schemas.Episode {
 		l := schemas.Layout{Run: run}
 		objs, err := stack.Store.List(ctx, l.EpisodesDir(1, schemas.PhaseTrain))
@@ -144,7 +153,7 @@ func TestStandinRounds(t *testing.T) {
 					}
 				}
 			case 0:
-				tr, runLog := checkCompleted(t, ctx, stack.Store, e, callsOf[e.EpisodeID])
+				tr, runLog := checkCompleted(t, ctx, stack.Store, e, callsOf[e.EpisodeID], false)
 				vlaCalls += tr.Stats.VLACalls
 				if !strings.Contains(runLog, "vla: using "+vlaURL) {
 					t.Errorf("%s: rpent did not use the external VLA %s:\n%s", e.EpisodeID, vlaURL, runLog)
@@ -199,11 +208,63 @@ func TestStandinRounds(t *testing.T) {
 			t.Errorf("no sam3 log in %v names the missing checkpoint", logs)
 		}
 	})
+
+	t.Run("code", func(t *testing.T) {
+		codeConfig := filepath.Join(root, "harnesses/rpent_libero/standin_code.yaml")
+		h, err := harness.Load(codeConfig, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seed, predicted := codeSeed(t, h, []int32{0, 1})
+		const run = "rpent-code"
+		trainWith(t, codeConfig, run, fmt.Sprintf("model_seed=%d", seed))
+		l := schemas.Layout{Run: run}
+		calls, err := store.ReadTable(ctx, stack.Store, l.CallsDir(1, schemas.PhaseTrain), func(c schemas.Call) string { return c.EpisodeID })
+		if err != nil {
+			t.Fatal(err)
+		}
+		callsOf := map[string][]schemas.Call{}
+		for _, c := range calls {
+			callsOf[c.EpisodeID] = append(callsOf[c.EpisodeID], c)
+		}
+		for _, e := range episodes(t, run) {
+			tr, _ := checkCompleted(t, ctx, stack.Store, e, callsOf[e.EpisodeID], true)
+			if tr.PolicyMode != "code" || tr.Stats.CodeSnippets != tr.Stats.ModelCalls {
+				t.Errorf("%s: mode %q, %d snippets for %d model calls", e.EpisodeID, tr.PolicyMode, tr.Stats.CodeSnippets, tr.Stats.ModelCalls)
+			}
+			if want, ok := predicted[e.EpisodeID+"-try0"]; !ok || e.Success != want {
+				t.Errorf("%s: success %v, but the same episode in process (model_seed %d) gave %v", e.EpisodeID, e.Success, seed, want)
+			}
+		}
+		s := summary(t, run)
+		if s.Episodes != 4 || s.Valid != 4 || s.GroupsWithSignal == 0 || s.Samples == 0 || s.WeightsOut != "r1" {
+			t.Fatalf("summary %+v, weights out %s: want 4 valid episodes, a group with signal, samples and weights r1", s.BatchSummary, s.WeightsOut)
+		}
+		// The batch's samples are recorded calls of the round's episodes.
+		samples, err := store.ReadParquet[schemas.Sample](ctx, stack.Store, l.Samples(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(samples) != int(s.Samples) {
+			t.Errorf("%d sample rows, the summary says %d", len(samples), s.Samples)
+		}
+		for _, sm := range samples {
+			if int(sm.CallIndex) >= len(callsOf[sm.EpisodeID]) || sm.Advantage == 0 {
+				t.Errorf("sample %s call %d (advantage %v) is not a recorded call with signal", sm.EpisodeID, sm.CallIndex, sm.Advantage)
+			}
+		}
+		for _, key := range []string{l.Batch(1), l.Weights("r1") + "manifest.json"} {
+			if ok, err := stack.Store.Exists(ctx, key); err != nil || !ok {
+				t.Errorf("%s missing (%v): the round did not train", key, err)
+			}
+		}
+		t.Logf("model_seed %d: %d successes, %d groups with signal, %d samples, weights %s → %s", seed, s.Successes, s.GroupsWithSignal, s.Samples, s.WeightsIn, s.WeightsOut)
+	})
 }
 
 // checkCompleted checks a completed episode's row, calls and artifacts
-// against the files rpent wrote.
-func checkCompleted(t *testing.T, ctx context.Context, s *store.Store, e schemas.Episode, calls []schemas.Call) (Transcript, string) {
+// against the files rpent wrote, in tool or code mode.
+func checkCompleted(t *testing.T, ctx context.Context, s *store.Store, e schemas.Episode, calls []schemas.Call, code bool) (Transcript, string) {
 	t.Helper()
 	if !e.Valid || e.Retry != 0 || e.Termination == "" {
 		t.Errorf("%s: %+v, want a valid first try", e.EpisodeID, e)
@@ -216,8 +277,11 @@ func checkCompleted(t *testing.T, ctx context.Context, s *store.Store, e schemas
 		if !c.Trainable || len(c.CompletionTokenIDs) == 0 || len(c.CompletionTokenIDs) != len(c.CompletionLogprobs) || len(c.PromptTokenIDs) == 0 {
 			t.Errorf("%s call %d lacks token data", e.EpisodeID, i)
 		}
-		if !strings.Contains(c.Request, `"tool_choice":"auto"`) || !strings.Contains(c.Request, `"execute_skill"`) {
+		if !code && (!strings.Contains(c.Request, `"tool_choice":"auto"`) || !strings.Contains(c.Request, `"execute_skill"`)) {
 			t.Errorf("%s call %d: request is not rpent's chat with tools: %.200s", e.EpisodeID, i, c.Request)
+		}
+		if code && (strings.Contains(c.Request, `"tools"`) || !strings.Contains(c.Request, "robo.execute_skill(instruction)")) {
+			t.Errorf("%s call %d: request is not rpent's code-mode chat (no tools, the robo API in the prompt): %.200s", e.EpisodeID, i, c.Request)
 		}
 		if strings.Contains(c.Request, "data:image/") || !strings.Contains(c.Request, "blob://sha256/") {
 			t.Errorf("%s call %d: the camera image was not replaced by a blob reference", e.EpisodeID, i)
@@ -229,8 +293,23 @@ func checkCompleted(t *testing.T, ctx context.Context, s *store.Store, e schemas
 		t.Fatal(err)
 	}
 	names := map[string]string{}
+	local := t.TempDir() // the artifacts, to score again
+	snippets := 0
 	for _, o := range objs {
 		base := strings.TrimPrefix(o.Key, prefix)
+		b, err := s.Get(ctx, o.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(local, base)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(local, base), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasPrefix(base, "code_policy/snippet_") && strings.HasSuffix(base, ".json") {
+			snippets++
+		}
 		if strings.HasPrefix(base, "transcript_") {
 			base = "transcript"
 		}
@@ -271,11 +350,82 @@ func checkCompleted(t *testing.T, ctx context.Context, s *store.Store, e schemas
 	if tr.Stats.ModelCalls != len(calls) || tr.Error != nil {
 		t.Errorf("%s: transcript says %d model calls (error %v), the proxy recorded %d", e.EpisodeID, tr.Stats.ModelCalls, tr.Error, len(calls))
 	}
+	if code && (snippets == 0 || snippets != tr.Stats.CodeSnippets || names[fmt.Sprintf("code_policy/snippet_%03d.py", snippets)] == "") {
+		t.Errorf("%s: %d code_policy/ records uploaded, the transcript counts %d snippets (have %v)", e.EpisodeID, snippets, tr.Stats.CodeSnippets, names)
+	}
+	// The row is what the adapter makes of the uploaded files: the reason
+	// included.
+	if res := outcome.Decide(schemas.OutcomeSpec{Adapter: "rpent_libero"}, local, outcome.Exit{}); res.Valid != e.Valid ||
+		res.Success != e.Success || res.Reason != e.Reason || res.FailureClass != e.FailureClass {
+		t.Errorf("%s: row valid %v success %v class %q reason %q; the artifacts give %+v", e.EpisodeID, e.Valid, e.Success, e.FailureClass, e.Reason, res)
+	}
 	runLog, err := s.Get(ctx, names["run.log"])
 	if err != nil {
 		t.Fatal(err)
 	}
 	return tr, string(runLog)
+}
+
+// codeSeed finds the smallest model_seed under which round 1 of h (its
+// groups over pool as the Train workflow plans them, 2 attempts each) has
+// a group whose attempts end differently, by playing those episodes in
+// process with h's episode flags against the run's starting weights. The
+// stand-in is reproducible given the seed, so under it the round must
+// train. It returns the seed and each episode's success, keyed by its
+// output dir's name (<episode id>-try0).
+func codeSeed(t *testing.T, h schemas.Harness, pool []int32) (int64, map[string]bool) {
+	t.Helper()
+	model, _ := toyModel(t)
+	ids, err := harness.IDs(h, "train_init_ids")
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups := rl.PlanGroups(pool, ids, 2, h.Collect.Seed, 1)
+	server := func(s *Service) string {
+		srv := httptest.NewServer(s.Handler())
+		t.Cleanup(srv.Close)
+		return srv.URL
+	}
+	vla, sam3 := server(&Service{Component: "vla"}), server(&Service{Component: "sam3"})
+	for seed := int64(1); seed <= 20; seed++ {
+		k := knobs
+		k.ModelSeed = &seed
+		success, signal := map[string]bool{}, false
+		for g, grp := range groups {
+			var task schemas.Task
+			for _, tk := range h.Tasks {
+				if tk.ID == grp.Task {
+					task = tk
+				}
+			}
+			var got [2]bool
+			for a := range got {
+				name := schemas.EpisodeID(1, schemas.PhaseTrain, int32(g), int32(a)) + "-try0"
+				args, err := harness.FillArgs(h.Episode.Command[1:], map[string]string{"task": fmt.Sprint(task.ID), "task_number": fmt.Sprint(*task.Number),
+					"suite": task.Suite, "seed": fmt.Sprint(grp.InitID), "base_url": model.URL + "/v1", "output_dir": filepath.Join(t.TempDir(), name),
+					"served_name": h.Model.ServedName, "vla_url": vla, "sam3_url": sam3})
+				if err != nil {
+					t.Fatal(err)
+				}
+				cfg, err := ParseArgs(args, io.Discard)
+				if err != nil {
+					t.Fatal(err)
+				}
+				cfg.EnvEndpoint = server(&Service{Component: "env", Env: NewEnv(cfg.Suite, cfg.Task, cfg.Seed, cfg.MaxEpisodeSteps)})
+				if code := Run(context.Background(), cfg, k, io.Discard); code != ExitOK {
+					t.Fatalf("%s in process: exit %d", name, code)
+				}
+				got[a] = outcome.Decide(schemas.OutcomeSpec{Adapter: "rpent_libero"}, cfg.OutputDir, outcome.Exit{}).Success
+				success[name] = got[a]
+			}
+			signal = signal || got[0] != got[1]
+		}
+		if signal {
+			return seed, success
+		}
+	}
+	t.Fatal("no model_seed in 1..20 gives round 1 a group whose attempts end differently")
+	return 0, nil
 }
 
 // startStandinWorker runs the worker binary (all roles, one host) and stops

@@ -5,6 +5,7 @@
 //	rpent --robot libero --libero-type pro --suite libero_object_swap --task 2 --seed 12 \
 //	    --planner api --model openai-chat:toy --base-url http://127.0.0.1:18200/v1 \
 //	    --max-turns 100 --output-dir DIR [--vla-endpoint URL --sam3-endpoint URL --env-endpoint URL]
+//	    [--policy-mode code --code-timeout-s 120 --code-max-calls 100]
 //
 // Environment: OPENAI_API_KEY (required, any value), RPENT_STANDIN_HANG_TASKS
 // and RPENT_STANDIN_HANG_FOR (hang after the first model call, for timeout
