@@ -102,7 +102,7 @@ type Episode struct {
 	Termination  string  `parquet:"termination" json:"termination"`
 	// Reason is a task failure's short, countable cause: out_of_time,
 	// planner_error, or how the episode ran out (the toy's max_turns,
-	// finish_claimed; RPent's not_terminated, and in code mode code_error,
+	// finish_claimed; RPent's finish_claimed, gave_up, not_terminated, and in code mode code_error,
 	// code_timeout, code_max_calls when its last snippet failed so); ""
 	// otherwise and in rows written before it existed.
 	Reason   string `parquet:"reason" json:"reason,omitempty"`

@@ -2,6 +2,7 @@ package outcome
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,6 +27,13 @@ const (
 	ReasonCodeError    = "code_error"     // it raised
 	ReasonCodeTimeout  = "code_timeout"   // it ran past --code-timeout-s
 	ReasonCodeMaxCalls = "code_max_calls" // it tried more than --code-max-calls robo calls
+)
+
+// Task failure reasons from RPent's finish call, when the env did not
+// terminate (without one: not_terminated).
+const (
+	ReasonFinishClaimed = "finish_claimed" // the model said it succeeded
+	ReasonGaveUp        = "gave_up"        // the model said it failed
 )
 
 // rpentTranscript holds the fields of transcript_<tag>.json the adapter
@@ -69,7 +77,7 @@ func rpentLibero(dir string, exit Exit) finding {
 	// there be several, the first error or service error of any counts.
 	sort.Strings(paths)
 	var f finding
-	var claim string
+	var claim, claimReason string
 	for _, p := range paths {
 		name := filepath.Base(p)
 		b, err := os.ReadFile(p)
@@ -89,7 +97,7 @@ func rpentLibero(dir string, exit Exit) finding {
 			f.serviceError = fmt.Sprintf("%d tool result(s) carry service errors; first: %s", n, first)
 			f.serviceTurn = turn
 		}
-		claim = finishClaim(t.Finish)
+		claim, claimReason = finishClaim(t.Finish)
 	}
 	if code.serviceError != "" {
 		f.serviceError, f.serviceTurn = code.serviceError, code.serviceTurn
@@ -136,7 +144,10 @@ func rpentLibero(dir string, exit Exit) finding {
 			return f
 		}
 	}
-	f.termination, f.reason = fmt.Sprintf("not terminated after %d steps", len(steps)), "not_terminated"
+	// The reason names how it ran out: the model claimed success
+	// (finish_claimed, as the toy's), gave up (finish with success false),
+	// or never called finish (not_terminated: out of turns or env steps).
+	f.termination, f.reason = fmt.Sprintf("not terminated after %d steps", len(steps)), cmp.Or(claimReason, "not_terminated")
 	if code.failed > 0 {
 		f.termination += fmt.Sprintf("; %d of %d code snippet(s) failed, last: %s", code.failed, code.snippets, code.lastFailure)
 	}
@@ -230,21 +241,22 @@ func contentText(raw json.RawMessage) string {
 	return strings.TrimSpace(b.String())
 }
 
-// finishClaim describes the model's finish call for the termination text.
-func finishClaim(raw json.RawMessage) string {
+// finishClaim describes the model's finish call for the termination text,
+// and the task-failure reason it gives when the env did not terminate.
+func finishClaim(raw json.RawMessage) (string, string) {
 	var v any
 	if len(bytes.TrimSpace(raw)) == 0 || json.Unmarshal(raw, &v) != nil || v == nil {
-		return ""
+		return "", ""
 	}
 	if m, ok := v.(map[string]any); ok {
 		switch m["success"] {
 		case true:
-			return "the model claimed success"
+			return "the model claimed success", ReasonFinishClaimed
 		case false:
-			return "the model claimed failure"
+			return "the model claimed failure", ReasonGaveUp
 		}
 	}
-	return "the model called finish"
+	return "the model called finish", ReasonFinishClaimed
 }
 
 // rpentSnippet holds the fields of code_policy/snippet_NNN.json the adapter

@@ -88,7 +88,11 @@ func TestRPentLibero(t *testing.T) {
 		{"steps after success: the first terminated step's turn", transcript(nil, nil, ok, ok, ok), steps(false, true, true), Exit{},
 			Result{Valid: true, Success: true, Reward: 1, SuccessTurn: 2}, []string{"terminated at step 2 of 3"}},
 		{"finish claim without terminated is a task failure", transcript(claimSuccess, nil, ok), steps(false), Exit{},
-			Result{Valid: true, FailureClass: schemas.FailureTask}, []string{"not terminated after 1 steps", "claimed success"}},
+			Result{Valid: true, FailureClass: schemas.FailureTask, Reason: ReasonFinishClaimed}, []string{"not terminated after 1 steps", "claimed success"}},
+		{"giving up is a task failure", transcript(map[string]any{"success": false}, nil, ok), steps(false), Exit{},
+			Result{Valid: true, FailureClass: schemas.FailureTask, Reason: ReasonGaveUp}, []string{"claimed failure"}},
+		{"no finish, no termination: ran out", transcript(nil, nil, ok), steps(false), Exit{},
+			Result{Valid: true, FailureClass: schemas.FailureTask, Reason: "not_terminated"}, []string{"not terminated after 1 steps"}},
 		{"finish claiming failure does not hide success", transcript(map[string]any{"success": false}, nil, ok), steps(true), Exit{},
 			Result{Valid: true, Success: true, Reward: 1, SuccessTurn: 1}, nil},
 		{"steps without turns leave the success turn unknown", transcript(nil, nil, ok), map[string]any{"steps": []any{map[string]any{"terminated": true}}}, Exit{},
@@ -143,8 +147,11 @@ func TestRPentLibero(t *testing.T) {
 		if got.Termination == "" {
 			t.Errorf("%s: no termination text", c.name)
 		}
-		if got.Valid && !got.Success && got.Reason != "not_terminated" && got.Reason != ReasonOutOfTime && got.Reason != ReasonPlannerError {
-			t.Errorf("%s: task failure reason %q", c.name, got.Reason)
+		if got.Valid && !got.Success && c.want.Reason != "" && got.Reason != c.want.Reason {
+			t.Errorf("%s: task failure reason %q, want %q", c.name, got.Reason, c.want.Reason)
+		}
+		if got.Valid && !got.Success && got.Reason == "" {
+			t.Errorf("%s: a task failure without a reason", c.name)
 		}
 		for _, w := range c.why {
 			if !strings.Contains(got.Termination, w) {
@@ -253,7 +260,7 @@ func TestRPentLiberoCodePolicy(t *testing.T) {
 			Result{Valid: true, FailureClass: schemas.FailureTask, Reason: ReasonCodeError}, []string{"NameError"}},
 		{"robo.finish claiming success is not success", transcript(claim, nil), steps(false),
 			[]map[string]any{snippet(1, 1, "", "", ok)}, Exit{},
-			Result{Valid: true, FailureClass: schemas.FailureTask, Reason: "not_terminated"}, []string{"claimed success (not counted)"}},
+			Result{Valid: true, FailureClass: schemas.FailureTask, Reason: ReasonFinishClaimed}, []string{"claimed success (not counted)"}},
 		{"a robo call met a service error: infrastructure", transcript(nil, nil), steps(false),
 			[]map[string]any{snippet(1, 1, "", "", ok), snippet(2, 2, "service", "line 1: robo.execute_skill: vla predict_action: 500", vlaDown)}, Exit{},
 			Result{FailureClass: schemas.FailureInfra}, []string{"snippet 2 (turn 2)", "service error", "vla predict_action: 500"}},

@@ -215,7 +215,7 @@ func TestCodeModeAgainstTheToyModel(t *testing.T) {
 			t.Errorf("seed %d: %d primitives run, %d steps, %d VLA calls", seed, steps, len(f.steps), vla.calls)
 		}
 		res := outcome.Decide(rpentSpec, cfg.OutputDir, outcome.Exit{})
-		if !res.Valid || res.Success != terminated(f.steps) || (!res.Success && res.Reason != "not_terminated") {
+		if !res.Valid || res.Success != terminated(f.steps) || (!res.Success && res.Reason == "") {
 			t.Errorf("seed %d: outcome %+v but states terminated=%v", seed, res, terminated(f.steps))
 		}
 	}
@@ -271,7 +271,7 @@ func TestCodeModeRunsCode(t *testing.T) {
 		t.Errorf("snippet 1's result did not reach the model: %v", m)
 	}
 	res := outcome.Decide(rpentSpec, cfg.OutputDir, outcome.Exit{})
-	if !res.Valid || res.Success || res.Reason != "not_terminated" || !strings.Contains(res.Termination, "claimed success") {
+	if !res.Valid || res.Success || res.Reason != outcome.ReasonFinishClaimed || !strings.Contains(res.Termination, "claimed success") {
 		t.Errorf("robo.finish(success=True) without terminated: %+v", res)
 	}
 }

@@ -140,7 +140,7 @@ func TestEveryFailureTableRow(t *testing.T) {
 		{10, "finish claimed, never terminated", func(t *testing.T) (string, outcome.Exit) {
 			dir, code := play(t, scripted(t).URL+"/v1", 0, 8, knobs, context.Background())
 			return dir, outcome.Exit{Code: code, Health: outcome.HealthOf(ok)}
-		}, want{valid: true, class: schemas.FailureTask, reason: "not_terminated", says: "claimed success"}},
+		}, want{valid: true, class: schemas.FailureTask, reason: outcome.ReasonFinishClaimed, says: "claimed success"}},
 	}
 	for _, r := range rows {
 		t.Run(fmt.Sprintf("row %d %s", r.row, r.name), func(t *testing.T) {
