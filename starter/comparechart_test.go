@@ -10,8 +10,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/wcharczuk/go-chart/v2/drawing"
-
 	"github.com/roundhouse-rl/roundhouse/schemas"
 )
 
@@ -102,17 +100,7 @@ func TestCompareChartPNG(t *testing.T) {
 		t.Errorf("size %v: want room for 8 pairs of bars", s)
 	}
 	// Both sides are drawn: B's bars are taller (25 successes to 15).
-	found := map[drawing.Color]int{}
-	for y := 0; y < img.Bounds().Dy(); y++ {
-		for x := 0; x < img.Bounds().Dx(); x++ {
-			r, g, b, _ := img.At(x, y).RGBA()
-			for _, c := range []drawing.Color{colorA, colorB} {
-				if uint8(r>>8) == c.R && uint8(g>>8) == c.G && uint8(b>>8) == c.B {
-					found[c]++
-				}
-			}
-		}
-	}
+	found := pixels(img, colorA, colorB)
 	if found[colorA] < 1000 || found[colorB] <= found[colorA] {
 		t.Errorf("bar pixels: %d of A, %d of B; want both drawn, B's more", found[colorA], found[colorB])
 	}

@@ -110,19 +110,26 @@ func TestTrainRefusesStalePool(t *testing.T) {
 	}
 }
 
+// evalStack starts real servers and a worker with the minimal harness's
+// programs, and returns them, the binaries' folder, the repository root
+// and a context that bounds the test.
+func evalStack(t *testing.T) (itest.Stack, string, string, context.Context) {
+	t.Helper()
+	stack := itest.Start(t)
+	bins := itest.Build(t, "./workers/worker", "./harnesses/minimal/cmd/...")
+	t.Cleanup(itest.Cleanup)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
+	stack.StartWorker(t, bins, "main")
+	return stack, bins, itest.Root(t), ctx
+}
+
 // TestEvalShardsMerge evaluates the minimal harness's validation split in
 // two shards at once on real servers, merges them, and checks that the
 // merged report counts every cell once and that evaluating or merging
 // the tag again is refused or a no-op, writing nothing.
 func TestEvalShardsMerge(t *testing.T) {
-	stack := itest.Start(t)
-	bins := itest.Build(t, "./workers/worker", "./harnesses/minimal/cmd/...")
-	t.Cleanup(itest.Cleanup)
-	root := itest.Root(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-
-	stack.StartWorker(t, bins, "main")
+	stack, bins, root, ctx := evalStack(t)
 
 	const run, tag = "itest-eval", "sft_val"
 	config := filepath.Join(root, "harnesses/minimal/harness.yaml")
@@ -362,13 +369,7 @@ func TestPrintProtocolFinalScore(t *testing.T) {
 // the final score of the required tasks only, and a variant whose task
 // list does not make its protocol's count starts nothing.
 func TestProtocolFinalScore(t *testing.T) {
-	stack := itest.Start(t)
-	bins := itest.Build(t, "./workers/worker", "./harnesses/minimal/cmd/...")
-	t.Cleanup(itest.Cleanup)
-	root := itest.Root(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	stack.StartWorker(t, bins, "main")
+	stack, bins, root, ctx := evalStack(t)
 
 	variant := func(episodes int) string {
 		p := filepath.Join(t.TempDir(), "final.yaml")

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"image"
 	"image/png"
 	"maps"
 	"os"
@@ -131,17 +132,7 @@ func TestChartPNG(t *testing.T) {
 		t.Errorf("size %v, want 640×420", s)
 	}
 	// Both series are drawn: pixels of each series' colour exist.
-	found := map[drawing.Color]int{}
-	for y := 0; y < img.Bounds().Dy(); y++ {
-		for x := 0; x < img.Bounds().Dx(); x++ {
-			r, g, b, _ := img.At(x, y).RGBA()
-			for _, c := range []drawing.Color{colorTrain, colorVal} {
-				if uint8(r>>8) == c.R && uint8(g>>8) == c.G && uint8(b>>8) == c.B {
-					found[c]++
-				}
-			}
-		}
-	}
+	found := pixels(img, colorTrain, colorVal)
 	if found[colorTrain] < 20 || found[colorVal] < 20 {
 		t.Errorf("series pixels: %d collection, %d validation; want both drawn", found[colorTrain], found[colorVal])
 	}
@@ -235,4 +226,20 @@ func TestFinalValWarning(t *testing.T) {
 	if w := finalValWarning(v, 0.1); !strings.Contains(w, "6 of 30 attempted episodes invalid or lost (lost:2 timeout:4), over the limit of 10%") {
 		t.Errorf("20%% over a 10%% limit: %q", w)
 	}
+}
+
+// pixels counts the pixels of img in each of colors.
+func pixels(img image.Image, colors ...drawing.Color) map[drawing.Color]int {
+	found := map[drawing.Color]int{}
+	for y := 0; y < img.Bounds().Dy(); y++ {
+		for x := 0; x < img.Bounds().Dx(); x++ {
+			r, g, b, _ := img.At(x, y).RGBA()
+			for _, c := range colors {
+				if uint8(r>>8) == c.R && uint8(g>>8) == c.G && uint8(b>>8) == c.B {
+					found[c]++
+				}
+			}
+		}
+	}
+	return found
 }
