@@ -241,10 +241,17 @@ func (s Stack) Starter(ctx context.Context, t testing.TB, bins string, args ...s
 // dead one's spool, as on one host.
 func (s Stack) StartWorker(t testing.TB, bins, name string, extra ...string) *exec.Cmd {
 	t.Helper()
+	return s.StartWorkerEnv(t, bins, name, nil, extra...)
+}
+
+// StartWorkerEnv is StartWorker with env added last (so it wins), e.g. a
+// Temporal address behind a Relay, or a knob for the episodes it runs.
+func (s Stack) StartWorkerEnv(t testing.TB, bins, name string, env []string, extra ...string) *exec.Cmd {
+	t.Helper()
 	args := append([]string{"--workdir", filepath.Join(s.Dir, "work"), "--slots", "4"}, extra...)
 	cmd := exec.Command(filepath.Join(bins, "worker"), args...)
 	cmd.Dir = Root(t)
-	cmd.Env = append(os.Environ(), s.Env()...)
+	cmd.Env = append(append(os.Environ(), s.Env()...), env...)
 	logf, err := os.Create(filepath.Join(s.Dir, "worker-"+name+".log"))
 	if err != nil {
 		t.Fatal(err)

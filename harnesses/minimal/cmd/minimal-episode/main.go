@@ -53,6 +53,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	pl := &episode.OpenAI{BaseURL: *baseURL, Model: *model, Client: episode.NewHTTPClient(*timeout)}
 	out, msgs := episode.Run(context.Background(), pl, e, *maxTurns)
+	// MINIMAL_EPISODE_DELAY (a duration) holds the finished episode before
+	// it reports, so fault tests get slow hosts with real calls recorded.
+	if d := os.Getenv("MINIMAL_EPISODE_DELAY"); d != "" {
+		delay, err := time.ParseDuration(d)
+		if err != nil {
+			return fail(2, fmt.Errorf("MINIMAL_EPISODE_DELAY=%q: %w (write it like 15s)", d, err))
+		}
+		time.Sleep(delay)
+	}
 	if err := episode.WriteFiles(*outDir, out, msgs); err != nil {
 		return fail(1, err)
 	}
