@@ -477,3 +477,42 @@ type StopMarker struct {
 func (c *Control) MarkStop(ctx context.Context, run, reason string) error {
 	return store.PutJSON(ctx, c.Store, schemas.Layout{Run: run}.Stop(), StopMarker{Reason: reason, AtMS: time.Now().UnixMilli()})
 }
+
+// PublishInput names the tries a workflow accepted, one per episode.
+type PublishInput struct {
+	Run   string
+	Round int32
+	Phase string
+	Tries []AcceptedTry
+}
+
+// AcceptedTry is an episode and the try whose result the workflow took.
+type AcceptedTry struct {
+	EpisodeID string
+	Try       string
+}
+
+// Publish copies each accepted try's staged calls and row into the
+// phase's tables, calls first and the row last (a row marks its records
+// complete). It copies the same bytes however often it runs, so retries
+// and replays publish the same thing; a try's records missing from
+// staging cannot be recovered by retrying and stop it.
+func (c *Control) Publish(ctx context.Context, in PublishInput) (int, error) {
+	l := schemas.Layout{Run: in.Run}
+	for i, t := range in.Tries {
+		staged := l.Staged(in.Round, in.Phase, t.EpisodeID, t.Try)
+		for _, cp := range []struct{ src, dst string }{
+			{staged + StagedCalls, l.Calls(in.Round, in.Phase, t.EpisodeID)},
+			{staged + StagedRow, l.Episodes(in.Round, in.Phase, t.EpisodeID)},
+		} {
+			if err := c.Store.Copy(ctx, cp.src, cp.dst); err != nil {
+				if store.IsNotFound(err) {
+					return i, temporal.NewNonRetryableApplicationError(fmt.Sprintf("publish episode %s try %s: its staged records are gone (%s)", t.EpisodeID, t.Try, cp.src), "MissingStaged", err)
+				}
+				return i, fmt.Errorf("publish episode %s try %s: %w", t.EpisodeID, t.Try, err)
+			}
+		}
+		activity.RecordHeartbeat(ctx, i)
+	}
+	return len(in.Tries), nil
+}

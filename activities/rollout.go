@@ -68,19 +68,26 @@ type EpisodeResult struct {
 	// Recorded: the episode row already existed (a resumed round); it was
 	// returned, not run again.
 	Recorded bool
+	// Try names this try (schemas.TryID): its records wait under
+	// Layout.Staged until the workflow, accepting this result, publishes them.
+	Try string
 }
 
 // RunEpisode runs one episode through the proxy, decides its outcome and
-// stores its calls and episode row. Keys depend only on the episode's place
-// in the run, so a retry overwrites rather than duplicates; the episode row
-// is written last and marks the records complete.
+// stores its calls, row and artifacts under keys of this try alone
+// (Layout.Staged, Layout.TryArtifacts), never in the tables: the workflow
+// publishes the try whose result it accepted (Control.Publish). A try that
+// Temporal gave up on while it still ran — its host cut off for longer
+// than the heartbeat timeout — thus writes only beside the accepted one
+// (docs/design.md §8). Within a try the row is written last.
 func (r *Rollout) RunEpisode(ctx context.Context, in EpisodeInput) (res EpisodeResult, err error) {
 	info := activity.GetInfo(ctx)
 	retry := info.Attempt - 1
 	log := activity.GetLogger(ctx)
 	key := schemas.EpisodeKey{Run: in.Run, Round: in.Round, Phase: in.Phase, Group: in.Group, Attempt: in.Attempt, Retry: retry}
 	id := key.ID()
-	res = EpisodeResult{EpisodeID: id, Retry: retry}
+	try := schemas.TryID(retry, info.WorkflowExecution.RunID)
+	res = EpisodeResult{EpisodeID: id, Retry: retry, Try: try}
 	ctx, span := tracer.Start(ctx, "episode", trace.WithAttributes(
 		attribute.String("episode.id", id), attribute.Int("episode.retry", int(retry)),
 		attribute.String("phase", in.Phase), attribute.Int("task", int(in.Task.ID)), attribute.Int("init_id", int(in.InitID))))
@@ -146,7 +153,7 @@ func (r *Rollout) RunEpisode(ctx context.Context, in EpisodeInput) (res EpisodeR
 	if err := r.Host.StoreBlobs(ctx, key); err != nil {
 		return res, fmt.Errorf("episode %s blobs: %w", id, err)
 	}
-	artifacts := l.Artifacts(in.Round, in.Phase, id)
+	artifacts := l.TryArtifacts(in.Round, in.Phase, id, try)
 	files, err := artifactFiles(outDir, h.Episode.Artifacts)
 	if err != nil {
 		return res, fmt.Errorf("episode %s artifacts: %w", id, err)
@@ -156,7 +163,8 @@ func (r *Rollout) RunEpisode(ctx context.Context, in EpisodeInput) (res EpisodeR
 			return res, fmt.Errorf("episode %s artifacts: %w", id, err)
 		}
 	}
-	n, err := store.WriteParquet(ctx, st, l.Calls(in.Round, in.Phase, id), calls)
+	staged := l.Staged(in.Round, in.Phase, id, try)
+	n, err := store.WriteParquet(ctx, st, staged+StagedCalls, calls)
 	if err != nil {
 		return res, fmt.Errorf("episode %s calls: %w", id, err)
 	}
@@ -167,9 +175,9 @@ func (r *Rollout) RunEpisode(ctx context.Context, in EpisodeInput) (res EpisodeR
 		FailureClass: out.FailureClass, Termination: out.Termination, Reason: out.Reason, NumCalls: int32(len(calls)),
 		SuccessCall: successCall(out, len(calls)),
 		StartedAtMS: started.UnixMilli(), DurationMS: time.Since(started).Milliseconds(), Host: r.Host.Name,
-		Artifacts: "s3://" + st.Bucket + "/" + artifacts,
+		Artifacts: "s3://" + st.Bucket + "/" + artifacts, Try: try,
 	}
-	m, err := store.WriteParquet(ctx, st, l.Episodes(in.Round, in.Phase, id), []schemas.Episode{row})
+	m, err := store.WriteParquet(ctx, st, staged+StagedRow, []schemas.Episode{row})
 	if err != nil {
 		return res, fmt.Errorf("episode %s row: %w", id, err)
 	}
@@ -181,6 +189,12 @@ func (r *Rollout) RunEpisode(ctx context.Context, in EpisodeInput) (res EpisodeR
 	log.Debug("episode stored", "episode", id, "success", out.Success, "valid", out.Valid, "calls", len(calls))
 	return res, nil
 }
+
+// The files of a staged try, under Layout.Staged.
+const (
+	StagedCalls = "calls.parquet"
+	StagedRow   = "episode.parquet"
+)
 
 // play runs the episode subprocess against the host's services and proxy
 // and decides its outcome. A service that cannot start is the episode's
@@ -278,5 +292,5 @@ func successCall(out outcome.Result, calls int) int32 {
 // recordedResult is the result of an episode whose row is stored.
 func recordedResult(id string, e schemas.Episode) EpisodeResult {
 	return EpisodeResult{EpisodeID: id, Valid: e.Valid, Success: e.Success, Reward: e.Reward, FailureClass: e.FailureClass,
-		Calls: int(e.NumCalls), Retry: e.Retry, Recorded: true}
+		Calls: int(e.NumCalls), Retry: e.Retry, Recorded: true, Try: e.Try}
 }

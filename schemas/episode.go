@@ -53,3 +53,10 @@ func ParseEpisodeID(run, id string) (EpisodeKey, error) {
 	}
 	return k, nil
 }
+
+// TryID names one try of an episode uniquely in its run: its retry number
+// and the run of the workflow that scheduled it, since a round restarted
+// by a resume counts its tries from 0 again.
+func TryID(retry int32, workflowRunID string) string {
+	return fmt.Sprintf("try%d-%.8s", retry, workflowRunID)
+}

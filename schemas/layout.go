@@ -68,6 +68,20 @@ func (l Layout) Artifacts(round int32, phase, episode string) string {
 	return fmt.Sprintf("%sartifacts/round=%d/phase=%s/%s/", l.Prefix(), round, phase, episode)
 }
 
+// TryArtifacts is where one try of an episode puts its output files: the
+// accepted try's row names its folder (Episode.Artifacts), so a late try's
+// files sit beside it and never replace them.
+func (l Layout) TryArtifacts(round int32, phase, episode, try string) string {
+	return l.Artifacts(round, phase, episode) + try + "/"
+}
+
+// Staged is where one try of an episode writes its row and calls
+// (episode.parquet, calls.parquet). Every try writes its own; only the try
+// the workflow accepted is published to the tables (docs/design.md §8).
+func (l Layout) Staged(round int32, phase, episode, try string) string {
+	return fmt.Sprintf("%sstaged/round=%d/phase=%s/%s/%s/", l.Prefix(), round, phase, episode, try)
+}
+
 // ValTag is the report tag of the validation that opens a round.
 func ValTag(round int32) string { return fmt.Sprintf("val-r%d", round) }
 

@@ -115,6 +115,10 @@ type Episode struct {
 	DurationMS  int64  `parquet:"duration_ms" json:"duration_ms"`
 	Host        string `parquet:"host" json:"host"`
 	Artifacts   string `parquet:"artifacts" json:"artifacts"`
+	// Try names the try this row is (schemas.TryID): the one the workflow
+	// accepted, whose staged records were published ("" in rows written
+	// before tries were fenced).
+	Try string `parquet:"try" json:"try,omitempty"`
 }
 
 // Sample is one call selected for training (samples/round=R/samples.parquet).

@@ -33,6 +33,7 @@ func Episodes(ctx workflow.Context, in api.EpisodesInput) (api.Tally, error) {
 	}
 	fails = watchFailures(ctx, details)
 	var rollout *activities.Rollout
+	var accepted []activities.AcceptedTry
 	sel := workflow.NewSelector(ctx)
 	for _, cell := range in.Cells {
 		id := schemas.EpisodeID(in.Round, in.Phase, cell.Group, cell.Attempt)
@@ -55,6 +56,9 @@ func Episodes(ctx workflow.Context, in api.EpisodesInput) (api.Tally, error) {
 			default:
 				t.Done++
 			}
+			if r.Try != "" && !r.Recorded && !r.Skipped {
+				accepted = append(accepted, activities.AcceptedTry{EpisodeID: r.EpisodeID, Try: r.Try})
+			}
 			if r.Valid {
 				t.Valid++
 			}
@@ -67,7 +71,31 @@ func Episodes(ctx workflow.Context, in api.EpisodesInput) (api.Tally, error) {
 	for range in.Cells {
 		sel.Select(ctx)
 	}
-	return t, nil
+	// Histories from before tries were fenced stored their rows in place.
+	if workflow.GetVersion(ctx, "publish-accepted-tries", workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return t, nil
+	}
+	return t, publish(ctx, in, accepted)
+}
+
+// publish puts the accepted tries' records into the tables. It waits out
+// a storage outage (retried without limit, at most a minute apart): the
+// records are staged, and the phase must not go on without them.
+func publish(ctx workflow.Context, in api.EpisodesInput, accepted []activities.AcceptedTry) error {
+	if len(accepted) == 0 {
+		return nil
+	}
+	pctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		TaskQueue: api.ControlQueue, StartToCloseTimeout: 15 * time.Minute, HeartbeatTimeout: 2 * time.Minute,
+		RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, MaximumInterval: time.Minute},
+	})
+	pctx = summarized(pctx, fmt.Sprintf("publish %d episodes of round %d %s", len(accepted), in.Round, in.Phase))
+	var control *activities.Control
+	err := workflow.ExecuteActivity(pctx, control.Publish, activities.PublishInput{Run: in.Run, Round: in.Round, Phase: in.Phase, Tries: accepted}).Get(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("publish round %d %s: %w", in.Round, in.Phase, err)
+	}
+	return nil
 }
 
 // phaseRun describes the episodes of one phase for runEpisodes.

@@ -316,6 +316,21 @@ func (s *Store) Put(ctx context.Context, key string, data []byte) (err error) {
 	return nil
 }
 
+// Copy copies an object within the bucket, server-side: publishing a
+// staged record moves no bytes through the worker.
+func (s *Store) Copy(ctx context.Context, src, dst string) (err error) {
+	ctx, span := s.span(ctx, "s3.Copy", dst)
+	defer func() { instr.End(span, err) }()
+	ctx, cancel := context.WithTimeout(ctx, TransferTimeout)
+	defer cancel()
+	source := url.PathEscape(s.Bucket + "/" + src)
+	source = strings.ReplaceAll(source, "%2F", "/")
+	if _, err := s.c.CopyObject(ctx, &s3.CopyObjectInput{Bucket: &s.Bucket, Key: &dst, CopySource: &source}); err != nil {
+		return fmt.Errorf("copy s3://%s/%s to %s: %w", s.Bucket, src, dst, err)
+	}
+	return nil
+}
+
 // Get reads an object.
 func (s *Store) Get(ctx context.Context, key string) (b []byte, err error) {
 	ctx, span := s.span(ctx, "s3.Get", key)

@@ -201,3 +201,23 @@ func TestScanPartFetchesOnlyProjectedColumns(t *testing.T) {
 	}
 	t.Logf("projected scan fetched %d of %d bytes", fetched, objs[0].Size)
 }
+
+// Copy duplicates an object server-side, keys with = and / included.
+func TestCopy(t *testing.T) {
+	stack := itest.Start(t)
+	s := stack.Store
+	ctx := context.Background()
+	src, dst := "runs/r/staged/round=1/phase=train/e1/try0-ab/calls.parquet", "runs/r/calls/round=1/phase=train/e1.parquet"
+	if err := s.Put(ctx, src, []byte("rows")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Copy(ctx, src, dst); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := s.Get(ctx, dst); err != nil || string(b) != "rows" {
+		t.Errorf("copied %q (%v)", b, err)
+	}
+	if err := s.Copy(ctx, "runs/r/none", dst); err == nil || !strings.Contains(err.Error(), "runs/r/none") {
+		t.Errorf("copy of a missing object: %v", err)
+	}
+}
