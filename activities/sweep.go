@@ -109,7 +109,7 @@ func (c *Control) ListSweepWeights(ctx context.Context, in SweepSource) ([]Sweep
 		}
 		complete := true
 		for _, f := range man.Files {
-			if got, ok := size[id+"/"+f.Name]; !ok || got != f.Size {
+			if got, ok := size[id+"/"+man.Dir+f.Name]; !ok || got != f.Size {
 				complete = false
 				log.Warn("weights skipped: a file is missing or has another size than the manifest says", "id", id, "file", f.Name)
 				break

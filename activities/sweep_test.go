@@ -41,7 +41,7 @@ func TestSweepActivities(t *testing.T) {
 	}
 	publish := func(prefix string, man schemas.WeightsManifest, files ...weights.File) schemas.WeightsManifest {
 		t.Helper()
-		m, err := weights.Publish(ctx, s, prefix, files, man)
+		m, _, err := weights.Publish(ctx, s, prefix, files, man)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -201,10 +201,21 @@ func (t *Trainer) Train(ctx context.Context, in TrainInput) (schemas.TrainerMetr
 			return m, fmt.Errorf("trainer of round %d did not write %s (the harness's model.weights_file): %w", in.Round, h.Model.WeightsFile, err)
 		}
 	}
-	if _, err := weights.Publish(ctx, t.Store, outPrefix, files, schemas.WeightsManifest{WeightsID: in.WeightsOut, Metrics: m}); err != nil {
+	// Into this try's own folder, the manifest written only if no try
+	// published first: a trainer Temporal gave up on (its host cut off)
+	// that finishes later never replaces the weights the round went on
+	// with, and a try that loses returns what was published.
+	info := activity.GetInfo(ctx)
+	dirName := schemas.TryID(info.Attempt-1, info.WorkflowExecution.RunID) + "/"
+	pub, created, err := weights.Publish(ctx, t.Store, outPrefix, files, schemas.WeightsManifest{WeightsID: in.WeightsOut, Metrics: m, Dir: dirName})
+	if err != nil {
 		return m, err
 	}
-	return m, nil
+	if !created {
+		activity.GetLogger(ctx).Warn("another trainer try published these weights first; this try's output stays unused",
+			"weights", in.WeightsOut, "published", pub.Dir, "unused", dirName)
+	}
+	return pub.Metrics, nil
 }
 
 // stepLine matches the trainer's progress lines, "step i/n loss … tokens/s …".

@@ -65,7 +65,7 @@ func TestTrainPublishesAndVerifies(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := weights.Publish(ctx, s, l.Weights("w0"), wf, schemas.WeightsManifest{WeightsID: "w0"}); err != nil {
+		if _, _, err := weights.Publish(ctx, s, l.Weights("w0"), wf, schemas.WeightsManifest{WeightsID: "w0"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -244,7 +244,7 @@ func TestTrainFetchesImages(t *testing.T) {
 		w0 := t.TempDir()
 		os.WriteFile(filepath.Join(w0, "policy.json"), []byte(`{"w":0}`), 0o644)
 		wf, _ := weights.Dir(w0)
-		if _, err := weights.Publish(ctx, s, l.Weights("w0"), wf, schemas.WeightsManifest{WeightsID: "w0"}); err != nil {
+		if _, _, err := weights.Publish(ctx, s, l.Weights("w0"), wf, schemas.WeightsManifest{WeightsID: "w0"}); err != nil {
 			t.Fatal(err)
 		}
 		var env testsuite.WorkflowTestSuite

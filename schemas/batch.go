@@ -66,7 +66,15 @@ type WeightsManifest struct {
 	Files     []WeightsFile  `json:"files"`
 	Metrics   TrainerMetrics `json:"metrics"`
 	CreatedAt int64          `json:"created_at_ms"`
+	// Dir is the folder under weights/<id>/ that holds the files: a
+	// trainer try uploads into its own (try<k>-<run>/), so a late try's
+	// files never land on the published ones. Empty: directly under
+	// weights/<id>/ (uploads and imports, and manifests from before).
+	Dir string `json:"dir,omitempty"`
 }
+
+// Key is where file name of these weights lies, prefix being weights/<id>/.
+func (m WeightsManifest) Key(prefix, name string) string { return prefix + m.Dir + name }
 
 // WeightsFile is one file of a weights id; Name is its slash-separated
 // path inside the weights directory (e.g. tokenizer/tokenizer.json).

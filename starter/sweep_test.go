@@ -143,7 +143,7 @@ func TestSweepSchedule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := weights.Publish(ctx, s, l.Weights("w0"), files, schemas.WeightsManifest{WeightsID: "w0"}); err != nil {
+	if _, _, err := weights.Publish(ctx, s, l.Weights("w0"), files, schemas.WeightsManifest{WeightsID: "w0"}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -256,7 +256,7 @@ func TestSweepSchedule(t *testing.T) {
 	}
 
 	// Weights outside any run: imported into run sweep-ext, then evaluated.
-	if _, err := weights.Publish(ctx, s, "ckpts/w0/", files, schemas.WeightsManifest{WeightsID: "w0"}); err != nil {
+	if _, _, err := weights.Publish(ctx, s, "ckpts/w0/", files, schemas.WeightsManifest{WeightsID: "w0"}); err != nil {
 		t.Fatal(err)
 	}
 	sweep("create", "--name", "ext", "--cron", "0 3 * * *", "--config", config, "--var", "bin="+bins, "--weights-prefix", "s3://"+s.Bucket+"/ckpts/")

@@ -83,7 +83,7 @@ func TestTrainFromS3(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := weights.Publish(ctx, s, "ckpts/a/", files, schemas.WeightsManifest{WeightsID: "a"}); err != nil {
+	if _, _, err := weights.Publish(ctx, s, "ckpts/a/", files, schemas.WeightsManifest{WeightsID: "a"}); err != nil {
 		t.Fatal(err)
 	}
 	e := stack.Endpoints

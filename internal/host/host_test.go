@@ -105,7 +105,7 @@ func TestAcquireRefusesVLMWithoutProcessor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := weights.Publish(ctx, stack.Store, schemas.Layout{Run: "vlm"}.Weights("w0"), files, schemas.WeightsManifest{WeightsID: "w0"}); err != nil {
+	if _, _, err := weights.Publish(ctx, stack.Store, schemas.Layout{Run: "vlm"}.Weights("w0"), files, schemas.WeightsManifest{WeightsID: "w0"}); err != nil {
 		t.Fatal(err)
 	}
 	marker := filepath.Join(dir, "started")

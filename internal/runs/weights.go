@@ -64,7 +64,14 @@ func (w Weights) Describe(ctx context.Context, s *store.Store) ([]schemas.Weight
 // Publish stores the weights as weights id id under the prefix to.
 func (w Weights) Publish(ctx context.Context, s *store.Store, to, id string) error {
 	if !w.InS3() {
-		_, err := weights.Publish(ctx, s, to, w.files, schemas.WeightsManifest{WeightsID: id})
+		desc, err := weights.Describe(w.files)
+		if err != nil {
+			return err
+		}
+		man, _, err := weights.Publish(ctx, s, to, w.files, schemas.WeightsManifest{WeightsID: id})
+		if err == nil && !weights.Same(man.Files, desc) {
+			err = fmt.Errorf("weights %s at s3://%s/%s hold other files than %s: start a new run, or pass the weights it was started with", id, s.Bucket, to, w.url)
+		}
 		return err
 	}
 	if err := SameBucket(s, w.url, "--weights"); err != nil {
@@ -129,10 +136,14 @@ func PublishLocal(ctx context.Context, s *store.Store, run, id string, files []w
 	if man, err := weights.Read(ctx, s, prefix); err == nil && weights.Same(man.Files, desc) {
 		return false, nil
 	}
-	if _, err := weights.Publish(ctx, s, prefix, files, schemas.WeightsManifest{WeightsID: id}); err != nil {
+	man, created, err := weights.Publish(ctx, s, prefix, files, schemas.WeightsManifest{WeightsID: id})
+	if err != nil {
 		return false, err
 	}
-	return true, nil
+	if !weights.Same(man.Files, desc) {
+		return false, fmt.Errorf("weights %s of run %s hold other files: another writer published them first", id, run)
+	}
+	return created, nil
 }
 
 // SameBucket refuses an s3:// URL outside the bucket the workers use.

@@ -331,6 +331,29 @@ func (s *Store) Copy(ctx context.Context, src, dst string) (err error) {
 	return nil
 }
 
+// PutIfAbsent writes an object only if no object has its key (S3's
+// conditional write, If-None-Match: *), and says whether it did: false,
+// with a nil error, when another writer got there first. S3 answers a
+// write racing with another on the same key 409; that too means the key
+// is taken, by a writer this one does not know, so the caller reads it.
+func (s *Store) PutIfAbsent(ctx context.Context, key string, data []byte) (created bool, err error) {
+	ctx, span := s.span(ctx, "s3.PutIfAbsent", key)
+	defer func() { endSpan(span, err, int64(len(data))) }()
+	ctx, cancel := context.WithTimeout(ctx, TransferTimeout)
+	defer cancel()
+	star := "*"
+	_, err = s.c.PutObject(ctx, &s3.PutObjectInput{Bucket: &s.Bucket, Key: &key, Body: bytes.NewReader(data), IfNoneMatch: &star})
+	var api smithy.APIError
+	switch {
+	case err == nil:
+		instr.S3Written(ctx, int64(len(data)))
+		return true, nil
+	case errors.As(err, &api) && (api.ErrorCode() == "PreconditionFailed" || api.ErrorCode() == "ConditionalRequestConflict"):
+		return false, nil
+	}
+	return false, fmt.Errorf("put s3://%s/%s if absent: %w", s.Bucket, key, err)
+}
+
 // Get reads an object.
 func (s *Store) Get(ctx context.Context, key string) (b []byte, err error) {
 	ctx, span := s.span(ctx, "s3.Get", key)

@@ -221,3 +221,20 @@ func TestCopy(t *testing.T) {
 		t.Errorf("copy of a missing object: %v", err)
 	}
 }
+
+// A conditional write creates a key once: the second writer is told, and
+// the first writer's bytes stay (versitygw implements If-None-Match: *).
+func TestPutIfAbsent(t *testing.T) {
+	stack := itest.Start(t)
+	s := stack.Store
+	ctx := context.Background()
+	for i, body := range []string{"first", "second"} {
+		created, err := s.PutIfAbsent(ctx, "fence/k", []byte(body))
+		if err != nil || created != (i == 0) {
+			t.Fatalf("write %d: created %v, %v; want only the first created", i, created, err)
+		}
+	}
+	if b, err := s.Get(ctx, "fence/k"); err != nil || string(b) != "first" {
+		t.Errorf("stored %q (%v), want the first writer's", b, err)
+	}
+}

@@ -106,7 +106,7 @@ func TestRoundTelemetry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := weights.Publish(ctx, stack.Store, l.Weights("w0"), files, schemas.WeightsManifest{WeightsID: "w0"}); err != nil {
+	if _, _, err := weights.Publish(ctx, stack.Store, l.Weights("w0"), files, schemas.WeightsManifest{WeightsID: "w0"}); err != nil {
 		t.Fatal(err)
 	}
 	hb, err := json.Marshal(h)

@@ -72,11 +72,24 @@ func Dir(dir string) ([]File, error) {
 	return files, nil
 }
 
-// Publish uploads files under prefix (weights/<id>/), then the manifest,
-// then checks what is stored against it. man carries the id and metrics;
-// its file list is filled here. A crash part-way leaves no manifest, so the
-// id reads as absent and the publish is simply redone.
-func Publish(ctx context.Context, s *store.Store, prefix string, files []File, man schemas.WeightsManifest) (schemas.WeightsManifest, error) {
+// Publish uploads files under prefix (weights/<id>/, in man.Dir when set),
+// then writes the manifest if the id has none yet, then checks what is
+// stored against the manifest that is. man carries the id, metrics and
+// folder; its file list is filled here. A crash part-way leaves no
+// manifest, so the id reads as absent and the publish is simply redone.
+// The manifest is written once (a conditional write): when another writer
+// published the id first — a trainer try Temporal had given up on, or the
+// one it retried — Publish returns that manifest and false, and this
+// writer's files, in their own folder, stay unused.
+func Publish(ctx context.Context, s *store.Store, prefix string, files []File, man schemas.WeightsManifest) (schemas.WeightsManifest, bool, error) {
+	// Published already: upload nothing, so files outside a try's own
+	// folder never land on the published ones.
+	if have, err := Read(ctx, s, prefix); err == nil {
+		if err := Verify(ctx, s, prefix, have); err != nil {
+			return have, false, fmt.Errorf("weights %s: %w", have.WeightsID, err)
+		}
+		return have, false, nil
+	}
 	man.Files = make([]schemas.WeightsFile, len(files))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(parallel)
@@ -87,26 +100,32 @@ func Publish(ctx context.Context, s *store.Store, prefix string, files []File, m
 				return err
 			}
 			man.Files[i] = wf
-			return s.PutFile(gctx, prefix+f.Name, f.Path)
+			return s.PutFile(gctx, man.Key(prefix, f.Name), f.Path)
 		})
 	}
 	if err := g.Wait(); err != nil {
-		return man, fmt.Errorf("publish weights %s: %w", man.WeightsID, err)
+		return man, false, fmt.Errorf("publish weights %s: %w", man.WeightsID, err)
 	}
 	if man.CreatedAt == 0 {
 		man.CreatedAt = time.Now().UnixMilli()
 	}
 	b, err := json.MarshalIndent(man, "", "  ")
 	if err != nil {
-		return man, fmt.Errorf("encode manifest of %s: %w", man.WeightsID, err)
+		return man, false, fmt.Errorf("encode manifest of %s: %w", man.WeightsID, err)
 	}
-	if err := s.Put(ctx, prefix+schemas.WeightsManifestFile, b); err != nil {
-		return man, err
+	created, err := s.PutIfAbsent(ctx, prefix+schemas.WeightsManifestFile, b)
+	if err != nil {
+		return man, false, err
+	}
+	if !created {
+		if man, err = Read(ctx, s, prefix); err != nil {
+			return man, false, err
+		}
 	}
 	if err := Verify(ctx, s, prefix, man); err != nil {
-		return man, fmt.Errorf("weights %s after publishing: %w", man.WeightsID, err)
+		return man, created, fmt.Errorf("weights %s after publishing: %w", man.WeightsID, err)
 	}
-	return man, nil
+	return man, created, nil
 }
 
 // Describe sizes and hashes local files as a manifest lists them.
@@ -171,12 +190,12 @@ func Verify(ctx context.Context, s *store.Store, prefix string, man schemas.Weig
 		size[strings.TrimPrefix(o.Key, prefix)] = o.Size
 	}
 	for _, f := range man.Files {
-		got, ok := size[f.Name]
+		got, ok := size[man.Dir+f.Name]
 		if !ok {
-			return fmt.Errorf("%s%s is missing", prefix, f.Name)
+			return fmt.Errorf("%s is missing", man.Key(prefix, f.Name))
 		}
 		if got != f.Size {
-			return fmt.Errorf("%s%s has %d bytes, the manifest says %d", prefix, f.Name, got, f.Size)
+			return fmt.Errorf("%s has %d bytes, the manifest says %d", man.Key(prefix, f.Name), got, f.Size)
 		}
 	}
 	return nil
@@ -224,7 +243,7 @@ func Fetch(ctx context.Context, s *store.Store, prefix, dir string) (schemas.Wei
 			if err != nil {
 				return err
 			}
-			if err := s.GetFile(gctx, prefix+f.Name, local); err != nil {
+			if err := s.GetFile(gctx, man.Key(prefix, f.Name), local); err != nil {
 				return err
 			}
 			got, err := describe(f.Name, local)
@@ -232,7 +251,7 @@ func Fetch(ctx context.Context, s *store.Store, prefix, dir string) (schemas.Wei
 				return err
 			}
 			if got.Size != f.Size || got.SHA256 != f.SHA256 {
-				return fmt.Errorf("s3://%s/%s%s does not match its manifest (%d bytes, sha256 %.12s…; manifest %d bytes, %.12s…): the weights were changed after publishing", s.Bucket, prefix, f.Name, got.Size, got.SHA256, f.Size, f.SHA256)
+				return fmt.Errorf("s3://%s/%s does not match its manifest (%d bytes, sha256 %.12s…; manifest %d bytes, %.12s…): the weights were changed after publishing", s.Bucket, man.Key(prefix, f.Name), got.Size, got.SHA256, f.Size, f.SHA256)
 			}
 			return nil
 		})
@@ -318,7 +337,7 @@ func Copy(ctx context.Context, s *store.Store, from, to, id string) (schemas.Wei
 	for i, f := range src.Files {
 		files[i] = File{Name: f.Name, Path: filepath.Join(dir, filepath.FromSlash(f.Name))}
 	}
-	man, err := Publish(ctx, s, to, files, schemas.WeightsManifest{WeightsID: id, Metrics: src.Metrics, CreatedAt: src.CreatedAt})
+	man, _, err := Publish(ctx, s, to, files, schemas.WeightsManifest{WeightsID: id, Metrics: src.Metrics, CreatedAt: src.CreatedAt})
 	if err != nil {
 		return man, err
 	}

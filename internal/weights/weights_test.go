@@ -51,7 +51,7 @@ func TestPublishFetch(t *testing.T) {
 	if _, err := weights.Read(ctx, s, prefix); err == nil || !strings.Contains(err.Error(), "incomplete or absent") {
 		t.Fatalf("Read before publishing: %v", err)
 	}
-	man, err := weights.Publish(ctx, s, prefix, files, schemas.WeightsManifest{WeightsID: "r1", Metrics: schemas.TrainerMetrics{Loss: 0.5}})
+	man, _, err := weights.Publish(ctx, s, prefix, files, schemas.WeightsManifest{WeightsID: "r1", Metrics: schemas.TrainerMetrics{Loss: 0.5}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,5 +130,44 @@ func TestCheckVision(t *testing.T) {
 		if err != nil && (!strings.Contains(err.Error(), "/ckpt/w0") || !strings.Contains(err.Error(), weights.ProcessorFile)) {
 			t.Errorf("error names neither the weights nor the file: %v", err)
 		}
+	}
+}
+
+// Two trainer tries publish the same weights id, each into its own folder:
+// the first manifest stands, the late try is told and gets the published
+// manifest back, and fetching yields the first try's bytes.
+func TestPublishIsFencedAgainstALateTry(t *testing.T) {
+	stack := itest.Start(t)
+	s := stack.Store
+	ctx := context.Background()
+	prefix := schemas.Layout{Run: "fence"}.Weights("r1")
+	try := func(dir, content string) ([]weights.File, string) {
+		d := t.TempDir()
+		os.WriteFile(filepath.Join(d, "policy.json"), []byte(content), 0o644)
+		files, err := weights.Dir(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return files, dir
+	}
+	first, dirA := try("try1-aaaaaaaa/", `{"w":1}`)
+	man, created, err := weights.Publish(ctx, s, prefix, first, schemas.WeightsManifest{WeightsID: "r1", Dir: dirA, Metrics: schemas.TrainerMetrics{Loss: 1}})
+	if err != nil || !created || man.Dir != dirA {
+		t.Fatalf("first try: created %v dir %q, %v", created, man.Dir, err)
+	}
+	late, dirB := try("try0-bbbbbbbb/", `{"w":2}`)
+	got, created, err := weights.Publish(ctx, s, prefix, late, schemas.WeightsManifest{WeightsID: "r1", Dir: dirB, Metrics: schemas.TrainerMetrics{Loss: 2}})
+	if err != nil || created || got.Dir != dirA || got.Metrics.Loss != 1 {
+		t.Fatalf("late try: created %v, manifest %+v, %v; want the first try's", created, got, err)
+	}
+	dst := filepath.Join(t.TempDir(), "r1")
+	if _, err := weights.Fetch(ctx, s, prefix, dst); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dst, "policy.json")); string(b) != `{"w":1}` {
+		t.Errorf("fetched %s, want the first try's weights", b)
+	}
+	if ok, _ := s.Exists(ctx, prefix+dirB+"policy.json"); ok {
+		t.Error("the late try uploaded though the weights were published")
 	}
 }
