@@ -3,6 +3,7 @@ package activities
 import (
 	"context"
 	"fmt"
+	"go.temporal.io/sdk/activity"
 	"time"
 
 	"github.com/roundhouse-rl/roundhouse/internal/report"
@@ -132,8 +133,20 @@ func (c *Control) WriteReport(ctx context.Context, in ReportInput) (schemas.Repo
 		instr.RoundSuccess(ctx, in.Run, in.Round, in.Phase, rep.Overall.SuccessRate)
 	}
 	rep.FinishedAtMS = time.Now().UnixMilli()
-	if err := store.PutJSON(ctx, c.Store, key, rep); err != nil {
+	// Written once: a report that is there stands (a tag is replaced only
+	// by --replace-tag, which deletes it first), so a late or repeated
+	// writer returns the stored one instead of replacing it.
+	created, err := store.PutJSONIfAbsent(ctx, c.Store, key, rep)
+	if err != nil {
 		return rep, err
+	}
+	if !created {
+		activity.GetLogger(ctx).Info("report already written; returning the stored one", "key", key)
+		var stored schemas.Report
+		if err := store.GetJSON(ctx, c.Store, key, &stored); err != nil {
+			return rep, err
+		}
+		rep = stored
 	}
 	// The cell lists stay in S3: workflow history gets the counts only.
 	rep.Cells, rep.Missing = nil, nil
