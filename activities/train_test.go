@@ -98,7 +98,11 @@ func TestTrainPublishesAndVerifies(t *testing.T) {
 	if err := json.Unmarshal(b, &man); err != nil || len(man.Files) != 1 || man.Files[0].Name != "policy.json" || man.Files[0].Size != 8 || len(man.Files[0].SHA256) != 64 || man.Metrics.Loss != 0.25 {
 		t.Fatalf("manifest %+v %v", man, err)
 	}
-	if got, _ := s.Get(ctx, l.Weights("r1")+"policy.json"); strings.TrimSpace(string(got)) != `{"w":1}` {
+	// The files lie in the try's own folder, which the manifest names.
+	if !strings.HasPrefix(man.Dir, "try0-") || !strings.HasSuffix(man.Dir, "/") {
+		t.Fatalf("manifest dir %q, want the first try's folder", man.Dir)
+	}
+	if got, _ := s.Get(ctx, man.Key(l.Weights("r1"), "policy.json")); strings.TrimSpace(string(got)) != `{"w":1}` {
 		t.Fatalf("weights %q", got)
 	}
 	if log, err := s.Get(ctx, l.TrainerLog(1, 1)); err != nil || !strings.Contains(string(log), "step 1 loss 0.25") {

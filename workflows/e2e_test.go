@@ -14,6 +14,7 @@ import (
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
 	"github.com/roundhouse-rl/roundhouse/internal/itest"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
+	"github.com/roundhouse-rl/roundhouse/internal/weights"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 	"github.com/roundhouse-rl/roundhouse/workflows/api"
 	tlog "go.temporal.io/sdk/log"
@@ -157,8 +158,12 @@ func TestTrainSurvivesWorkerKill(t *testing.T) {
 	}
 	t.Logf("%d episodes retried, %d orphaned tries stored", retried, len(orphans))
 	if sum.Samples > 0 {
-		if ok, err := stack.Store.Exists(ctx, l.Weights("r1")+"policy.json"); err != nil || !ok {
-			t.Errorf("round 1 trained on %d samples but weights r1 are missing (%v)", sum.Samples, err)
+		man, err := weights.Read(ctx, stack.Store, l.Weights("r1"))
+		if err == nil {
+			err = weights.Verify(ctx, stack.Store, l.Weights("r1"), man)
+		}
+		if err != nil {
+			t.Errorf("round 1 trained on %d samples but weights r1 are missing: %v", sum.Samples, err)
 		}
 		if sum.WeightsOut != "r1" {
 			t.Errorf("weights out = %q, want r1", sum.WeightsOut)

@@ -239,6 +239,9 @@ func scaleHistory(ctx context.Context, c client.Client, id string) (histStats, e
 		case enumspb.EVENT_TYPE_ACTIVITY_TASK_STARTED:
 			startedAt[e.GetEventId()] = at
 			a := e.GetActivityTaskStartedEventAttributes()
+			if acts[a.GetScheduledEventId()].name != episodeActivity {
+				break // the chunk's Publish, after its episodes
+			}
 			h.Tries += int(a.GetAttempt())
 			if a.GetAttempt() > 1 {
 				h.Retried = append(h.Retried, fmt.Sprintf("%s try %d: %s", id, a.GetAttempt(), a.GetLastFailure().GetMessage()))
@@ -246,7 +249,9 @@ func scaleHistory(ctx context.Context, c client.Client, id string) (histStats, e
 		case enumspb.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
 			a := e.GetActivityTaskCompletedEventAttributes()
 			closed(a.GetScheduledEventId(), a.GetStartedEventId())
-			h.Activities++
+			if acts[a.GetScheduledEventId()].name == episodeActivity {
+				h.Activities++
+			}
 		case enumspb.EVENT_TYPE_ACTIVITY_TASK_FAILED:
 			a := e.GetActivityTaskFailedEventAttributes()
 			closed(a.GetScheduledEventId(), a.GetStartedEventId())
@@ -341,6 +346,9 @@ func scaleTries(r scaleResult) int {
 	}
 	return n
 }
+
+// episodeActivity is the activity type of one episode.
+const episodeActivity = "RunEpisode"
 
 // TestScaleChunks runs a round just over one chunk of episodes: it must
 // split into two Episodes children of ChunkSize and the rest, store every
