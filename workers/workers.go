@@ -46,6 +46,14 @@ func Run(ctx context.Context, c client.Client, s *store.Store, cfg Config) error
 	if cfg.WorkDir == "" {
 		cfg.WorkDir = filepath.Join(os.TempDir(), "roundhouse-worker")
 	}
+	// Absolute: the paths built from it ({weights_in}, {batch}…) reach
+	// subprocesses that run in other directories (the trainer in the
+	// harness's), where a relative one names nothing.
+	abs, err := filepath.Abs(cfg.WorkDir)
+	if err != nil {
+		return fmt.Errorf("--workdir %s: %w", cfg.WorkDir, err)
+	}
+	cfg.WorkDir = abs
 	if cfg.Slots <= 0 {
 		cfg.Slots = 4
 	}
