@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -81,10 +82,16 @@ func (t Tool) Ensure(ctx context.Context, log io.Writer) (string, error) {
 	return p, nil
 }
 
-// TemporalArgs is the dev server command line: a database file keeps
-// history across restarts; uiPort 0 runs it headless.
+// TemporalArgs is the dev server command line on loopback: a database file
+// keeps history across restarts; uiPort 0 runs it headless.
 func TemporalArgs(bin, dbFile string, port, uiPort int) []string {
-	args := []string{bin, "server", "start-dev", "--ip", "127.0.0.1", "--port", strconv.Itoa(port),
+	return TemporalArgsOn(bin, "127.0.0.1", dbFile, port, uiPort)
+}
+
+// TemporalArgsOn is TemporalArgs listening on ip (the test rig's hub
+// address instead of loopback).
+func TemporalArgsOn(bin, ip, dbFile string, port, uiPort int) []string {
+	args := []string{bin, "server", "start-dev", "--ip", ip, "--port", strconv.Itoa(port),
 		"--db-filename", dbFile, "--log-level", "warn"}
 	if uiPort > 0 {
 		args = append(args, "--ui-port", strconv.Itoa(uiPort))
@@ -96,7 +103,12 @@ func TemporalArgs(bin, dbFile string, port, uiPort int) []string {
 
 // VersitygwArgs serves dir over S3 on loopback; credentials come from env.
 func VersitygwArgs(bin, dir string, port int) []string {
-	return []string{bin, "--port", "127.0.0.1:" + strconv.Itoa(port), "posix", dir}
+	return VersitygwArgsOn(bin, "127.0.0.1", dir, port)
+}
+
+// VersitygwArgsOn is VersitygwArgs listening on ip.
+func VersitygwArgsOn(bin, ip, dir string, port int) []string {
+	return []string{bin, "--port", net.JoinHostPort(ip, strconv.Itoa(port)), "posix", dir}
 }
 
 // VersitygwEnv sets the root credentials versitygw accepts.
