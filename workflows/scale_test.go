@@ -117,11 +117,17 @@ func runScaleRound(tb testing.TB, run string, groups, attempts, slots int) scale
 	tb.Helper()
 	stack := itest.Start(tb)
 	bins := itest.Binaries(tb)
+	stack.StartWorker(tb, bins, "main", "--slots", strconv.Itoa(slots))
+	return runScaleRoundOn(tb, stack, bins, run, groups, attempts, slots)
+}
+
+// runScaleRoundOn is runScaleRound on servers and workers that already
+// run (slots: all rollout workers' slots together).
+func runScaleRoundOn(tb testing.TB, stack itest.Stack, bins, run string, groups, attempts, slots int) scaleResult {
+	tb.Helper()
 	root := itest.Root(tb)
 	ctx, cancel := context.WithTimeout(context.Background(), 55*time.Minute)
 	defer cancel()
-
-	stack.StartWorker(tb, bins, "main", "--slots", strconv.Itoa(slots))
 
 	// Every task at 2/5, inside the pool band: the round collects on all.
 	// Hand-written, so it has no digests: --pool-report-any-weights.
