@@ -41,11 +41,11 @@ func BenchmarkRolloutHosts(b *testing.B) {
 			}
 			b.ReportMetric(episodes/r.Collect().Seconds(), "episodes/s")
 			b.ReportMetric(r.Collect().Seconds(), "collect-s")
-			b.ReportMetric(float64(wait.Microseconds())/1000/episodes, "temporal-wait-ms/ep")
+			b.ReportMetric(float64(wait.Microseconds())/1000/episodes, "queued-ms/ep")
 			b.ReportMetric(float64(r.Busy().Microseconds())/1000/episodes, "worker-ms/ep")
 			b.ReportMetric(publish.Seconds(), "publish-s")
 			b.ReportMetric(r.Parent.ByType["Compact"].Seconds(), "compact-s")
-			b.Logf("%d rollout host(s) × %d slots: %d episodes in %v (%.1f/s); per episode %.1f ms waiting in Temporal, %.1f ms on the worker; publish %v, compact %v",
+			b.Logf("%d rollout host(s) × %d slots: %d episodes in %v (%.1f/s); per episode %.1f ms queued in Temporal, %.1f ms on the worker; publish %v, compact %v",
 				n, slots, r.Episodes, r.Collect().Round(time.Millisecond), episodes/r.Collect().Seconds(),
 				float64(wait.Microseconds())/1000/episodes, float64(r.Busy().Microseconds())/1000/episodes,
 				publish.Round(time.Millisecond), r.Parent.ByType["Compact"].Round(time.Millisecond))
