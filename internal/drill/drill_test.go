@@ -609,6 +609,35 @@ func TestFaultsLoseNothing(t *testing.T) {
 		if w.res.Planned != 2*(groups*attempts)+3*4 {
 			t.Errorf("%s: %d planned episodes, want %d", f.name, w.res.Planned, 2*(groups*attempts)+3*4)
 		}
+		if f.name == killRollout.name {
+			checkCatchesAStrayRow(t, d, "drill-"+f.name)
+		}
 		d.heal()
+	}
+}
+
+// checkCatchesAStrayRow: the checker must see what a late writer that got
+// past the fence would leave, a second row of an episode from another try
+// beside the published one.
+func checkCatchesAStrayRow(t *testing.T, d *drill, run string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
+	defer cancel()
+	l := schemas.Layout{Run: run}
+	rows, err := readAll[schemas.Episode](ctx, d.r.Store, l.EpisodesDir(2, schemas.PhaseTrain))
+	if err != nil || len(rows) == 0 {
+		t.Fatalf("round 2's rows: %d, %v", len(rows), err)
+	}
+	stray := rows[0]
+	stray.Retry, stray.Try = stray.Retry+1, "try9-zombie"
+	if _, err := store.WriteParquet(ctx, d.r.Store, l.EpisodesDir(2, schemas.PhaseTrain)+"stray.parquet", []schemas.Episode{stray}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := Check(ctx, d.r.Client, d.r.Store, run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Duplicated != 1 || res.OK() || !strings.Contains(strings.Join(res.Problems, "\n"), "try9-zombie") {
+		t.Errorf("with a stray row of %s: duplicated %d, problems %v; want it found", stray.EpisodeID, res.Duplicated, res.Problems)
 	}
 }
