@@ -3,6 +3,7 @@ package drill
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
+	"gopkg.in/yaml.v3"
 
 	"github.com/roundhouse-rl/roundhouse/internal/itest"
 	"github.com/roundhouse-rl/roundhouse/internal/rig"
@@ -62,9 +64,33 @@ func newDrill(t *testing.T) *drill {
 	hosts[0].DiskBytes = 256 << 20 // r1's work directory can be filled
 	r := rig.New(t, rig.Config{Hosts: hosts, Bins: bins})
 	root := itest.Root(t)
+	base := filepath.Join(root, "harnesses/minimal/harness.yaml")
+	// The toy trains in seconds, too soon to be hit mid-update: the
+	// trainer's command is the harness's behind a shell that first holds
+	// for $DRILL_TRAIN_DELAY seconds (0 unless the training host's worker
+	// has it, see slowTrainer). A command list is replaced whole by base:
+	// merging, so it is read from the harness file rather than copied.
+	raw, err := os.ReadFile(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hf struct {
+		Trainer struct {
+			Command []string `yaml:"command"`
+		} `yaml:"trainer"`
+	}
+	if err := yaml.Unmarshal(raw, &hf); err != nil || len(hf.Trainer.Command) == 0 {
+		t.Fatalf("%s: trainer.command: %v", base, err)
+	}
+	cmd, err := json.Marshal(append([]string{"/bin/sh", "-c",
+		`echo "drill: trainer held ${DRILL_TRAIN_DELAY:-0}s"; sleep "${DRILL_TRAIN_DELAY:-0}"; exec "$@"`, "drill-trainer"},
+		hf.Trainer.Command...))
+	if err != nil {
+		t.Fatal(err)
+	}
 	config := filepath.Join(t.TempDir(), "drill.yaml")
-	variant := fmt.Sprintf("base: %s\nname: minimal-drill\ntasks:\n  - {id: 0, name: cube_in_drawer, suite: toy}\n  - {id: 2, name: bowl_on_plate, suite: toy}\nsplits: {val_init_ids: \"45-46\"}\n",
-		filepath.Join(root, "harnesses/minimal/harness.yaml"))
+	variant := fmt.Sprintf("base: %s\nname: minimal-drill\ntasks:\n  - {id: 0, name: cube_in_drawer, suite: toy}\n  - {id: 2, name: bowl_on_plate, suite: toy}\nsplits: {val_init_ids: \"45-46\"}\ntrainer:\n  command: %s\n",
+		base, cmd)
 	if err := os.WriteFile(config, []byte(variant), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -296,14 +322,21 @@ func waitStaged(ctx context.Context, d *drill, run string, phase string, n int) 
 	})
 }
 
-// waitTraining waits until round 1's trainer has uploaded its log: it runs.
+// waitTraining waits until a trainer process (trainer.py in its command
+// line) runs on the training host: the update is under way.
 func waitTraining(ctx context.Context, d *drill, run string) error {
-	prefix := schemas.Layout{Run: run}.Prefix() + "logs/train/round=1/"
-	return poll(ctx, 4*time.Minute, "round 1's trainer to start", func() (bool, error) {
-		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		objs, err := d.r.Store.List(lctx, prefix)
-		return err == nil && len(objs) > 0, nil
+	h := d.r.Host("t1")
+	return poll(ctx, 4*time.Minute, "round 1's trainer to start on t1", func() (bool, error) {
+		pids, err := h.Pids(ctx)
+		if err != nil {
+			return false, nil
+		}
+		for _, pid := range pids {
+			if cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); bytes.Contains(cmd, []byte("trainer.py")) {
+				return true, nil
+			}
+		}
+		return false, nil
 	})
 }
 
@@ -383,6 +416,28 @@ func slowR1(ctx context.Context, d *drill) error {
 	}
 	return h.Start(ctx)
 }
+
+// trainDelay holds each trainer try this long (DRILL_TRAIN_DELAY) in the
+// runs whose fault hits the training host, so it lands mid-update.
+const trainDelay = "20"
+
+// setTrainDelay restarts the training host with DRILL_TRAIN_DELAY=delay
+// ("" for none).
+func setTrainDelay(ctx context.Context, d *drill, delay string) error {
+	h := d.r.Host("t1")
+	var env []string
+	if delay != "" {
+		env = []string{"DRILL_TRAIN_DELAY=" + delay}
+	}
+	h.SetEnv(env)
+	if err := h.Kill(ctx); err != nil {
+		return err
+	}
+	return h.Start(ctx)
+}
+
+// trainerFault says which faults need the held trainer.
+func trainerFault(name string) bool { return strings.HasSuffix(name, "-trainer") }
 
 var faults = []fault{
 	killRollout,
@@ -536,17 +591,28 @@ func TestDrill(t *testing.T) {
 		if len(only) > 0 && !only[f.name] {
 			continue
 		}
-		if f.name == zombie.name {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			err := slowR1(ctx, d)
-			cancel()
-			if err != nil {
-				rows = append(rows, row{fault: f.name, notRun: "slowing r1: " + firstLine(err.Error())})
-				continue
-			}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		var err error
+		switch {
+		case f.name == zombie.name:
+			err = slowR1(ctx, d)
+		case trainerFault(f.name):
+			err = setTrainDelay(ctx, d, trainDelay)
+		}
+		cancel()
+		if err != nil {
+			rows = append(rows, row{fault: f.name, notRun: "preparing the hosts: " + firstLine(err.Error())})
+			continue
 		}
 		start := time.Now()
 		w := d.runFault(f)
+		if trainerFault(f.name) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			if err := setTrainDelay(ctx, d, ""); err != nil {
+				t.Logf("training host back to full speed: %v", err)
+			}
+			cancel()
+		}
 		rows = append(rows, w)
 		t.Logf("%s done in %s:\n%s", f.name, time.Since(start).Round(time.Second), table(rows[len(rows)-1:]))
 		d.heal()
