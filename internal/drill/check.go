@@ -61,6 +61,8 @@ type Result struct {
 	// but were not accepted: late (zombie) or failed tries whose writes
 	// stayed beside the tables, refused by the workflow.
 	LateWrites int
+	// Unreadable is the table objects that would not decode as Parquet.
+	Unreadable int
 	// Samples is the rows of the rounds' samples.parquet, all checked
 	// against the accepted rows; Weights the Train results checked.
 	Samples, Weights int
@@ -257,14 +259,14 @@ func Check(ctx context.Context, c client.Client, s *store.Store, run string) (Re
 	rows := map[string][]schemas.Episode{}
 	calls := map[string][]schemas.Call{}
 	for p := range parts {
-		eps, err := readAll[schemas.Episode](ctx, s, l.EpisodesDir(p.round, p.phase))
+		eps, err := readAll[schemas.Episode](ctx, s, l.EpisodesDir(p.round, p.phase), &res)
 		if err != nil {
 			return res, fmt.Errorf("check %s: %w", run, err)
 		}
 		for _, e := range eps {
 			rows[e.EpisodeID] = append(rows[e.EpisodeID], e)
 		}
-		cs, err := readAll[schemas.Call](ctx, s, l.CallsDir(p.round, p.phase))
+		cs, err := readAll[schemas.Call](ctx, s, l.CallsDir(p.round, p.phase), &res)
 		if err != nil {
 			return res, fmt.Errorf("check %s: %w", run, err)
 		}
@@ -516,8 +518,10 @@ func lateWrites(ctx context.Context, s *store.Store, l schemas.Layout, acc Accep
 }
 
 // readAll reads every Parquet object under dir, part files and per-episode
-// files alike, as DuckDB reading the documented layout would.
-func readAll[T any](ctx context.Context, s *store.Store, dir string) ([]T, error) {
+// files alike, as DuckDB reading the documented layout would. An object
+// that will not decode (truncated, corrupt) is skipped and named in res:
+// its rows count as missing, the rest of the run is still checked.
+func readAll[T any](ctx context.Context, s *store.Store, dir string, res *Result) ([]T, error) {
 	objs, err := s.List(ctx, dir)
 	if err != nil {
 		return nil, fmt.Errorf("list %s: %w", dir, err)
@@ -528,6 +532,15 @@ func readAll[T any](ctx context.Context, s *store.Store, dir string) ([]T, error
 			continue
 		}
 		rows, err := store.ReadParquet[T](ctx, s, o.Key)
+		if err != nil && !store.IsNotFound(err) && ctx.Err() == nil {
+			b, gerr := s.Get(ctx, o.Key)
+			if gerr == nil {
+				// Readable bytes that do not decode: a finding, not a failed check.
+				res.Unreadable++
+				res.problem("%s (%d bytes) does not decode as Parquet: %v", o.Key, len(b), err)
+				continue
+			}
+		}
 		if err != nil {
 			return nil, fmt.Errorf("read %s: %w", o.Key, err)
 		}

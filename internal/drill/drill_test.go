@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -139,10 +140,25 @@ func (w row) cells() []string {
 	return []string{w.fault, w.completed, counts, lost, late, w.held.Round(100 * time.Millisecond).String(), prog, problems}
 }
 
+// cause is a workflow's error without the SDK's wrappers' ids, which say
+// nothing to a reader of the table: "round 1 batch: …: <the cause>".
+func cause(err error) string {
+	if err == nil {
+		return "no error"
+	}
+	s := sdkWrapper.ReplaceAllString(err.Error(), "")
+	if len(s) > 400 {
+		s = s[:400] + "…"
+	}
+	return firstLine(s)
+}
+
+var sdkWrapper = regexp.MustCompile(`(workflow execution|activity) error \([^)]*\): `)
+
 func firstLine(s string) string {
 	s, _, _ = strings.Cut(s, "\n")
-	if len(s) > 160 {
-		s = s[:160] + "…"
+	if len(s) > 400 {
+		s = s[:400] + "…"
 	}
 	return s
 }
@@ -217,7 +233,7 @@ func (d *drill) waitRun(ctx context.Context, run string) string {
 				gctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 				err := d.r.Client.GetWorkflow(gctx, id, "").Get(gctx, nil)
 				cancel()
-				return fmt.Sprintf("no: %s: %s", strings.ToLower(strings.TrimPrefix(st.String(), "WORKFLOW_EXECUTION_STATUS_")), firstLine(fmt.Sprint(err)))
+				return fmt.Sprintf("no: %s: %s", strings.ToLower(strings.TrimPrefix(st.String(), "WORKFLOW_EXECUTION_STATUS_")), cause(err))
 			}
 		}
 		select {
@@ -690,7 +706,7 @@ func checkCatchesAStrayRow(t *testing.T, d *drill, run string) {
 	ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
 	defer cancel()
 	l := schemas.Layout{Run: run}
-	rows, err := readAll[schemas.Episode](ctx, d.r.Store, l.EpisodesDir(2, schemas.PhaseTrain))
+	rows, err := readAll[schemas.Episode](ctx, d.r.Store, l.EpisodesDir(2, schemas.PhaseTrain), &Result{})
 	if err != nil || len(rows) == 0 {
 		t.Fatalf("round 2's rows: %d, %v", len(rows), err)
 	}
