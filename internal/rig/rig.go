@@ -32,6 +32,10 @@
 // Faults act on one host and undo with a matching call: Kill / Start,
 // Partition / HealPartition, PartitionTemporal / HealTemporal, SlowS3 /
 // HealS3, FillDisk / FreeDisk (HealNetwork undoes all network faults).
+// Two act on the hub, for every host at once: RestartTemporal, and
+// StopS3 / StartS3; both servers keep their data. A host's worker gets
+// HostSpec.Env (SetEnv changes it for the next Start), which reaches what
+// the worker runs: a harness's knobs, such as MINIMAL_EPISODE_DELAY.
 // The network ones set tc up on both ends of the host's veth, so they
 // touch that host alone and combine. A partition is a pfifo qdisc of
 // limit 0, which drops every packet silently, as a dead link does
