@@ -97,10 +97,16 @@ type Accepted struct {
 	Conflicts []string
 }
 
-// ReadAccepted walks train-<run>'s executions (continue-as-new, newest
-// back to the first) and every child workflow they started, collecting the
-// completions of RunEpisode and Train.
+// ReadAccepted is AcceptedOf the run's Train workflow, train-<run>.
 func ReadAccepted(ctx context.Context, c client.Client, run string) (Accepted, error) {
+	return AcceptedOf(ctx, c, api.WorkflowID(run))
+}
+
+// AcceptedOf walks a workflow's executions (continue-as-new, newest back
+// to the first) and every child workflow they started, collecting the
+// completions of RunEpisode and Train: a training run's (Train) or an
+// evaluation's (Eval) alike.
+func AcceptedOf(ctx context.Context, c client.Client, workflowID string) (Accepted, error) {
 	acc := Accepted{Episodes: map[string]activities.EpisodeResult{}, Train: map[string]schemas.TrainerMetrics{}, Rounds: map[int32]bool{}}
 	dc := converter.GetDefaultDataConverter()
 	seen := map[string]bool{}
@@ -128,7 +134,7 @@ func ReadAccepted(ctx context.Context, c client.Client, run string) (Accepted, e
 			runID = prev
 		}
 	}
-	if err := walk(api.WorkflowID(run), "", true); err != nil {
+	if err := walk(workflowID, "", true); err != nil {
 		return acc, err
 	}
 	return acc, nil
@@ -156,7 +162,7 @@ func walkExecution(ctx context.Context, c client.Client, dc converter.DataConver
 		}
 		if a := ev.GetWorkflowExecutionStartedEventAttributes(); a != nil {
 			prev = a.GetContinuedExecutionRunId()
-			if top {
+			if top && a.GetWorkflowType().GetName() == "Train" {
 				var in api.TrainInput
 				if err := dc.FromPayloads(a.GetInput(), &in); err != nil {
 					return "", 0, fmt.Errorf("input of %s %s: %w", id, runID, err)
@@ -259,14 +265,14 @@ func Check(ctx context.Context, c client.Client, s *store.Store, run string) (Re
 	rows := map[string][]schemas.Episode{}
 	calls := map[string][]schemas.Call{}
 	for p := range parts {
-		eps, err := readAll[schemas.Episode](ctx, s, l.EpisodesDir(p.round, p.phase), &res)
+		eps, err := ReadAll[schemas.Episode](ctx, s, l.EpisodesDir(p.round, p.phase), &res)
 		if err != nil {
 			return res, fmt.Errorf("check %s: %w", run, err)
 		}
 		for _, e := range eps {
 			rows[e.EpisodeID] = append(rows[e.EpisodeID], e)
 		}
-		cs, err := readAll[schemas.Call](ctx, s, l.CallsDir(p.round, p.phase), &res)
+		cs, err := ReadAll[schemas.Call](ctx, s, l.CallsDir(p.round, p.phase), &res)
 		if err != nil {
 			return res, fmt.Errorf("check %s: %w", run, err)
 		}
@@ -517,11 +523,12 @@ func lateWrites(ctx context.Context, s *store.Store, l schemas.Layout, acc Accep
 	return n, nil
 }
 
-// readAll reads every Parquet object under dir, part files and per-episode
-// files alike, as DuckDB reading the documented layout would. An object
-// that will not decode (truncated, corrupt) is skipped and named in res:
-// its rows count as missing, the rest of the run is still checked.
-func readAll[T any](ctx context.Context, s *store.Store, dir string, res *Result) ([]T, error) {
+// ReadAll reads every Parquet object under dir, part files and per-episode
+// files alike, as DuckDB reading the documented layout would. With res, an
+// object that will not decode (truncated, corrupt) is skipped and named in
+// res: its rows count as missing, the rest of the run is still checked;
+// without, it is an error.
+func ReadAll[T any](ctx context.Context, s *store.Store, dir string, res *Result) ([]T, error) {
 	objs, err := s.List(ctx, dir)
 	if err != nil {
 		return nil, fmt.Errorf("list %s: %w", dir, err)
@@ -532,7 +539,7 @@ func readAll[T any](ctx context.Context, s *store.Store, dir string, res *Result
 			continue
 		}
 		rows, err := store.ReadParquet[T](ctx, s, o.Key)
-		if err != nil && !store.IsNotFound(err) && ctx.Err() == nil {
+		if err != nil && res != nil && !store.IsNotFound(err) && ctx.Err() == nil {
 			b, gerr := s.Get(ctx, o.Key)
 			if gerr == nil {
 				// Readable bytes that do not decode: a finding, not a failed check.

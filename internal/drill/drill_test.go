@@ -706,7 +706,7 @@ func checkCatchesAStrayRow(t *testing.T, d *drill, run string) {
 	ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
 	defer cancel()
 	l := schemas.Layout{Run: run}
-	rows, err := readAll[schemas.Episode](ctx, d.r.Store, l.EpisodesDir(2, schemas.PhaseTrain), &Result{})
+	rows, err := ReadAll[schemas.Episode](ctx, d.r.Store, l.EpisodesDir(2, schemas.PhaseTrain), &Result{})
 	if err != nil || len(rows) == 0 {
 		t.Fatalf("round 2's rows: %d, %v", len(rows), err)
 	}
