@@ -11,12 +11,11 @@ import (
 	"testing"
 	"time"
 
-	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/converter"
 
 	"github.com/roundhouse-rl/roundhouse/activities"
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
+	"github.com/roundhouse-rl/roundhouse/internal/drill"
 	"github.com/roundhouse-rl/roundhouse/internal/itest"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/schemas"
@@ -121,32 +120,17 @@ func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
 }
 
 // acceptedTries reads, from the histories of a workflow's Episodes
-// children, the result Temporal accepted for each episode.
+// children, the result Temporal accepted for each episode (drill.AcceptedOf).
 func acceptedTries(ctx context.Context, t *testing.T, c client.Client, id string) map[string]activities.EpisodeResult {
 	t.Helper()
-	out := map[string]activities.EpisodeResult{}
-	dc := converter.GetDefaultDataConverter()
-	var walk func(id string)
-	walk = func(id string) {
-		it := c.GetWorkflowHistory(ctx, id, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-		for it.HasNext() {
-			ev, err := it.Next()
-			if err != nil {
-				t.Fatalf("history of %s: %v", id, err)
-			}
-			if a := ev.GetChildWorkflowExecutionStartedEventAttributes(); a != nil {
-				walk(a.GetWorkflowExecution().GetWorkflowId())
-			}
-			if a := ev.GetActivityTaskCompletedEventAttributes(); a != nil {
-				var r activities.EpisodeResult
-				if dc.FromPayloads(a.GetResult(), &r) == nil && r.EpisodeID != "" {
-					out[r.EpisodeID] = r
-				}
-			}
-		}
+	acc, err := drill.AcceptedOf(ctx, c, id)
+	if err != nil {
+		t.Fatal(err)
 	}
-	walk(id)
-	return out
+	for _, cf := range acc.Conflicts {
+		t.Errorf("accepted twice: %s", cf)
+	}
+	return acc.Episodes
 }
 
 // checkAccepted reads a phase's tables as any reader of the documented
@@ -203,24 +187,12 @@ func checkAccepted(ctx context.Context, t *testing.T, s *store.Store, run string
 	}
 }
 
-// readAll reads every Parquet object under dir, part files and single
-// files alike, as DuckDB reading the documented layout would.
+// readAll is drill.ReadAll, strict: an object that does not decode fails.
 func readAll[T any](ctx context.Context, t *testing.T, s *store.Store, dir string) []T {
 	t.Helper()
-	objs, err := s.List(ctx, dir)
+	rows, err := drill.ReadAll[T](ctx, s, dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []T
-	for _, o := range objs {
-		if !strings.HasSuffix(o.Key, ".parquet") {
-			continue
-		}
-		rows, err := store.ReadParquet[T](ctx, s, o.Key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, rows...)
-	}
-	return out
+	return rows
 }

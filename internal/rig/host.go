@@ -90,7 +90,7 @@ func (h *Host) Start(ctx context.Context) error {
 	// ends it with the test process.
 	cmd := exec.Command("ip", args...)
 	cmd.Dir = h.rig.root
-	cmd.Env = append(os.Environ(), h.rig.Endpoints.Env()...)
+	cmd.Env = append(append(os.Environ(), h.rig.Endpoints.Env()...), h.spec.Env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -130,6 +130,14 @@ func (h *Host) Start(ctx context.Context) error {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// SetEnv replaces the host's HostSpec.Env; it applies from the next Start
+// (a killed host coming back slower, say).
+func (h *Host) SetEnv(env []string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.spec.Env = append([]string(nil), env...)
 }
 
 // probe asks the worker's health endpoint, from inside the namespace.

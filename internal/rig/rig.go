@@ -32,6 +32,10 @@
 // Faults act on one host and undo with a matching call: Kill / Start,
 // Partition / HealPartition, PartitionTemporal / HealTemporal, SlowS3 /
 // HealS3, FillDisk / FreeDisk (HealNetwork undoes all network faults).
+// Two act on the hub, for every host at once: RestartTemporal, and
+// StopS3 / StartS3; both servers keep their data. A host's worker gets
+// HostSpec.Env (SetEnv changes it for the next Start), which reaches what
+// the worker runs: a harness's knobs, such as MINIMAL_EPISODE_DELAY.
 // The network ones set tc up on both ends of the host's veth, so they
 // touch that host alone and combine. A partition is a pfifo qdisc of
 // limit 0, which drops every packet silently, as a dead link does
@@ -111,6 +115,10 @@ type HostSpec struct {
 	DiskBytes int64
 	// Args are more worker flags, after the rig's own.
 	Args []string
+	// Env is added to the worker's environment last (so it wins), and so
+	// reaches what the worker starts: e.g. MINIMAL_EPISODE_DELAY, which
+	// slows the minimal harness's episodes on this host alone.
+	Env []string
 }
 
 // Config says which hosts to build.
@@ -151,6 +159,16 @@ type Rig struct {
 	root             string // the repository, the workers' working directory
 	rootLink         string // the root namespace's end of the hub's veth
 	servers          []*proc.Server
+	// How each server was started, by name, so RestartTemporal and
+	// StartS3 start it again on the same data.
+	serverSpecs map[string]serverSpec
+	serverMu    sync.Mutex
+}
+
+// serverSpec is one of the hub's servers: its command, environment and log.
+type serverSpec struct {
+	args, env []string
+	log       string
 }
 
 // TemporalAddr is Temporal's host:port in the hub.
@@ -389,6 +407,7 @@ func (r *Rig) startServers(ctx context.Context, tbin, vbin string) error {
 		"--dynamic-config-value", "matching.numTaskqueueReadPartitions=1",
 		"--dynamic-config-value", "matching.numTaskqueueWritePartitions=1")
 	tlog := filepath.Join(r.Dir, "temporal.log")
+	r.serverSpecs = map[string]serverSpec{"temporal": {args: inHub(targs), log: tlog}}
 	tp, err := proc.Start("temporal", inHub(targs), nil, tlog, false)
 	if err != nil {
 		return fmt.Errorf("rig %s: %w", r.ID, err)
@@ -399,7 +418,9 @@ func (r *Rig) startServers(ctx context.Context, tbin, vbin string) error {
 		return fmt.Errorf("rig %s: %w", r.ID, err)
 	}
 	slog := filepath.Join(r.Dir, "s3.log")
-	sp, err := proc.Start("versitygw", inHub(devstack.VersitygwArgsOn(vbin, r.s3IP.String(), s3dir, s3Port)), devstack.VersitygwEnv(s3cfg.AccessKey, s3cfg.SecretKey), slog, false)
+	r.serverSpecs["versitygw"] = serverSpec{args: inHub(devstack.VersitygwArgsOn(vbin, r.s3IP.String(), s3dir, s3Port)),
+		env: devstack.VersitygwEnv(s3cfg.AccessKey, s3cfg.SecretKey), log: slog}
+	sp, err := proc.Start("versitygw", r.serverSpecs["versitygw"].args, r.serverSpecs["versitygw"].env, slog, false)
 	if err != nil {
 		return fmt.Errorf("rig %s: %w", r.ID, err)
 	}
@@ -414,24 +435,105 @@ func (r *Rig) startServers(ctx context.Context, tbin, vbin string) error {
 	if err := r.Store.EnsureBucket(ctx); err != nil {
 		return fmt.Errorf("rig %s: %w", r.ID, err)
 	}
-	// A Temporal call, not a TCP connect: the frontend listens a while
-	// before it answers.
-	up := func(ctx context.Context) error {
-		if err := proc.TCPCheck(r.Endpoints.Temporal)(ctx); err != nil {
-			return err
-		}
-		c, err := client.DialContext(ctx, client.Options{HostPort: r.Endpoints.Temporal, Logger: quietLogger()})
-		if err != nil {
-			return err
-		}
-		c.Close()
-		return nil
-	}
-	if err := proc.WaitReady(ctx, tp, 2*time.Minute, up, tlog); err != nil {
+	if err := proc.WaitReady(ctx, tp, 2*time.Minute, r.temporalUp, tlog); err != nil {
 		return fmt.Errorf("rig %s: Temporal in the hub: %w", r.ID, err)
 	}
 	if r.Client, err = client.DialContext(ctx, client.Options{HostPort: r.Endpoints.Temporal, Logger: quietLogger()}); err != nil {
 		return fmt.Errorf("rig %s: Temporal client: %w", r.ID, err)
+	}
+	return nil
+}
+
+// temporalUp is a Temporal call, not a TCP connect: the frontend listens
+// a while before it answers.
+func (r *Rig) temporalUp(ctx context.Context) error {
+	if err := proc.TCPCheck(r.Endpoints.Temporal)(ctx); err != nil {
+		return err
+	}
+	c, err := client.DialContext(ctx, client.Options{HostPort: r.Endpoints.Temporal, Logger: quietLogger()})
+	if err != nil {
+		return err
+	}
+	c.Close()
+	return nil
+}
+
+// server is the running process of the hub's server name, or nil.
+func (r *Rig) server(name string) (int, *proc.Server) {
+	for i, p := range r.servers {
+		if p != nil && p.Name == name {
+			return i, p
+		}
+	}
+	return -1, nil
+}
+
+// RestartTemporal is a Temporal outage of the whole rig: the dev server is
+// stopped (SIGTERM, SIGKILL after 5 s) and started again on the same
+// database, so histories survive as a real cluster's would; it returns
+// once the frontend answers again, 2 minutes at most. down is how long it
+// stays stopped.
+func (r *Rig) RestartTemporal(ctx context.Context, down time.Duration) error {
+	if err := r.restart(ctx, "temporal", down); err != nil {
+		return err
+	}
+	_, p := r.server("temporal")
+	if err := proc.WaitReady(ctx, p, 2*time.Minute, r.temporalUp, r.serverSpecs["temporal"].log); err != nil {
+		return fmt.Errorf("rig %s: Temporal after restart: %w", r.ID, err)
+	}
+	return nil
+}
+
+// StopS3 stops the S3 server: every host and the test then get
+// connection errors from S3 until StartS3. Its data stays.
+func (r *Rig) StopS3() {
+	r.serverMu.Lock()
+	defer r.serverMu.Unlock()
+	if i, p := r.server("versitygw"); p != nil {
+		p.Stop(5 * time.Second)
+		r.servers[i] = nil
+	}
+}
+
+// StartS3 starts the S3 server again on the same data after StopS3 and
+// waits until it answers, a minute at most.
+func (r *Rig) StartS3(ctx context.Context) error {
+	if err := r.restart(ctx, "versitygw", 0); err != nil {
+		return err
+	}
+	_, p := r.server("versitygw")
+	if err := proc.WaitReady(ctx, p, time.Minute, proc.HTTPCheck(r.Endpoints.S3.Endpoint), r.serverSpecs["versitygw"].log); err != nil {
+		return fmt.Errorf("rig %s: S3 after restart: %w", r.ID, err)
+	}
+	return nil
+}
+
+// restart stops server name if it runs, waits down, and starts it again
+// with the arguments it was first started with.
+func (r *Rig) restart(ctx context.Context, name string, down time.Duration) error {
+	r.serverMu.Lock()
+	defer r.serverMu.Unlock()
+	spec, ok := r.serverSpecs[name]
+	if !ok {
+		return fmt.Errorf("rig %s: no server %s", r.ID, name)
+	}
+	i, p := r.server(name)
+	if p != nil {
+		p.Stop(5 * time.Second)
+	}
+	select {
+	case <-time.After(down):
+	case <-ctx.Done():
+		return fmt.Errorf("rig %s: restart %s: %w", r.ID, name, ctx.Err())
+	}
+	np, err := proc.Start(name, spec.args, spec.env, spec.log, false)
+	if err != nil {
+		return fmt.Errorf("rig %s: restart: %w", r.ID, err)
+	}
+	if i >= 0 {
+		r.servers[i] = np
+	} else {
+		r.servers = append(r.servers, np)
 	}
 	return nil
 }
@@ -494,9 +596,11 @@ func (r *Rig) teardown() []error {
 	if r.Client != nil {
 		r.Client.Close()
 	}
+	r.serverMu.Lock()
 	for i := len(r.servers) - 1; i >= 0; i-- {
-		r.servers[i].Stop(5 * time.Second)
+		r.servers[i].Stop(5 * time.Second) // nil (stopped by StopS3) is fine
 	}
+	r.serverMu.Unlock()
 	for _, h := range r.Hosts {
 		if h.mounted {
 			if err := syscall.Unmount(h.WorkDir, syscall.MNT_DETACH); err != nil {
