@@ -81,12 +81,7 @@ func FinishRates(rep *schemas.Report) {
 	rep.Overall.Task = -1
 	all := append([]*schemas.TaskResult{&rep.Overall}, pointers(rep.Tasks)...)
 	for _, r := range append(all, pointers(rep.Suites)...) {
-		r.SuccessRate, r.SuccessCI95 = 0, nil
-		if r.Valid > 0 {
-			r.SuccessRate = float64(r.Successes) / float64(r.Valid)
-			iv := stats.Wilson(r.Successes, r.Valid)
-			r.SuccessCI95 = []float64{iv.Lo, iv.Hi}
-		}
+		setRate(r)
 	}
 	rep.OverInvalidLimit = false
 	if rep.MaxInvalidShare > 0 {
@@ -177,12 +172,19 @@ func ProtocolResult(rep schemas.Report) schemas.TaskResult {
 			add(&out, t)
 		}
 	}
-	if out.Valid > 0 {
-		out.SuccessRate = float64(out.Successes) / float64(out.Valid)
-		iv := stats.Wilson(out.Successes, out.Valid)
-		out.SuccessCI95 = []float64{iv.Lo, iv.Hi}
-	}
+	setRate(&out)
 	return out
+}
+
+// setRate sets r's success over valid and its 95 % interval from its
+// counts (none without a valid episode).
+func setRate(r *schemas.TaskResult) {
+	r.SuccessRate, r.SuccessCI95 = 0, nil
+	if r.Valid > 0 {
+		r.SuccessRate = float64(r.Successes) / float64(r.Valid)
+		iv := stats.Wilson(r.Successes, r.Valid)
+		r.SuccessCI95 = []float64{iv.Lo, iv.Hi}
+	}
 }
 
 // clip joins at most five items and says how many more there are.
