@@ -54,9 +54,7 @@ func TestBuildBatch(t *testing.T) {
 	put(schemas.Episode{Group: 1, Attempt: 0, Valid: true}, []schemas.Call{call(50, 5)})
 	put(schemas.Episode{Group: 1, Attempt: 1, Valid: true}, []schemas.Call{call(60, 5)})
 
-	var env testsuite.WorkflowTestSuite
-	aenv := env.NewTestActivityEnvironment()
-	aenv.RegisterActivity(&activities.Control{Store: s})
+	aenv := controlEnv(s)
 	var ctrl *activities.Control
 	v, err := aenv.ExecuteActivity(ctrl.BuildBatch, activities.BatchInput{Run: "b", Round: 1, MaxCallsPerEpisode: 2, Seed: 1})
 	if err != nil {
@@ -146,9 +144,7 @@ func TestBuildBatchFilters(t *testing.T) {
 	put(schemas.Episode{Group: 0, Attempt: 1, SuccessCall: -1},
 		[]schemas.Call{{PromptTokenIDs: short}, {PromptTokenIDs: long}, {PromptTokenIDs: short}})
 
-	var env testsuite.WorkflowTestSuite
-	aenv := env.NewTestActivityEnvironment()
-	aenv.RegisterActivity(&activities.Control{Store: s})
+	aenv := controlEnv(s)
 	var ctrl *activities.Control
 	build := func(f schemas.Filters) (schemas.BatchSummary, []schemas.Sample) {
 		t.Helper()
@@ -255,9 +251,7 @@ func TestBuildBatchImages(t *testing.T) {
 			}
 		}
 	}
-	var env testsuite.WorkflowTestSuite
-	aenv := env.NewTestActivityEnvironment()
-	aenv.RegisterActivity(&activities.Control{Store: s})
+	aenv := controlEnv(s)
 	var ctrl *activities.Control
 
 	store1("vlm", true)
@@ -308,4 +302,13 @@ func readBatch(t *testing.T, s *store.Store, key string) map[string]any {
 		t.Fatal(err)
 	}
 	return arrs
+}
+
+// controlEnv is an activity environment running the control activities
+// against s.
+func controlEnv(s *store.Store) *testsuite.TestActivityEnvironment {
+	var suite testsuite.WorkflowTestSuite
+	env := suite.NewTestActivityEnvironment()
+	env.RegisterActivity(&activities.Control{Store: s})
+	return env
 }

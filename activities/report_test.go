@@ -4,8 +4,6 @@ import (
 	"context"
 	"testing"
 
-	"go.temporal.io/sdk/testsuite"
-
 	"github.com/roundhouse-rl/roundhouse/activities"
 	"github.com/roundhouse-rl/roundhouse/internal/itest"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
@@ -19,9 +17,7 @@ func TestWriteReportInvalid(t *testing.T) {
 	stack := itest.Start(t)
 	ctx := context.Background()
 	s := stack.Store
-	var suite testsuite.WorkflowTestSuite
-	env := suite.NewTestActivityEnvironment()
-	env.RegisterActivity(&activities.Control{Store: s})
+	env := controlEnv(s)
 	var ctrl *activities.Control
 
 	// Five cells (task 0, init ids 0–4): 2 successes, 1 failure, 1 timeout,

@@ -8,8 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"go.temporal.io/sdk/testsuite"
-
 	"github.com/roundhouse-rl/roundhouse/activities"
 	"github.com/roundhouse-rl/roundhouse/internal/itest"
 	"github.com/roundhouse-rl/roundhouse/internal/weights"
@@ -24,9 +22,7 @@ func TestSweepActivities(t *testing.T) {
 	stack := itest.Start(t)
 	ctx := context.Background()
 	s := stack.Store
-	var suite testsuite.WorkflowTestSuite
-	env := suite.NewTestActivityEnvironment()
-	env.RegisterActivity(&activities.Control{Store: s})
+	env := controlEnv(s)
 	var ctrl *activities.Control
 
 	dir := t.TempDir()
