@@ -46,6 +46,10 @@ type EpisodeInput struct {
 	// InfraTries is how many tries an infrastructure failure gets before
 	// the episode is recorded as invalid.
 	InfraTries int32
+	// RetryBase is the tries the episode had before this activity: a
+	// rerun after a corrupt try continues its retry numbers, so its tries
+	// get names (schemas.TryID) and keys of their own.
+	RetryBase int32
 }
 
 // Label names the episode where a failed attempt is shown (internal/failnote).
@@ -82,7 +86,7 @@ type EpisodeResult struct {
 // (docs/design.md §8). Within a try the row is written last.
 func (r *Rollout) RunEpisode(ctx context.Context, in EpisodeInput) (res EpisodeResult, err error) {
 	info := activity.GetInfo(ctx)
-	retry := info.Attempt - 1
+	retry := in.RetryBase + info.Attempt - 1
 	log := activity.GetLogger(ctx)
 	key := schemas.EpisodeKey{Run: in.Run, Round: in.Round, Phase: in.Phase, Group: in.Group, Attempt: in.Attempt, Retry: retry}
 	id := key.ID()

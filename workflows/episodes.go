@@ -28,45 +28,51 @@ func Episodes(ctx workflow.Context, in api.EpisodesInput) (api.Tally, error) {
 	})
 	var fails *failures
 	details := func() {
-		workflow.SetCurrentDetails(ctx, fmt.Sprintf("**%s** round %d: %d/%d episodes, %d valid, %d successes, %d lost, %d skipped\n\n%s",
-			in.Phase, in.Round, t.Done, t.Total, t.Valid, t.Successes, t.Lost, t.Skipped, fails.markdown()))
+		reruns := ""
+		if t.Reruns > 0 {
+			reruns = fmt.Sprintf(", %d rerun after a corrupt try", t.Reruns)
+		}
+		workflow.SetCurrentDetails(ctx, fmt.Sprintf("**%s** round %d: %d/%d episodes, %d valid, %d successes, %d lost, %d skipped%s\n\n%s",
+			in.Phase, in.Round, t.Done, t.Total, t.Valid, t.Successes, t.Lost, t.Skipped, reruns, fails.markdown()))
 	}
 	fails = watchFailures(ctx, details)
 	var rollout *activities.Rollout
+	cells := map[string]api.Cell{}
+	// results holds each episode's counted result: a rerun takes its
+	// counts back before its new try is counted.
+	results := map[string]activities.EpisodeResult{}
 	var accepted []activities.AcceptedTry
 	sel := workflow.NewSelector(ctx)
-	for _, cell := range in.Cells {
+	// run schedules one episode; retryBase > 0 is a rerun (RetryBase).
+	run := func(cell api.Cell, retryBase int32) {
 		id := schemas.EpisodeID(in.Round, in.Phase, cell.Group, cell.Attempt)
+		label := fmt.Sprintf("%s task %d %s init %d", id, cell.Task.ID, cell.Task.Name, cell.InitID)
+		if retryBase > 0 {
+			label += fmt.Sprintf(" (rerun: try %d's records were corrupt)", retryBase-1)
+		}
 		// The summary labels the activity in the Temporal UI's timeline.
-		ectx := workflow.WithActivityOptions(actx, withSummary(workflow.GetActivityOptions(actx),
-			fmt.Sprintf("%s task %d %s init %d", id, cell.Task.ID, cell.Task.Name, cell.InitID)))
+		ectx := workflow.WithActivityOptions(actx, withSummary(workflow.GetActivityOptions(actx), label))
 		f := workflow.ExecuteActivity(ectx, rollout.RunEpisode, activities.EpisodeInput{
 			Run: in.Run, Round: in.Round, Phase: in.Phase, Group: cell.Group, Attempt: cell.Attempt,
-			Task: cell.Task, InitID: cell.InitID, WeightsID: in.Weights, InfraTries: in.InfraTries,
+			Task: cell.Task, InitID: cell.InitID, WeightsID: in.Weights, InfraTries: in.InfraTries, RetryBase: retryBase,
 		})
 		sel.AddFuture(f, func(f workflow.Future) {
 			var r activities.EpisodeResult
 			if err := f.Get(ctx, &r); err != nil {
 				workflow.GetLogger(ctx).Error("episode lost", "episode", id, "error", err)
-				t.Lost++
+				r = activities.EpisodeResult{EpisodeID: id, Retry: -1}
 			}
-			switch {
-			case r.Skipped:
-				t.Skipped++
-			default:
-				t.Done++
-			}
+			count(&t, r, 1)
+			results[id] = r
 			if r.Try != "" && !r.Recorded && !r.Skipped {
 				accepted = append(accepted, activities.AcceptedTry{EpisodeID: r.EpisodeID, Try: r.Try})
 			}
-			if r.Valid {
-				t.Valid++
-			}
-			if r.Success {
-				t.Successes++
-			}
 			details()
 		})
+	}
+	for _, cell := range in.Cells {
+		cells[schemas.EpisodeID(in.Round, in.Phase, cell.Group, cell.Attempt)] = cell
+		run(cell, 0)
 	}
 	for range in.Cells {
 		sel.Select(ctx)
@@ -75,15 +81,75 @@ func Episodes(ctx workflow.Context, in api.EpisodesInput) (api.Tally, error) {
 	if workflow.GetVersion(ctx, "publish-accepted-tries", workflow.DefaultVersion, 1) == workflow.DefaultVersion {
 		return t, nil
 	}
-	return t, publish(ctx, in, accepted)
+	// Histories from before reruns fail on a corrupt try.
+	if workflow.GetVersion(ctx, "rerun-corrupt-tries", workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		_, err := publish(ctx, in, accepted, false)
+		return t, err
+	}
+	// A corrupt staged try is run again, at most maxReruns times per
+	// episode, and then counted lost: the phase goes on without it.
+	reruns := map[string]int{}
+	for len(accepted) > 0 {
+		res, err := publish(ctx, in, accepted, true)
+		if err != nil {
+			return t, err
+		}
+		accepted = nil
+		n := 0
+		for _, c := range res.Corrupt {
+			prev := results[c.EpisodeID]
+			count(&t, prev, -1)
+			workflow.GetLogger(ctx).Warn("corrupt staged try refused", "episode", c.EpisodeID, "try", c.Try, "reason", c.Reason)
+			if reruns[c.EpisodeID] >= maxReruns {
+				lost := activities.EpisodeResult{EpisodeID: c.EpisodeID, Retry: -1}
+				count(&t, lost, 1)
+				results[c.EpisodeID] = lost
+				continue
+			}
+			reruns[c.EpisodeID]++
+			t.Reruns++
+			run(cells[c.EpisodeID], prev.Retry+1)
+			n++
+		}
+		details()
+		for range n {
+			sel.Select(ctx)
+		}
+	}
+	return t, nil
 }
+
+// count adds (sign 1) or takes back (sign -1) an episode's result in t; a
+// result with Retry -1 is an episode lost.
+func count(t *api.Tally, r activities.EpisodeResult, sign int) {
+	switch {
+	case r.Retry < 0:
+		t.Lost += sign
+		t.Done += sign
+	case r.Skipped:
+		t.Skipped += sign
+	default:
+		t.Done += sign
+	}
+	if r.Valid {
+		t.Valid += sign
+	}
+	if r.Success {
+		t.Successes += sign
+	}
+}
+
+// maxReruns bounds how often one episode is run again after its staged
+// records were refused as corrupt.
+const maxReruns = 2
 
 // publish puts the accepted tries' records into the tables. It waits out
 // a storage outage (retried without limit, at most a minute apart): the
 // records are staged, and the phase must not go on without them.
-func publish(ctx workflow.Context, in api.EpisodesInput, accepted []activities.AcceptedTry) error {
+func publish(ctx workflow.Context, in api.EpisodesInput, accepted []activities.AcceptedTry, rerun bool) (activities.PublishResult, error) {
+	var res activities.PublishResult
 	if len(accepted) == 0 {
-		return nil
+		return res, nil
 	}
 	pctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		TaskQueue: api.ControlQueue, StartToCloseTimeout: 15 * time.Minute, HeartbeatTimeout: 2 * time.Minute,
@@ -91,11 +157,18 @@ func publish(ctx workflow.Context, in api.EpisodesInput, accepted []activities.A
 	})
 	pctx = summarized(pctx, fmt.Sprintf("publish %d episodes of round %d %s", len(accepted), in.Round, in.Phase))
 	var control *activities.Control
-	err := workflow.ExecuteActivity(pctx, control.Publish, activities.PublishInput{Run: in.Run, Round: in.Round, Phase: in.Phase, Tries: accepted}).Get(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("publish round %d %s: %w", in.Round, in.Phase, err)
+	f := workflow.ExecuteActivity(pctx, control.Publish, activities.PublishInput{Run: in.Run, Round: in.Round, Phase: in.Phase, Tries: accepted, Rerun: rerun})
+	// Older histories returned a count, which they never read.
+	var err error
+	if rerun {
+		err = f.Get(ctx, &res)
+	} else {
+		err = f.Get(ctx, nil)
 	}
-	return nil
+	if err != nil {
+		return res, fmt.Errorf("publish round %d %s: %w", in.Round, in.Phase, err)
+	}
+	return res, nil
 }
 
 // phaseRun describes the episodes of one phase for runEpisodes.

@@ -61,6 +61,9 @@ type Result struct {
 	// but were not accepted: late (zombie) or failed tries whose writes
 	// stayed beside the tables, refused by the workflow.
 	LateWrites int
+	// Corrupt is tries whose staged records Publish refused as corrupt;
+	// their episodes were run again. They are not counted in LateWrites.
+	Corrupt int
 	// Unreadable is the table objects that would not decode as Parquet.
 	Unreadable int
 	// Samples is the rows of the rounds' samples.parquet, all checked
@@ -95,6 +98,12 @@ type Accepted struct {
 	Completed bool
 	// Conflicts lists episodes accepted with two different tries.
 	Conflicts []string
+	// Refused is the tries Publish refused as corrupt (episode id/try);
+	// their episodes were run again.
+	Refused map[string]bool
+	// completed is every RunEpisode completion per episode, in history
+	// order, until AcceptedOf settles Episodes from it.
+	completed map[string][]activities.EpisodeResult
 }
 
 // ReadAccepted is AcceptedOf the run's Train workflow, train-<run>.
@@ -107,7 +116,8 @@ func ReadAccepted(ctx context.Context, c client.Client, run string) (Accepted, e
 // completions of RunEpisode and Train: a training run's (Train) or an
 // evaluation's (Eval) alike.
 func AcceptedOf(ctx context.Context, c client.Client, workflowID string) (Accepted, error) {
-	acc := Accepted{Episodes: map[string]activities.EpisodeResult{}, Train: map[string]schemas.TrainerMetrics{}, Rounds: map[int32]bool{}}
+	acc := Accepted{Episodes: map[string]activities.EpisodeResult{}, Train: map[string]schemas.TrainerMetrics{}, Rounds: map[int32]bool{},
+		Refused: map[string]bool{}, completed: map[string][]activities.EpisodeResult{}}
 	dc := converter.GetDefaultDataConverter()
 	seen := map[string]bool{}
 	// walk reads one workflow id's executions, from runID back through
@@ -137,6 +147,22 @@ func AcceptedOf(ctx context.Context, c client.Client, workflowID string) (Accept
 	if err := walk(workflowID, "", true); err != nil {
 		return acc, err
 	}
+	for id, rs := range acc.completed {
+		for _, r := range rs {
+			if acc.Refused[id+"/"+r.Try] {
+				continue
+			}
+			old, ok := acc.Episodes[id]
+			switch {
+			case !ok || (old.Recorded && !r.Recorded):
+				acc.Episodes[id] = r
+			case !r.Recorded && !old.Recorded && old.Try != r.Try:
+				acc.Conflicts = append(acc.Conflicts, fmt.Sprintf("%s accepted as %s and as %s", id, old.Try, r.Try))
+			}
+		}
+	}
+	sort.Strings(acc.Conflicts)
+	acc.completed = nil
 	return acc, nil
 }
 
@@ -193,12 +219,21 @@ func walkExecution(ctx context.Context, c client.Client, dc converter.DataConver
 			if r.Skipped || r.EpisodeID == "" {
 				continue
 			}
-			old, ok := acc.Episodes[r.EpisodeID]
-			switch {
-			case !ok || (old.Recorded && !r.Recorded):
-				acc.Episodes[r.EpisodeID] = r
-			case !r.Recorded && !old.Recorded && old.Try != r.Try:
-				acc.Conflicts = append(acc.Conflicts, fmt.Sprintf("%s accepted as %s and as %s", r.EpisodeID, old.Try, r.Try))
+			acc.completed[r.EpisodeID] = append(acc.completed[r.EpisodeID], r)
+		case "Publish":
+			// Older histories' Publish returned a count.
+			var raw json.RawMessage
+			if err := dc.FromPayloads(a.GetResult(), &raw); err != nil {
+				return "", 0, fmt.Errorf("Publish result in %s: %w", id, err)
+			}
+			var pr activities.PublishResult
+			if len(raw) > 0 && raw[0] == '{' {
+				if err := json.Unmarshal(raw, &pr); err != nil {
+					return "", 0, fmt.Errorf("Publish result in %s: %w", id, err)
+				}
+			}
+			for _, c := range pr.Corrupt {
+				acc.Refused[c.EpisodeID+"/"+c.Try] = true
 			}
 		case "Train":
 			var in activities.TrainInput
@@ -344,6 +379,7 @@ func Check(ctx context.Context, c client.Client, s *store.Store, run string) (Re
 	if err := checkWeights(ctx, s, l, acc, &res); err != nil {
 		return res, fmt.Errorf("check %s: %w", run, err)
 	}
+	res.Corrupt = len(acc.Refused)
 	if res.LateWrites, err = lateWrites(ctx, s, l, acc); err != nil {
 		return res, fmt.Errorf("check %s: %w", run, err)
 	}
@@ -516,7 +552,7 @@ func lateWrites(ctx context.Context, s *store.Store, l schemas.Layout, acc Accep
 	}
 	n := 0
 	for t := range tries {
-		if a, ok := acc.Episodes[t[0]]; !ok || a.Try != t[1] {
+		if a, ok := acc.Episodes[t[0]]; (!ok || a.Try != t[1]) && !acc.Refused[t[0]+"/"+t[1]] {
 			n++
 		}
 	}

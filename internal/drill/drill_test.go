@@ -127,7 +127,7 @@ func (w row) cells() []string {
 	} else {
 		counts = fmt.Sprintf("%d/%d/%d/%d", w.res.Planned, w.res.Stored, w.res.Lost, w.res.Duplicated)
 		lost = strconv.Itoa(w.res.CallsLost)
-		late = strconv.Itoa(w.res.LateWrites)
+		late = fmt.Sprintf("%d / %d", w.res.LateWrites, w.res.Corrupt)
 	}
 	prog := "none seen"
 	if w.progress >= 0 {
@@ -166,7 +166,7 @@ func firstLine(s string) string {
 func table(rows []row) string {
 	var b bytes.Buffer
 	tw := tabwriter.NewWriter(&b, 0, 0, 1, ' ', tabwriter.Debug)
-	fmt.Fprintln(tw, "fault\trun completed\tepisodes planned/stored/lost/duplicated\trecords lost\tlate writes refused\tfault held\ttime to progress\tproblems")
+	fmt.Fprintln(tw, "fault\trun completed\tepisodes planned/stored/lost/duplicated\trecords lost\twrites refused: late / corrupt\tfault held\ttime to progress\tproblems")
 	for _, w := range rows {
 		fmt.Fprintln(tw, strings.Join(w.cells(), "\t"))
 	}

@@ -54,6 +54,7 @@ type Tally struct {
 	Successes int
 	Lost      int // the activity failed for good: no record exists
 	Skipped   int // not run because the run is stopping
+	Reruns    int // episodes run again because their staged records were corrupt
 }
 
 // Add sums o into t.
@@ -64,4 +65,5 @@ func (t *Tally) Add(o Tally) {
 	t.Successes += o.Successes
 	t.Lost += o.Lost
 	t.Skipped += o.Skipped
+	t.Reruns += o.Reruns
 }
