@@ -100,22 +100,10 @@ func (r *Rollout) RunEpisode(ctx context.Context, in EpisodeInput) (res EpisodeR
 			attribute.Int("episode.calls", res.Calls), attribute.String("episode.failure_class", res.FailureClass))
 		instr.End(span, err)
 	}()
-	// Heartbeat for the whole episode (model start, run, upload): a dead
-	// worker is then noticed within the heartbeat timeout, not StartToClose.
-	beat, stopBeat := context.WithCancel(ctx)
-	defer stopBeat()
-	go func() {
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-beat.Done():
-				return
-			case <-t.C:
-				activity.RecordHeartbeat(ctx, id)
-			}
-		}
-	}()
+	// The worker repeats this beat for the whole episode (model start, run,
+	// upload; internal/heartbeat): a dead worker is then noticed within
+	// the heartbeat timeout, not StartToClose.
+	activity.RecordHeartbeat(ctx, id)
 	// A resumed round finds the episodes it already completed; a stopping
 	// run skips the episodes that have not started.
 	if row, ok, err := r.Host.Recorded(ctx, key); err != nil {

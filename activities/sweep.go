@@ -151,38 +151,15 @@ func (c *Control) ImportWeights(ctx context.Context, in ImportInput) (schemas.We
 		err := fmt.Errorf("weights s3://%s/%s changed since the sweep listed them: the next sweep evaluates them as they are then", c.Store.Bucket, in.From)
 		return src, temporal.NewNonRetryableApplicationError(err.Error(), "WeightsChanged", err)
 	}
-	stop := keepAlive(ctx, "import "+in.Target)
-	defer stop()
+	// The worker repeats this while the copy runs (internal/heartbeat).
+	if activity.IsActivity(ctx) {
+		activity.RecordHeartbeat(ctx, "import "+in.Target)
+	}
 	man, err := weights.Copy(ctx, c.Store, in.From, to, in.Target)
 	if errors.Is(err, weights.ErrConflict) {
 		return man, temporal.NewNonRetryableApplicationError(err.Error(), "WeightsConflict", err)
 	}
 	return man, err
-}
-
-// keepAlive heartbeats until stop is called: a large download gives no
-// progress of its own, and the heartbeat timeout is what notices a dead
-// worker.
-func keepAlive(ctx context.Context, what string) (stop func()) {
-	if !activity.IsActivity(ctx) {
-		return func() {}
-	}
-	done := make(chan struct{})
-	go func() {
-		t := time.NewTicker(20 * time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-t.C:
-				activity.RecordHeartbeat(ctx, what)
-			case <-done:
-				return
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	return func() { close(done) }
 }
 
 // ReadLeaderboard returns a sweep's leaderboard; a sweep that never wrote

@@ -19,6 +19,7 @@ import (
 
 	"github.com/roundhouse-rl/roundhouse/activities"
 	"github.com/roundhouse-rl/roundhouse/internal/failnote"
+	"github.com/roundhouse-rl/roundhouse/internal/heartbeat"
 	"github.com/roundhouse-rl/roundhouse/internal/host"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/workflows"
@@ -62,8 +63,10 @@ func Run(ctx context.Context, c client.Client, s *store.Store, cfg Config) error
 	var rollout *host.Host
 	hl := newHealth()
 	// Every failed attempt is signalled to its workflow, which shows it in
-	// the Temporal UI while Temporal retries (internal/failnote).
-	notes := []interceptor.WorkerInterceptor{failnote.Interceptor(c, api.ActivityFailureSignal)}
+	// the Temporal UI while Temporal retries (internal/failnote); every
+	// running activity heartbeats, so a dead worker is noticed within
+	// seconds whatever its activity was doing (internal/heartbeat).
+	icpt := []interceptor.WorkerInterceptor{failnote.Interceptor(c, api.ActivityFailureSignal), heartbeat.Interceptor()}
 	defer func() {
 		for _, f := range cleanup {
 			f()
@@ -92,7 +95,7 @@ func Run(ctx context.Context, c client.Client, s *store.Store, cfg Config) error
 			if err := api.RegisterSearchAttributes(ctx, c, ns); err != nil {
 				return err
 			}
-			w := worker.New(c, api.ControlQueue, worker.Options{OnFatalError: hl.onFatal, Interceptors: notes})
+			w := worker.New(c, api.ControlQueue, worker.Options{OnFatalError: hl.onFatal, Interceptors: icpt})
 			w.RegisterWorkflow(workflows.Train)
 			w.RegisterWorkflow(workflows.Episodes)
 			w.RegisterWorkflow(workflows.Eval)
@@ -108,11 +111,11 @@ func Run(ctx context.Context, c client.Client, s *store.Store, cfg Config) error
 			}
 			cleanup = append(cleanup, h.Close)
 			rollout = h
-			w := worker.New(c, api.RolloutQueue, worker.Options{MaxConcurrentActivityExecutionSize: cfg.Slots, OnFatalError: hl.onFatal, Interceptors: notes})
+			w := worker.New(c, api.RolloutQueue, worker.Options{MaxConcurrentActivityExecutionSize: cfg.Slots, OnFatalError: hl.onFatal, Interceptors: icpt})
 			w.RegisterActivity(&activities.Rollout{Host: h})
 			ws = append(ws, w)
 		case "train":
-			w := worker.New(c, api.TrainQueue, worker.Options{MaxConcurrentActivityExecutionSize: 1, OnFatalError: hl.onFatal, Interceptors: notes})
+			w := worker.New(c, api.TrainQueue, worker.Options{MaxConcurrentActivityExecutionSize: 1, OnFatalError: hl.onFatal, Interceptors: icpt})
 			tr := &activities.Trainer{Store: s, WorkDir: cfg.WorkDir}
 			if rollout != nil {
 				tr.BeforeTrain = rollout.StopForTraining

@@ -152,7 +152,7 @@ func publish(ctx workflow.Context, in api.EpisodesInput, accepted []activities.A
 		return res, nil
 	}
 	pctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		TaskQueue: api.ControlQueue, StartToCloseTimeout: 15 * time.Minute, HeartbeatTimeout: 2 * time.Minute,
+		TaskQueue: api.ControlQueue, StartToCloseTimeout: 15 * time.Minute, HeartbeatTimeout: beatTimeout,
 		RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, MaximumInterval: time.Minute},
 	})
 	pctx = summarized(pctx, fmt.Sprintf("publish %d episodes of round %d %s", len(accepted), in.Round, in.Phase))

@@ -122,7 +122,7 @@ func evaluateWeights(ctx workflow.Context, in api.SweepInput, w activities.Sweep
 	if strings.HasPrefix(in.Source, "s3://") {
 		runID = schemas.ImportedID(w.ID, w.Digest)
 		ictx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-			TaskQueue: api.ControlQueue, StartToCloseTimeout: 6 * time.Hour, HeartbeatTimeout: 2 * time.Minute,
+			TaskQueue: api.ControlQueue, StartToCloseTimeout: 6 * time.Hour, HeartbeatTimeout: beatTimeout,
 			RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 5},
 			Summary:     fmt.Sprintf("import %s as %s", w.Prefix, runID),
 		})

@@ -136,8 +136,8 @@ func Train(ctx workflow.Context, in api.TrainInput) (api.TrainResult, error) {
 		// visible in the UI, and resumes by itself once the trainer or its
 		// host is fixed. Harness errors are not retried.
 		tctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-			TaskQueue: api.TrainQueue, StartToCloseTimeout: h.Trainer.Timeout.D() + 5*time.Minute, HeartbeatTimeout: 2 * time.Minute,
-			RetryPolicy: &temporal.RetryPolicy{InitialInterval: 10 * time.Second, BackoffCoefficient: 2,
+			TaskQueue: api.TrainQueue, StartToCloseTimeout: h.Trainer.Timeout.D() + 5*time.Minute, HeartbeatTimeout: beatTimeout,
+			RetryPolicy: &temporal.RetryPolicy{InitialInterval: 2 * time.Second, BackoffCoefficient: 2,
 				MaximumInterval: 5 * time.Minute, NonRetryableErrorTypes: []string{"BadHarness"}},
 		})
 		var trainer *activities.Trainer
@@ -231,11 +231,16 @@ func validate(ctx workflow.Context, in api.TrainInput, t *tracker, round int32, 
 	return rep, nil
 }
 
+// beatTimeout is the heartbeat timeout of control and training
+// activities. Workers beat for every running activity (internal/heartbeat),
+// so it bounds only how long a dead worker's activity goes unnoticed.
+const beatTimeout = 30 * time.Second
+
 // controlContext runs data activities (reports, batches, state) on the
 // control queue; they read and write S3 only, so a few retries suffice.
 func controlContext(ctx workflow.Context) workflow.Context {
 	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		TaskQueue: api.ControlQueue, StartToCloseTimeout: 15 * time.Minute, HeartbeatTimeout: 2 * time.Minute,
+		TaskQueue: api.ControlQueue, StartToCloseTimeout: 15 * time.Minute, HeartbeatTimeout: beatTimeout,
 		RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 5},
 	})
 }
@@ -244,7 +249,7 @@ func controlContext(ctx workflow.Context) workflow.Context {
 // already durable without it, so a failure is logged, not fatal.
 func compact(ctx workflow.Context, run string, round int32, phase string) {
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		TaskQueue: api.ControlQueue, StartToCloseTimeout: 30 * time.Minute, HeartbeatTimeout: 5 * time.Minute,
+		TaskQueue: api.ControlQueue, StartToCloseTimeout: 30 * time.Minute, HeartbeatTimeout: beatTimeout,
 		RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 3},
 	})
 	var control *activities.Control
