@@ -12,11 +12,13 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/parquet-go/parquet-go"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/roundhouse-rl/roundhouse/internal/npz"
 	"github.com/roundhouse-rl/roundhouse/internal/rl"
@@ -526,37 +528,58 @@ type CorruptTry struct {
 // cannot be recovered by retrying and stop it.
 func (c *Control) Publish(ctx context.Context, in PublishInput) (PublishResult, error) {
 	l := schemas.Layout{Run: in.Run}
-	var res PublishResult
+	reasons := make([]string, len(in.Tries))
+	var done atomic.Int64
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(publishWorkers)
 	for i, t := range in.Tries {
-		staged := l.Staged(in.Round, in.Phase, t.EpisodeID, t.Try)
-		reason, err := c.checkStaged(ctx, staged, t)
-		if err != nil {
-			return res, err
-		}
-		if reason != "" {
-			activity.GetLogger(ctx).Warn("staged try refused", "episode", t.EpisodeID, "try", t.Try, "reason", reason)
-			if !in.Rerun {
-				return res, temporal.NewNonRetryableApplicationError(fmt.Sprintf("publish episode %s try %s: %s", t.EpisodeID, t.Try, reason), "CorruptStaged", nil)
+		g.Go(func() error {
+			staged := l.Staged(in.Round, in.Phase, t.EpisodeID, t.Try)
+			reason, err := c.checkStaged(gctx, staged, t)
+			if err != nil {
+				return err
 			}
-			res.Corrupt = append(res.Corrupt, CorruptTry{EpisodeID: t.EpisodeID, Try: t.Try, Reason: reason})
+			if reason != "" {
+				reasons[i] = reason
+				return nil
+			}
+			for _, cp := range []struct{ src, dst string }{
+				{staged + StagedCalls, l.Calls(in.Round, in.Phase, t.EpisodeID)},
+				{staged + StagedRow, l.Episodes(in.Round, in.Phase, t.EpisodeID)},
+			} {
+				if err := c.Store.Copy(gctx, cp.src, cp.dst); err != nil {
+					if store.IsNotFound(err) {
+						return missingStaged(t, cp.src, err)
+					}
+					return fmt.Errorf("publish episode %s try %s: %w", t.EpisodeID, t.Try, err)
+				}
+			}
+			activity.RecordHeartbeat(ctx, fmt.Sprintf("published %d of %d", done.Add(1), len(in.Tries)))
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return PublishResult{}, err
+	}
+	res := PublishResult{Published: int(done.Load())}
+	for i, reason := range reasons {
+		if reason == "" {
 			continue
 		}
-		for _, cp := range []struct{ src, dst string }{
-			{staged + StagedCalls, l.Calls(in.Round, in.Phase, t.EpisodeID)},
-			{staged + StagedRow, l.Episodes(in.Round, in.Phase, t.EpisodeID)},
-		} {
-			if err := c.Store.Copy(ctx, cp.src, cp.dst); err != nil {
-				if store.IsNotFound(err) {
-					return res, missingStaged(t, cp.src, err)
-				}
-				return res, fmt.Errorf("publish episode %s try %s: %w", t.EpisodeID, t.Try, err)
-			}
+		t := in.Tries[i]
+		activity.GetLogger(ctx).Warn("staged try refused", "episode", t.EpisodeID, "try", t.Try, "reason", reason)
+		if !in.Rerun {
+			return res, temporal.NewNonRetryableApplicationError(fmt.Sprintf("publish episode %s try %s: %s", t.EpisodeID, t.Try, reason), "CorruptStaged", nil)
 		}
-		res.Published++
-		activity.RecordHeartbeat(ctx, i)
+		res.Corrupt = append(res.Corrupt, CorruptTry{EpisodeID: t.EpisodeID, Try: t.Try, Reason: reason})
 	}
 	return res, nil
 }
+
+// publishWorkers bounds the tries Publish checks and copies at once: each
+// is two small reads and two server-side copies, so the time is S3's
+// round trips, not bandwidth.
+const publishWorkers = 8
 
 func missingStaged(t AcceptedTry, key string, err error) error {
 	return temporal.NewNonRetryableApplicationError(fmt.Sprintf("publish episode %s try %s: its staged records are gone (%s)", t.EpisodeID, t.Try, key), "MissingStaged", err)
