@@ -98,12 +98,53 @@ func newDrill(t *testing.T) *drill {
 	return &drill{t: t, r: r, bins: bins, config: config, root: root}
 }
 
-// fault is one drill entry: inject waits for its moment in the running
-// run, injects, undoes what it did (heal) and returns when it injected and
-// when it was healed. An error means it could not be injected.
+// fault is one drill entry. Once wait finds its moment in the running
+// run, apply injects it; after hold, heal undoes it (nil: nothing to
+// undo). A fault that needs more (the zombie) sets inject instead, which
+// does all of it. Both return when the fault was injected and when it was
+// healed; an error means it could not be injected.
 type fault struct {
 	name   string
+	wait   func(ctx context.Context, d *drill, run string) error
+	apply  func(ctx context.Context, d *drill, run string) error
+	hold   time.Duration
+	heal   func(ctx context.Context, d *drill) error
 	inject func(ctx context.Context, d *drill, run string) (at, healed time.Time, err error)
+}
+
+func (f fault) run(ctx context.Context, d *drill, run string) (at, healed time.Time, err error) {
+	if f.inject != nil {
+		return f.inject(ctx, d, run)
+	}
+	if err := f.wait(ctx, d, run); err != nil {
+		return at, at, err
+	}
+	at = time.Now()
+	if err := f.apply(ctx, d, run); err != nil {
+		return at, at, err
+	}
+	if f.heal != nil {
+		time.Sleep(f.hold)
+		err = f.heal(ctx, d)
+	}
+	return at, time.Now(), err
+}
+
+// staged waits for n staged tries of the run's collection.
+func staged(n int) func(ctx context.Context, d *drill, run string) error {
+	return func(ctx context.Context, d *drill, run string) error {
+		return waitStaged(ctx, d, run, schemas.PhaseTrain, n)
+	}
+}
+
+// on applies op to the rig's host name, as an apply.
+func on(name string, op func(*rig.Host, context.Context) error) func(ctx context.Context, d *drill, run string) error {
+	return func(ctx context.Context, d *drill, _ string) error { return op(d.r.Host(name), ctx) }
+}
+
+// healOn applies op to the rig's host name, as a heal.
+func healOn(name string, op func(*rig.Host, context.Context) error) func(ctx context.Context, d *drill) error {
+	return func(ctx context.Context, d *drill) error { return op(d.r.Host(name), ctx) }
 }
 
 // row is one line of the drill's table.
@@ -137,7 +178,11 @@ func (w row) cells() []string {
 	if w.checkErr == nil && len(w.res.Problems) > 0 {
 		problems = fmt.Sprintf("%d: %s", len(w.res.Problems), w.res.Problems[0])
 	}
-	return []string{w.fault, w.completed, counts, lost, late, w.held.Round(100 * time.Millisecond).String(), prog, problems}
+	held := "—" // a one-off fault: nothing to hold or heal
+	if w.held >= 100*time.Millisecond {
+		held = w.held.Round(100 * time.Millisecond).String()
+	}
+	return []string{w.fault, w.completed, counts, lost, late, held, prog, problems}
 }
 
 // cause is a workflow's error without the SDK's wrappers' ids, which say
@@ -191,7 +236,7 @@ func (d *drill) runFault(f fault) row {
 		return w
 	}
 	prog := watchProgress(ctx, d, run)
-	at, healed, ferr := f.inject(ctx, d, run)
+	at, healed, ferr := f.run(ctx, d, run)
 	if ferr != nil {
 		t.Logf("%s: inject: %v", f.name, ferr)
 	}
@@ -378,19 +423,8 @@ func poll(ctx context.Context, limit time.Duration, what string, cond func() (bo
 
 // killRollout is kill -9 of rollout host r2 mid-collection, restarted 3 s
 // later on the same work directory.
-var killRollout = fault{name: "kill-rollout", inject: func(ctx context.Context, d *drill, run string) (time.Time, time.Time, error) {
-	if err := waitStaged(ctx, d, run, schemas.PhaseTrain, 3); err != nil {
-		return time.Time{}, time.Time{}, err
-	}
-	h := d.r.Host("r2")
-	at := time.Now()
-	if err := h.Kill(ctx); err != nil {
-		return at, at, err
-	}
-	time.Sleep(3 * time.Second)
-	err := h.Start(ctx)
-	return at, time.Now(), err
-}}
+var killRollout = fault{name: "kill-rollout", wait: staged(3),
+	apply: on("r2", (*rig.Host).Kill), hold: 3 * time.Second, heal: healOn("r2", (*rig.Host).Start)}
 
 // zombie: r1 restarted with episodes slower than the heartbeat timeout,
 // cut from Temporal (S3 still reachable) once it runs collection episodes,
@@ -458,75 +492,34 @@ func trainerFault(name string) bool { return strings.HasSuffix(name, "-trainer")
 var faults = []fault{
 	killRollout,
 	zombie,
-	{name: "kill-trainer", inject: func(ctx context.Context, d *drill, run string) (time.Time, time.Time, error) {
-		if err := waitTraining(ctx, d, run); err != nil {
-			return time.Time{}, time.Time{}, err
-		}
-		h := d.r.Host("t1")
-		at := time.Now()
-		if err := h.Kill(ctx); err != nil {
-			return at, at, err
-		}
-		time.Sleep(3 * time.Second)
-		err := h.Start(ctx)
-		return at, time.Now(), err
+	{name: "kill-trainer", wait: waitTraining,
+		apply: on("t1", (*rig.Host).Kill), hold: 3 * time.Second, heal: healOn("t1", (*rig.Host).Start)},
+	{name: "partition-trainer", wait: waitTraining,
+		apply: on("t1", (*rig.Host).Partition), hold: 20 * time.Second, heal: healOn("t1", (*rig.Host).HealPartition)},
+	{name: "temporal-restart", wait: staged(3), apply: func(ctx context.Context, d *drill, _ string) error {
+		return d.r.RestartTemporal(ctx, 5*time.Second)
 	}},
-	{name: "partition-trainer", inject: func(ctx context.Context, d *drill, run string) (time.Time, time.Time, error) {
-		if err := waitTraining(ctx, d, run); err != nil {
-			return time.Time{}, time.Time{}, err
-		}
-		h := d.r.Host("t1")
-		at := time.Now()
-		if err := h.Partition(ctx); err != nil {
-			return at, at, err
-		}
-		time.Sleep(20 * time.Second)
-		err := h.HealPartition(ctx)
-		return at, time.Now(), err
-	}},
-	{name: "temporal-restart", inject: func(ctx context.Context, d *drill, run string) (time.Time, time.Time, error) {
-		if err := waitStaged(ctx, d, run, schemas.PhaseTrain, 3); err != nil {
-			return time.Time{}, time.Time{}, err
-		}
-		at := time.Now()
-		err := d.r.RestartTemporal(ctx, 5*time.Second)
-		return at, time.Now(), err
-	}},
-	{name: "s3-down-30s", inject: func(ctx context.Context, d *drill, run string) (time.Time, time.Time, error) {
-		if err := waitStaged(ctx, d, run, schemas.PhaseTrain, 3); err != nil {
-			return time.Time{}, time.Time{}, err
-		}
-		at := time.Now()
-		d.r.StopS3()
-		time.Sleep(30 * time.Second)
-		err := d.r.StartS3(ctx)
-		return at, time.Now(), err
-	}},
-	{name: "s3-slow", inject: func(ctx context.Context, d *drill, run string) (time.Time, time.Time, error) {
-		if err := waitStaged(ctx, d, run, schemas.PhaseTrain, 3); err != nil {
-			return time.Time{}, time.Time{}, err
-		}
-		at := time.Now()
+	{name: "s3-down-30s", wait: staged(3),
+		apply: func(_ context.Context, d *drill, _ string) error { d.r.StopS3(); return nil },
+		hold:  30 * time.Second, heal: func(ctx context.Context, d *drill) error { return d.r.StartS3(ctx) }},
+	{name: "s3-slow", wait: staged(3), apply: func(ctx context.Context, d *drill, _ string) error {
 		var errs []error
 		for _, n := range []string{"r1", "r2", "r3"} {
 			errs = append(errs, d.r.Host(n).SlowS3(ctx, 200_000)) // 200 kbit/s each way
 		}
-		time.Sleep(20 * time.Second)
+		return errors.Join(errs...)
+	}, hold: 20 * time.Second, heal: func(ctx context.Context, d *drill) error {
+		var errs []error
 		for _, n := range []string{"r1", "r2", "r3"} {
 			errs = append(errs, d.r.Host(n).HealS3(ctx))
 		}
-		return at, time.Now(), errors.Join(errs...)
+		return errors.Join(errs...)
 	}},
-	{name: "kill-model-server", inject: func(ctx context.Context, d *drill, run string) (time.Time, time.Time, error) {
-		if err := waitStaged(ctx, d, run, schemas.PhaseTrain, 2); err != nil {
-			return time.Time{}, time.Time{}, err
-		}
-		h := d.r.Host("r3")
-		pids, err := h.Pids(ctx)
+	{name: "kill-model-server", wait: staged(2), apply: func(ctx context.Context, d *drill, _ string) error {
+		pids, err := d.r.Host("r3").Pids(ctx)
 		if err != nil {
-			return time.Time{}, time.Time{}, err
+			return err
 		}
-		at := time.Now()
 		killed := 0
 		for _, pid := range pids {
 			cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
@@ -537,35 +530,21 @@ var faults = []fault{
 			}
 		}
 		if killed == 0 {
-			return time.Time{}, time.Time{}, fmt.Errorf("no minimal-model process among r3's %v", pids)
+			return fmt.Errorf("no minimal-model process among r3's %v", pids)
 		}
-		return at, at, nil
+		return nil
 	}},
-	{name: "disk-full", inject: func(ctx context.Context, d *drill, run string) (time.Time, time.Time, error) {
-		if err := waitStaged(ctx, d, run, schemas.PhaseTrain, 2); err != nil {
-			return time.Time{}, time.Time{}, err
-		}
-		h := d.r.Host("r1")
-		at := time.Now()
-		if err := h.FillDisk(ctx); err != nil {
-			return at, at, err
-		}
-		time.Sleep(15 * time.Second)
-		err := h.FreeDisk(ctx)
-		return at, time.Now(), err
-	}},
-	{name: "corrupt-parquet", inject: func(ctx context.Context, d *drill, run string) (time.Time, time.Time, error) {
+	{name: "disk-full", wait: staged(2),
+		apply: on("r1", (*rig.Host).FillDisk), hold: 15 * time.Second, heal: healOn("r1", (*rig.Host).FreeDisk)},
+	{name: "corrupt-parquet", wait: staged(2), apply: func(ctx context.Context, d *drill, run string) error {
 		// A staged calls file of a finished try, truncated to half before
 		// Publish copies it into calls/ and BuildBatch reads it.
-		if err := waitStaged(ctx, d, run, schemas.PhaseTrain, 2); err != nil {
-			return time.Time{}, time.Time{}, err
-		}
 		prefix := fmt.Sprintf("%sstaged/round=1/phase=train/", schemas.Layout{Run: run}.Prefix())
 		lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 		objs, err := d.r.Store.List(lctx, prefix)
 		if err != nil {
-			return time.Time{}, time.Time{}, err
+			return err
 		}
 		for _, o := range objs {
 			if !strings.HasSuffix(o.Key, "/calls.parquet") {
@@ -573,16 +552,15 @@ var faults = []fault{
 			}
 			b, err := d.r.Store.Get(lctx, o.Key)
 			if err != nil {
-				return time.Time{}, time.Time{}, err
+				return err
 			}
-			at := time.Now()
 			if err := d.r.Store.Put(lctx, o.Key, b[:len(b)/2]); err != nil {
-				return time.Time{}, time.Time{}, err
+				return err
 			}
 			d.t.Logf("corrupt-parquet: truncated %s from %d to %d bytes", o.Key, len(b), len(b)/2)
-			return at, at, nil
+			return nil
 		}
-		return time.Time{}, time.Time{}, fmt.Errorf("no staged calls.parquet under %s", prefix)
+		return fmt.Errorf("no staged calls.parquet under %s", prefix)
 	}},
 }
 
