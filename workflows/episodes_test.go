@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/mock"
-	"go.temporal.io/sdk/activity"
-	"go.temporal.io/sdk/testsuite"
 
 	"github.com/roundhouse-rl/roundhouse/activities"
 	"github.com/roundhouse-rl/roundhouse/schemas"
@@ -22,12 +20,9 @@ import (
 // tries each Publish was given.
 func corruptEnv(t *testing.T, corrupt string, refuseBelow int32) (api.Tally, []activities.EpisodeInput, [][]string) {
 	t.Helper()
-	var s testsuite.WorkflowTestSuite
-	env := s.NewTestWorkflowEnvironment()
+	env := mockEnv()
 	var ro *activities.Rollout
 	var ctrl *activities.Control
-	env.RegisterActivityWithOptions(&activities.Rollout{}, activity.RegisterOptions{SkipInvalidStructFunctions: true})
-	env.RegisterActivity(&activities.Control{})
 	var runs []activities.EpisodeInput
 	env.OnActivity(ro.RunEpisode, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, in activities.EpisodeInput) (activities.EpisodeResult, error) {

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/mock"
-	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/roundhouse-rl/roundhouse/activities"
@@ -20,13 +19,9 @@ import (
 // mocked: episodes (recorded in *eps) and the report (its input in *rin).
 func evalEnv(t *testing.T, eps *[]activities.EpisodeInput, rin *activities.ReportInput, compacted *bool) *testsuite.TestWorkflowEnvironment {
 	t.Helper()
-	var s testsuite.WorkflowTestSuite
-	env := s.NewTestWorkflowEnvironment()
+	env := mockEnv()
 	var ro *activities.Rollout
 	var ctrl *activities.Control
-	env.RegisterActivityWithOptions(&activities.Rollout{}, activity.RegisterOptions{SkipInvalidStructFunctions: true})
-	env.RegisterActivity(&activities.Control{})
-	env.RegisterWorkflow(Episodes)
 	var mu sync.Mutex
 	env.OnActivity(ro.RunEpisode, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, in activities.EpisodeInput) (activities.EpisodeResult, error) {

@@ -16,6 +16,18 @@ import (
 	"github.com/roundhouse-rl/roundhouse/workflows/api"
 )
 
+// mockEnv is a workflow test environment with every activity and the
+// Episodes workflow registered, for tests to mock what they use.
+func mockEnv() *testsuite.TestWorkflowEnvironment {
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestWorkflowEnvironment()
+	env.RegisterActivityWithOptions(&activities.Rollout{}, activity.RegisterOptions{SkipInvalidStructFunctions: true})
+	env.RegisterActivity(&activities.Control{})
+	env.RegisterActivity(&activities.Trainer{})
+	env.RegisterWorkflow(Episodes)
+	return env
+}
+
 func testHarness() schemas.Harness {
 	return schemas.Harness{
 		Name:   "t",
@@ -30,15 +42,10 @@ func testHarness() schemas.Harness {
 // (task, val id), a pool of the tasks with mixed outcomes only, groups ×
 // attempts episodes on the pool, the batch, training, then continue-as-new.
 func TestRoundFlow(t *testing.T) {
-	var s testsuite.WorkflowTestSuite
-	env := s.NewTestWorkflowEnvironment()
+	env := mockEnv()
 	var ro *activities.Rollout
 	var ctrl *activities.Control
 	var tr *activities.Trainer
-	env.RegisterActivityWithOptions(&activities.Rollout{}, activity.RegisterOptions{SkipInvalidStructFunctions: true})
-	env.RegisterActivity(&activities.Control{})
-	env.RegisterActivity(&activities.Trainer{})
-	env.RegisterWorkflow(Episodes)
 
 	var val, collect []activities.EpisodeInput
 	env.OnActivity(ro.RunEpisode, mock.Anything, mock.Anything).Return(
@@ -99,14 +106,9 @@ func TestRoundFlow(t *testing.T) {
 // TestEpisodeLossDoesNotAbortRound: an episode whose activity fails for
 // good is counted as lost and the round still trains.
 func TestEpisodeLossDoesNotAbortRound(t *testing.T) {
-	var s testsuite.WorkflowTestSuite
-	env := s.NewTestWorkflowEnvironment()
+	env := mockEnv()
 	var ro *activities.Rollout
 	var ctrl *activities.Control
-	env.RegisterActivityWithOptions(&activities.Rollout{}, activity.RegisterOptions{SkipInvalidStructFunctions: true})
-	env.RegisterActivity(&activities.Control{})
-	env.RegisterActivity(&activities.Trainer{})
-	env.RegisterWorkflow(Episodes)
 	env.OnActivity(ro.RunEpisode, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, in activities.EpisodeInput) (activities.EpisodeResult, error) {
 			if in.Phase == schemas.PhaseTrain && in.Group == 0 && in.Attempt == 0 {
