@@ -131,6 +131,15 @@ type planned struct {
 	calls []schemas.CallCounts
 }
 
+// PlanBatch is the samples and summary BuildBatch would make from the
+// round's tables in s now, without writing anything. A reader that
+// verifies a trained batch (internal/drill) compares it with the round's
+// samples table. (A function, not a method: Control's methods are its
+// activities.)
+func PlanBatch(ctx context.Context, s *store.Store, in BatchInput) ([]schemas.Sample, schemas.BatchSummary, error) {
+	return (&Control{Store: s}).planBatch(ctx, in)
+}
+
 // planBatch is advantages and selection: the samples in batch order (group,
 // then episode id, then call index) and the summary, from episode rows and
 // the calls' CallCounts projection.

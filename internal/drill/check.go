@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -98,6 +99,8 @@ type Accepted struct {
 	Completed bool
 	// Conflicts lists episodes accepted with two different tries.
 	Conflicts []string
+	// Batches maps a round to the input of its completed BuildBatch.
+	Batches map[int32]activities.BatchInput
 	// Refused is the tries Publish refused as corrupt (episode id/try);
 	// their episodes were run again.
 	Refused map[string]bool
@@ -117,7 +120,7 @@ func ReadAccepted(ctx context.Context, c client.Client, run string) (Accepted, e
 // evaluation's (Eval) alike.
 func AcceptedOf(ctx context.Context, c client.Client, workflowID string) (Accepted, error) {
 	acc := Accepted{Episodes: map[string]activities.EpisodeResult{}, Train: map[string]schemas.TrainerMetrics{}, Rounds: map[int32]bool{},
-		Refused: map[string]bool{}, completed: map[string][]activities.EpisodeResult{}}
+		Batches: map[int32]activities.BatchInput{}, Refused: map[string]bool{}, completed: map[string][]activities.EpisodeResult{}}
 	dc := converter.GetDefaultDataConverter()
 	seen := map[string]bool{}
 	// walk reads one workflow id's executions, from runID back through
@@ -220,6 +223,12 @@ func walkExecution(ctx context.Context, c client.Client, dc converter.DataConver
 				continue
 			}
 			acc.completed[r.EpisodeID] = append(acc.completed[r.EpisodeID], r)
+		case "BuildBatch":
+			var in activities.BatchInput
+			if err := dc.FromPayloads(s.GetInput(), &in); err != nil {
+				return "", 0, fmt.Errorf("BuildBatch input in %s: %w", id, err)
+			}
+			acc.Batches[in.Round] = in
 		case "Publish":
 			// Older histories' Publish returned a count.
 			var raw json.RawMessage
@@ -497,6 +506,17 @@ func checkSamples(ctx context.Context, s *store.Store, l schemas.Layout, acc Acc
 			}
 		}
 		res.Samples += len(samples)
+		// The seeded selection, redone from the stored accepted tables with
+		// the round's own BuildBatch input, must give the same samples.
+		if in, ok := acc.Batches[round]; ok {
+			want, _, err := activities.PlanBatch(ctx, s, in)
+			if err != nil {
+				return fmt.Errorf("round %d: planning its batch again: %w", round, err)
+			}
+			if d := sampleDiff(want, samples); d != "" {
+				res.problem("round %d: %s differs from what the stored tables select: %s", round, key, d)
+			}
+		}
 		for _, sm := range samples {
 			e, ok := eligible[sm.EpisodeID]
 			switch {
@@ -512,6 +532,23 @@ func checkSamples(ctx context.Context, s *store.Store, l schemas.Layout, acc Acc
 
 // checkWeights checks every Train result the workflow accepted against the
 // published manifest of its output: present, verifying, same metrics.
+// sampleDiff names the first difference between the samples a batch
+// should have (want) and the stored ones, or "".
+func sampleDiff(want, got []schemas.Sample) string {
+	for i := range min(len(want), len(got)) {
+		w, g := want[i], got[i]
+		if w.EpisodeID != g.EpisodeID || w.CallIndex != g.CallIndex || w.Group != g.Group ||
+			math.Abs(w.Advantage-g.Advantage) > 1e-12 || math.Abs(w.Weight-g.Weight) > 1e-12 {
+			return fmt.Sprintf("sample %d is %s call %d (advantage %g, weight %g), want %s call %d (advantage %g, weight %g)",
+				i, g.EpisodeID, g.CallIndex, g.Advantage, g.Weight, w.EpisodeID, w.CallIndex, w.Advantage, w.Weight)
+		}
+	}
+	if len(want) != len(got) {
+		return fmt.Sprintf("%d samples, want %d", len(got), len(want))
+	}
+	return ""
+}
+
 func checkWeights(ctx context.Context, s *store.Store, l schemas.Layout, acc Accepted, res *Result) error {
 	for out, m := range acc.Train {
 		res.Weights++
