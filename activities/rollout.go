@@ -106,22 +106,28 @@ func (r *Rollout) RunEpisode(ctx context.Context, in EpisodeInput) (res EpisodeR
 	activity.RecordHeartbeat(ctx, id)
 	// A resumed round finds the episodes it already completed; a stopping
 	// run skips the episodes that have not started.
-	if row, ok, err := r.Host.Recorded(ctx, key); err != nil {
+	// Storage out of reach is waited out (store.Await), not failed: the
+	// episode's retries are for its own infrastructure failures.
+	await := func(what string, op func() error) error { return store.Await(ctx, storageWait, what, op) }
+	var stored schemas.Episode
+	var recorded bool
+	if err := await("recorded "+id, func() (err error) { stored, recorded, err = r.Host.Recorded(ctx, key); return err }); err != nil {
 		return res, err
-	} else if ok {
-		return recordedResult(id, row), nil
+	} else if recorded {
+		return recordedResult(id, stored), nil
 	}
 	l := schemas.Layout{Run: in.Run}
 	st := r.Host.Store
-	if stop, err := st.Exists(ctx, l.Stop()); err != nil {
+	var stop bool
+	if err := await("stop marker", func() (err error) { stop, err = st.Exists(ctx, l.Stop()); return err }); err != nil {
 		return res, err
 	} else if stop {
 		log.Info("run is stopping; episode skipped", "episode", id)
 		res.Skipped = true
 		return res, nil
 	}
-	h, err := r.harnesses.get(ctx, st, in.Run)
-	if err != nil {
+	var h schemas.Harness
+	if err := await("harness", func() (err error) { h, err = r.harnesses.get(ctx, st, in.Run); return err }); err != nil {
 		return res, err
 	}
 	// The proxy makes each call's span a child of this episode's.
@@ -142,7 +148,7 @@ func (r *Rollout) RunEpisode(ctx context.Context, in EpisodeInput) (res EpisodeR
 		}
 		return res, fmt.Errorf("episode %s try %d: %s failure: %s", id, info.Attempt, out.FailureClass, out.Termination)
 	}
-	if err := r.Host.StoreBlobs(ctx, key); err != nil {
+	if err := await("blobs "+id, func() error { return r.Host.StoreBlobs(ctx, key) }); err != nil {
 		return res, fmt.Errorf("episode %s blobs: %w", id, err)
 	}
 	artifacts := l.TryArtifacts(in.Round, in.Phase, id, try)
@@ -151,13 +157,13 @@ func (r *Rollout) RunEpisode(ctx context.Context, in EpisodeInput) (res EpisodeR
 		return res, fmt.Errorf("episode %s artifacts: %w", id, err)
 	}
 	for _, name := range files {
-		if err := st.PutFile(ctx, artifacts+name, filepath.Join(outDir, name)); err != nil {
+		if err := await("artifact "+name, func() error { return st.PutFile(ctx, artifacts+name, filepath.Join(outDir, name)) }); err != nil {
 			return res, fmt.Errorf("episode %s artifacts: %w", id, err)
 		}
 	}
 	staged := l.Staged(in.Round, in.Phase, id, try)
-	n, err := store.WriteParquet(ctx, st, staged+StagedCalls, calls)
-	if err != nil {
+	var n, m int
+	if err := await("calls "+id, func() (err error) { n, err = store.WriteParquet(ctx, st, staged+StagedCalls, calls); return err }); err != nil {
 		return res, fmt.Errorf("episode %s calls: %w", id, err)
 	}
 	row := schemas.Episode{
@@ -169,8 +175,10 @@ func (r *Rollout) RunEpisode(ctx context.Context, in EpisodeInput) (res EpisodeR
 		StartedAtMS: started.UnixMilli(), DurationMS: time.Since(started).Milliseconds(), Host: r.Host.Name,
 		Artifacts: "s3://" + st.Bucket + "/" + artifacts, Try: try,
 	}
-	m, err := store.WriteParquet(ctx, st, staged+StagedRow, []schemas.Episode{row})
-	if err != nil {
+	if err := await("row "+id, func() (err error) {
+		m, err = store.WriteParquet(ctx, st, staged+StagedRow, []schemas.Episode{row})
+		return err
+	}); err != nil {
 		return res, fmt.Errorf("episode %s row: %w", id, err)
 	}
 	res.Bytes = n + m
@@ -181,6 +189,10 @@ func (r *Rollout) RunEpisode(ctx context.Context, in EpisodeInput) (res EpisodeR
 	log.Debug("episode stored", "episode", id, "success", out.Success, "valid", out.Valid, "calls", len(calls))
 	return res, nil
 }
+
+// storageWait bounds how long an episode waits out a storage outage
+// before its try fails (and is retried).
+const storageWait = 10 * time.Minute
 
 // The files of a staged try, under Layout.Staged.
 const (

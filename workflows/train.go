@@ -237,11 +237,12 @@ func validate(ctx workflow.Context, in api.TrainInput, t *tracker, round int32, 
 const beatTimeout = 30 * time.Second
 
 // controlContext runs data activities (reports, batches, state) on the
-// control queue; they read and write S3 only, so a few retries suffice.
+// control queue. They read and write S3 only, so their retries are for
+// storage: 10 tries, at most 30 s apart, outlast an outage of 2 minutes.
 func controlContext(ctx workflow.Context) workflow.Context {
 	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		TaskQueue: api.ControlQueue, StartToCloseTimeout: 15 * time.Minute, HeartbeatTimeout: beatTimeout,
-		RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 5},
+		RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, MaximumInterval: 30 * time.Second, MaximumAttempts: 10},
 	})
 }
 

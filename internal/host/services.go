@@ -20,6 +20,7 @@ import (
 	"github.com/roundhouse-rl/roundhouse/internal/harness"
 	"github.com/roundhouse-rl/roundhouse/internal/ports"
 	"github.com/roundhouse-rl/roundhouse/internal/proc"
+	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/internal/telemetry/instr"
 	"github.com/roundhouse-rl/roundhouse/internal/weights"
 	"github.com/roundhouse-rl/roundhouse/schemas"
@@ -70,7 +71,13 @@ func (h *Host) Acquire(ctx context.Context, hr schemas.Harness, run, weightsID s
 	// The model server's key holds the manifest's ETag: a run replaced under
 	// the same name never reuses the old run's server or cached files.
 	remote := schemas.Layout{Run: run}.Weights(weightsID)
-	etag, err := h.Store.ETag(ctx, remote+schemas.WeightsManifestFile)
+	// Storage out of reach is waited out here, as RunEpisode does; only an
+	// answer (no manifest) fails the episode.
+	var etag string
+	err := store.Await(ctx, storageWait, "weights "+weightsID, func() (err error) {
+		etag, err = h.Store.ETag(ctx, remote+schemas.WeightsManifestFile)
+		return err
+	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("weights %s are not published (no manifest): %w", weightsID, err)
 	}
@@ -102,7 +109,11 @@ func (h *Host) Acquire(ctx context.Context, hr schemas.Harness, run, weightsID s
 		spec.Name = modelName
 		local := filepath.Join(h.WorkDir, "weights", filepath.FromSlash(modelKey))
 		err := h.ensure(ctx, hr, spec, modelKey, vars, func() (map[string]string, error) {
-			man, err := weights.Fetch(ctx, h.Store, remote, local)
+			var man schemas.WeightsManifest
+			err := store.Await(ctx, storageWait, "fetch weights "+weightsID, func() (err error) {
+				man, err = weights.Fetch(ctx, h.Store, remote, local)
+				return err
+			})
 			if err != nil {
 				return nil, err
 			}
@@ -231,6 +242,10 @@ func (h *Host) ensure(ctx context.Context, hr schemas.Harness, spec schemas.Serv
 	h.log.Info("service ready", "harness", hr.Name, "service", spec.Name, "url", base)
 	return nil
 }
+
+// storageWait bounds how long starting the model server waits out a
+// storage outage.
+const storageWait = 10 * time.Minute
 
 // failBackoff is how long a failed service start is remembered.
 const failBackoff = 30 * time.Second
