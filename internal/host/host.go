@@ -52,6 +52,7 @@ type Host struct {
 	services map[string]*service    // by name@config; the model server under modelName
 	failed   map[string]failedStart // recent failed starts, by the same keys
 	stored   sync.Map               // blob keys known to be in the bucket
+	slots    slotLog                // the model slot's figures, under mu
 }
 
 // Start opens the spool, serves the recording proxy and stores what earlier
@@ -100,6 +101,7 @@ func (h *Host) Close() {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.slots.busy(time.Now()) // a stopped model server is not idle
 	for name, s := range h.services {
 		s.stop()
 		delete(h.services, name)
@@ -113,6 +115,9 @@ func (h *Host) StopForTraining() {
 	defer h.mu.Unlock()
 	for name, s := range h.services {
 		if s.spec.StopBeforeTraining && !(name == modelName && s.users > 0) {
+			if name == modelName {
+				h.slots.busy(time.Now())
+			}
 			s.stop()
 			delete(h.services, name)
 		}

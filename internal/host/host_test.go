@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/roundhouse-rl/roundhouse/internal/itest"
 	"github.com/roundhouse-rl/roundhouse/internal/spool"
@@ -122,5 +123,86 @@ func TestAcquireRefusesVLMWithoutProcessor(t *testing.T) {
 	}
 	if _, serr := os.Stat(marker); serr == nil {
 		t.Error("the model server started on weights without a processor")
+	}
+}
+
+// TestSlotStats follows the model slot through loads, a wait for other
+// weights, a switch, idle stretches and a start that fails, per run.
+func TestSlotStats(t *testing.T) {
+	stack := itest.Start(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	for _, rw := range [][2]string{{"a", "w0"}, {"b", "w1"}, {"c", "w0"}} {
+		w := filepath.Join(dir, rw[0]+rw[1])
+		os.Mkdir(w, 0o755)
+		os.WriteFile(filepath.Join(w, "policy.json"), []byte(`{"run":"`+rw[0]+`"}`), 0o644)
+		files, err := weights.Dir(w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := weights.Publish(ctx, stack.Store, schemas.Layout{Run: rw[0]}.Weights(rw[1]), files, schemas.WeightsManifest{WeightsID: rw[1]}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hr := schemas.Harness{Name: "toy", Dir: dir, Digest: "d"}
+	hr.Model.Command = []string{"sh", "-c", "echo ready; exec sleep 60"}
+	hr.Model.Ready = schemas.Ready{Log: "ready"}
+	broken := hr
+	broken.Digest = "d2"
+	broken.Model.Command = []string{"sh", "-c", "exit 3"}
+	h, err := Start(ctx, Config{Store: stack.Store, WorkDir: filepath.Join(dir, "host"), ProxyListen: "127.0.0.1:0", Name: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	acquire := func(hr schemas.Harness, run, w string) func() {
+		t.Helper()
+		_, release, err := h.Acquire(ctx, hr, run, w)
+		if err != nil {
+			t.Fatalf("acquire %s %s: %v", run, w, err)
+		}
+		return release
+	}
+	stats := func() map[string]SlotStats {
+		m := map[string]SlotStats{}
+		for _, s := range h.SlotStats() {
+			m[s.Run] = s
+		}
+		return m
+	}
+	a1, a2 := acquire(hr, "a", "w0"), acquire(hr, "a", "w0") // one load serves both
+	got := make(chan func(), 1)
+	go func() {
+		_, release, err := h.Acquire(ctx, hr, "b", "w1")
+		if err != nil {
+			t.Error(err)
+		}
+		got <- release
+	}()
+	// b waits while a's episodes use the slot.
+	for i := 0; stats()["b"].Waiting != 1; i++ {
+		if i == 100 {
+			t.Fatalf("b never waited: %+v", stats())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	a1()
+	a2() // a idle: b switches the slot
+	release := <-got
+	release()
+	acquire(hr, "a", "w0")() // back to a: a second load
+	if _, _, err := h.Acquire(ctx, broken, "c", "w0"); err == nil {
+		t.Fatal("a model server that exits at once must fail to start")
+	}
+	s := stats()
+	a, b, c := s["a"], s["b"], s["c"]
+	if a.Loads != 2 || b.Loads != 1 || c.Loads != 0 || c.Failed != 1 {
+		t.Errorf("loads a %d, b %d, c %d (failed %d); want 2, 1, 0 (1)", a.Loads, b.Loads, c.Loads, c.Failed)
+	}
+	if b.Waits != 1 || b.Waiting != 0 || b.WaitTime <= 0 || a.Waits != 0 {
+		t.Errorf("waits: a %+v, b %+v; want b to have waited once, and no longer", a, b)
+	}
+	if a.LoadTime <= 0 || b.LoadTime <= 0 || a.Idle <= 0 || b.Idle <= 0 {
+		t.Errorf("a %+v, b %+v: want load and idle time for both", a, b)
 	}
 }

@@ -82,6 +82,19 @@ func (h *Host) Acquire(ctx context.Context, hr schemas.Harness, run, weightsID s
 		return nil, nil, fmt.Errorf("weights %s are not published (no manifest): %w", weightsID, err)
 	}
 	modelKey := hr.Digest + "/" + run + "/" + weightsID + "/" + etag
+	// An episode that waits for other weights' episodes to finish is
+	// counted once (SlotStats.Waits); endWait, under h.mu, ends its wait.
+	var waitStart time.Time
+	endWait := func() {
+		if waitStart.IsZero() {
+			return
+		}
+		st := h.slots.of(run)
+		st.Waiting--
+		st.WaitTime += time.Since(waitStart)
+		instr.ModelWaiting(ctx, -1)
+		waitStart = time.Time{}
+	}
 	for {
 		h.mu.Lock()
 		if h.services == nil {
@@ -90,6 +103,7 @@ func (h *Host) Acquire(ctx context.Context, hr schemas.Harness, run, weightsID s
 		vars := map[string]string{"harness_dir": hr.Dir}
 		for _, spec := range hr.Services {
 			if err := h.ensure(ctx, hr, spec, hr.Digest, vars, nil); err != nil {
+				endWait()
 				h.mu.Unlock()
 				return nil, nil, err
 			}
@@ -97,17 +111,32 @@ func (h *Host) Acquire(ctx context.Context, hr schemas.Harness, run, weightsID s
 		m := h.services[modelName]
 		if m != nil && m.key != modelKey && m.users > 0 && m.alive() {
 			// Other episodes still use the old weights: wait for them.
+			if waitStart.IsZero() {
+				waitStart = time.Now()
+				st := h.slots.of(run)
+				st.Waits++
+				st.Waiting++
+				instr.ModelWaiting(ctx, 1)
+			}
 			h.mu.Unlock()
 			select {
 			case <-ctx.Done():
+				h.mu.Lock()
+				endWait()
+				h.mu.Unlock()
 				return nil, nil, ctx.Err()
 			case <-time.After(100 * time.Millisecond):
 				continue
 			}
 		}
+		endWait()
+		if m != nil && m.key != modelKey {
+			h.slots.busy(time.Now()) // the slot is switched: no longer idle
+		}
 		spec := hr.Model.Service
 		spec.Name = modelName
 		local := filepath.Join(h.WorkDir, "weights", filepath.FromSlash(modelKey))
+		started := time.Now()
 		err := h.ensure(ctx, hr, spec, modelKey, vars, func() (map[string]string, error) {
 			var man schemas.WeightsManifest
 			err := store.Await(ctx, storageWait, "fetch weights "+weightsID, func() (err error) {
@@ -125,11 +154,20 @@ func (h *Host) Acquire(ctx context.Context, hr schemas.Harness, run, weightsID s
 			pruneWeights(filepath.Join(h.WorkDir, "weights"), modelKey)
 			return map[string]string{"weights": filepath.Join(local, hr.Model.WeightsFile), "served_name": hr.Model.ServedName}, nil
 		})
+		if f, ok := h.failed[modelName]; err != nil && ok && !f.at.Before(started) {
+			h.slots.loaded(ctx, run, time.Since(started), false)
+		}
 		if err != nil {
 			h.mu.Unlock()
 			return nil, nil, err
 		}
+		if now := h.services[modelName]; now != m {
+			h.slots.loaded(ctx, run, time.Since(started), true)
+		}
 		m = h.services[modelName]
+		if m.users == 0 {
+			h.slots.busy(time.Now())
+		}
 		m.users++
 		h.Proxy.SetUpstream(m.url)
 		h.mu.Unlock()
@@ -138,6 +176,9 @@ func (h *Host) Acquire(ctx context.Context, hr schemas.Harness, run, weightsID s
 			once.Do(func() {
 				h.mu.Lock()
 				m.users--
+				if m.users == 0 && h.services[modelName] == m {
+					h.slots.idle(run, time.Now())
+				}
 				h.mu.Unlock()
 			})
 		}, nil

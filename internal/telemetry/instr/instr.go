@@ -36,6 +36,10 @@ const (
 	S3BytesRead      = "roundhouse.s3.bytes_read"
 	TrainerStepTime  = "roundhouse.trainer.step_time"
 	ServiceRestarts  = "roundhouse.services.restarts"
+	ModelLoads       = "roundhouse.model.loads"
+	ModelLoadTime    = "roundhouse.model.load_time"
+	ModelIdleTime    = "roundhouse.model.idle_time"
+	ModelWaitingNow  = "roundhouse.model.waiting"
 )
 
 // Outcomes of a finished episode (the outcome attribute).
@@ -64,6 +68,15 @@ var (
 	stepTime  = histogram(TrainerStepTime, "s",
 		"Wall time per trainer optimizer step, from its 'step i/n' progress lines, averaged over each heartbeat in which steps advanced.",
 		0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+	modelLoads = counter(ModelLoads, "{load}",
+		"Model-server starts on a rollout host for an episode's weights, by ok (ready or not).")
+	modelLoadTime = histogram(ModelLoadTime, "s",
+		"Time to fetch an episode's weights and start the model server until ready (or failed).",
+		0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200)
+	modelIdle = fcounter(ModelIdleTime, "s",
+		"Time a rollout host's model server was loaded and no episode used it.")
+	modelWaiting = updown(ModelWaitingNow, "{episode}",
+		"Episodes on a rollout host waiting for its model slot, busy with other weights.")
 	restarts = counter(ServiceRestarts, "{restart}",
 		"Host services restarted by a rollout worker, by service and reason (exited, or new weights for the model server).")
 )
@@ -73,6 +86,24 @@ func counter(name, unit, desc string) metric.Int64Counter {
 	if err != nil {
 		otel.Handle(err)
 		return noop.Int64Counter{}
+	}
+	return c
+}
+
+func fcounter(name, unit, desc string) metric.Float64Counter {
+	c, err := meter.Float64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+	if err != nil {
+		otel.Handle(err)
+		return noop.Float64Counter{}
+	}
+	return c
+}
+
+func updown(name, unit, desc string) metric.Int64UpDownCounter {
+	c, err := meter.Int64UpDownCounter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+	if err != nil {
+		otel.Handle(err)
+		return noop.Int64UpDownCounter{}
 	}
 	return c
 }
@@ -180,6 +211,21 @@ func TrainerStep(ctx context.Context, d time.Duration) { stepTime.Record(ctx, d.
 func ServiceRestart(ctx context.Context, service, reason string) {
 	restarts.Add(ctx, 1, metric.WithAttributes(attribute.String("service", service), attribute.String("reason", reason)))
 }
+
+// ModelLoad records a model-server start that became ready (ok) or not,
+// and how long it took.
+func ModelLoad(ctx context.Context, ok bool, d time.Duration) {
+	o := metric.WithAttributes(attribute.Bool("ok", ok))
+	modelLoads.Add(ctx, 1, o)
+	modelLoadTime.Record(ctx, d.Seconds(), metric.WithAttributes(attribute.Bool("ok", ok)))
+}
+
+// ModelIdle adds a stretch of a loaded, unused model server.
+func ModelIdle(ctx context.Context, d time.Duration) { modelIdle.Add(ctx, d.Seconds()) }
+
+// ModelWaiting counts an episode starting (+1) or ending (-1) a wait for
+// the model slot.
+func ModelWaiting(ctx context.Context, delta int64) { modelWaiting.Add(ctx, delta) }
 
 // End ends a span, marking it failed when err is not nil.
 func End(span trace.Span, err error) {
