@@ -108,7 +108,7 @@ func (r *Rollout) RunEpisode(ctx context.Context, in EpisodeInput) (res EpisodeR
 	// run skips the episodes that have not started.
 	// Storage out of reach is waited out (store.Await), not failed: the
 	// episode's retries are for its own infrastructure failures.
-	await := func(what string, op func() error) error { return store.Await(ctx, storageWait, what, op) }
+	await := func(what string, op func() error) error { return store.Await(ctx, store.OutageWait, what, op) }
 	var stored schemas.Episode
 	var recorded bool
 	if err := await("recorded "+id, func() (err error) { stored, recorded, err = r.Host.Recorded(ctx, key); return err }); err != nil {
@@ -189,10 +189,6 @@ func (r *Rollout) RunEpisode(ctx context.Context, in EpisodeInput) (res EpisodeR
 	log.Debug("episode stored", "episode", id, "success", out.Success, "valid", out.Valid, "calls", len(calls))
 	return res, nil
 }
-
-// storageWait bounds how long an episode waits out a storage outage
-// before its try fails (and is retried).
-const storageWait = 10 * time.Minute
 
 // The files of a staged try, under Layout.Staged.
 const (

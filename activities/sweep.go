@@ -152,9 +152,7 @@ func (c *Control) ImportWeights(ctx context.Context, in ImportInput) (schemas.We
 		return src, temporal.NewNonRetryableApplicationError(err.Error(), "WeightsChanged", err)
 	}
 	// The worker repeats this while the copy runs (internal/heartbeat).
-	if activity.IsActivity(ctx) {
-		activity.RecordHeartbeat(ctx, "import "+in.Target)
-	}
+	heartbeat(ctx, "import "+in.Target)
 	man, err := weights.Copy(ctx, c.Store, in.From, to, in.Target)
 	if errors.Is(err, weights.ErrConflict) {
 		return man, temporal.NewNonRetryableApplicationError(err.Error(), "WeightsConflict", err)

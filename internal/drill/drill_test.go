@@ -108,7 +108,7 @@ type fault struct {
 	wait   func(ctx context.Context, d *drill, run string) error
 	apply  func(ctx context.Context, d *drill, run string) error
 	hold   time.Duration
-	heal   func(ctx context.Context, d *drill) error
+	heal   func(ctx context.Context, d *drill, run string) error
 	inject func(ctx context.Context, d *drill, run string) (at, healed time.Time, err error)
 }
 
@@ -125,7 +125,7 @@ func (f fault) run(ctx context.Context, d *drill, run string) (at, healed time.T
 	}
 	if f.heal != nil {
 		time.Sleep(f.hold)
-		err = f.heal(ctx, d)
+		err = f.heal(ctx, d, run)
 	}
 	return at, time.Now(), err
 }
@@ -137,14 +137,9 @@ func staged(n int) func(ctx context.Context, d *drill, run string) error {
 	}
 }
 
-// on applies op to the rig's host name, as an apply.
+// on applies op to the rig's host name, as an apply or a heal.
 func on(name string, op func(*rig.Host, context.Context) error) func(ctx context.Context, d *drill, run string) error {
 	return func(ctx context.Context, d *drill, _ string) error { return op(d.r.Host(name), ctx) }
-}
-
-// healOn applies op to the rig's host name, as a heal.
-func healOn(name string, op func(*rig.Host, context.Context) error) func(ctx context.Context, d *drill) error {
-	return func(ctx context.Context, d *drill) error { return op(d.r.Host(name), ctx) }
 }
 
 // row is one line of the drill's table.
@@ -424,7 +419,7 @@ func poll(ctx context.Context, limit time.Duration, what string, cond func() (bo
 // killRollout is kill -9 of rollout host r2 mid-collection, restarted 3 s
 // later on the same work directory.
 var killRollout = fault{name: "kill-rollout", wait: staged(3),
-	apply: on("r2", (*rig.Host).Kill), hold: 3 * time.Second, heal: healOn("r2", (*rig.Host).Start)}
+	apply: on("r2", (*rig.Host).Kill), hold: 3 * time.Second, heal: on("r2", (*rig.Host).Start)}
 
 // zombie: r1 restarted with episodes slower than the heartbeat timeout,
 // cut from Temporal (S3 still reachable) once it runs collection episodes,
@@ -493,22 +488,22 @@ var faults = []fault{
 	killRollout,
 	zombie,
 	{name: "kill-trainer", wait: waitTraining,
-		apply: on("t1", (*rig.Host).Kill), hold: 3 * time.Second, heal: healOn("t1", (*rig.Host).Start)},
+		apply: on("t1", (*rig.Host).Kill), hold: 3 * time.Second, heal: on("t1", (*rig.Host).Start)},
 	{name: "partition-trainer", wait: waitTraining,
-		apply: on("t1", (*rig.Host).Partition), hold: 20 * time.Second, heal: healOn("t1", (*rig.Host).HealPartition)},
+		apply: on("t1", (*rig.Host).Partition), hold: 20 * time.Second, heal: on("t1", (*rig.Host).HealPartition)},
 	{name: "temporal-restart", wait: staged(3), apply: func(ctx context.Context, d *drill, _ string) error {
 		return d.r.RestartTemporal(ctx, 5*time.Second)
 	}},
 	{name: "s3-down-30s", wait: staged(3),
 		apply: func(_ context.Context, d *drill, _ string) error { d.r.StopS3(); return nil },
-		hold:  30 * time.Second, heal: func(ctx context.Context, d *drill) error { return d.r.StartS3(ctx) }},
+		hold:  30 * time.Second, heal: func(ctx context.Context, d *drill, _ string) error { return d.r.StartS3(ctx) }},
 	{name: "s3-slow", wait: staged(3), apply: func(ctx context.Context, d *drill, _ string) error {
 		var errs []error
 		for _, n := range []string{"r1", "r2", "r3"} {
 			errs = append(errs, d.r.Host(n).SlowS3(ctx, 200_000)) // 200 kbit/s each way
 		}
 		return errors.Join(errs...)
-	}, hold: 20 * time.Second, heal: func(ctx context.Context, d *drill) error {
+	}, hold: 20 * time.Second, heal: func(ctx context.Context, d *drill, _ string) error {
 		var errs []error
 		for _, n := range []string{"r1", "r2", "r3"} {
 			errs = append(errs, d.r.Host(n).HealS3(ctx))
@@ -535,7 +530,7 @@ var faults = []fault{
 		return nil
 	}},
 	{name: "disk-full", wait: staged(2),
-		apply: on("r1", (*rig.Host).FillDisk), hold: 15 * time.Second, heal: healOn("r1", (*rig.Host).FreeDisk)},
+		apply: on("r1", (*rig.Host).FillDisk), hold: 15 * time.Second, heal: on("r1", (*rig.Host).FreeDisk)},
 	{name: "corrupt-parquet", wait: staged(2), apply: func(ctx context.Context, d *drill, run string) error {
 		// A staged calls file of a finished try, truncated to half before
 		// Publish copies it into calls/ and BuildBatch reads it.

@@ -74,7 +74,7 @@ func (h *Host) Acquire(ctx context.Context, hr schemas.Harness, run, weightsID s
 	// Storage out of reach is waited out here, as RunEpisode does; only an
 	// answer (no manifest) fails the episode.
 	var etag string
-	err := store.Await(ctx, storageWait, "weights "+weightsID, func() (err error) {
+	err := store.Await(ctx, store.OutageWait, "weights "+weightsID, func() (err error) {
 		etag, err = h.Store.ETag(ctx, remote+schemas.WeightsManifestFile)
 		return err
 	})
@@ -139,7 +139,7 @@ func (h *Host) Acquire(ctx context.Context, hr schemas.Harness, run, weightsID s
 		started := time.Now()
 		err := h.ensure(ctx, hr, spec, modelKey, vars, func() (map[string]string, error) {
 			var man schemas.WeightsManifest
-			err := store.Await(ctx, storageWait, "fetch weights "+weightsID, func() (err error) {
+			err := store.Await(ctx, store.OutageWait, "fetch weights "+weightsID, func() (err error) {
 				man, err = weights.Fetch(ctx, h.Store, remote, local)
 				return err
 			})
@@ -283,10 +283,6 @@ func (h *Host) ensure(ctx context.Context, hr schemas.Harness, spec schemas.Serv
 	h.log.Info("service ready", "harness", hr.Name, "service", spec.Name, "url", base)
 	return nil
 }
-
-// storageWait bounds how long starting the model server waits out a
-// storage outage.
-const storageWait = 10 * time.Minute
 
 // failBackoff is how long a failed service start is remembered.
 const failBackoff = 30 * time.Second

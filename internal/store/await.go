@@ -34,6 +34,10 @@ func Unavailable(err error) bool {
 	return false
 }
 
+// OutageWait is how long a worker waits out a storage outage (Await's
+// limit) before the step fails: episodes and model-server starts use it.
+const OutageWait = 10 * time.Minute
+
 // Await runs op until it succeeds, fails with an error that is not
 // Unavailable, ctx ends or limit has passed, backing off from 1 s to 15 s
 // between tries. An activity that waits out a storage outage this way
