@@ -134,10 +134,12 @@ func Train(ctx workflow.Context, in api.TrainInput) (api.TrainResult, error) {
 		// A failing trainer is retried without limit, backing off to every 5
 		// minutes: the round waits, its last error (with the log's tail)
 		// visible in the UI, and resumes by itself once the trainer or its
-		// host is fixed. Harness errors are not retried.
+		// host is fixed. Harness errors are not retried. The first retry
+		// waits 10 s so the terminal and the UI show a failed attempt, with
+		// its next try, before that try runs.
 		tctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 			TaskQueue: api.TrainQueue, StartToCloseTimeout: h.Trainer.Timeout.D() + 5*time.Minute, HeartbeatTimeout: beatTimeout,
-			RetryPolicy: &temporal.RetryPolicy{InitialInterval: 2 * time.Second, BackoffCoefficient: 2,
+			RetryPolicy: &temporal.RetryPolicy{InitialInterval: 10 * time.Second, BackoffCoefficient: 2,
 				MaximumInterval: 5 * time.Minute, NonRetryableErrorTypes: []string{"BadHarness"}},
 		})
 		var trainer *activities.Trainer
