@@ -1,0 +1,454 @@
+// Package fleet decides which weights each rollout host serves: the
+// assignment policy of docs/design.md §10, as a pure function the Fleet
+// workflow applies. Episodes wait in one task queue per weights
+// (api.WeightsQueue); a host polls the queues of the weights assigned to
+// it, so an episode only ever reaches a host that serves, or is about to
+// serve, its weights.
+package fleet
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Priorities: lower is served first, as Temporal's own priority keys.
+const (
+	Boosted       = 0 // waited MaxWait unserved: ahead of everything
+	TrainPriority = 1 // a training run's rounds, by default
+	EvalPriority  = 3 // evaluations and sweeps, by default
+	MaxPriority   = 5
+)
+
+// Server is one model server of a host as the host last reported it.
+type Server struct {
+	Weights   string    `json:"weights"` // a weights key (Key)
+	Busy      int       `json:"busy"`    // episodes using it now
+	IdleSince time.Time `json:"idle_since,omitzero"`
+}
+
+// Failure is weights that did not load on a host.
+type Failure struct {
+	At    time.Time `json:"at"`
+	Cause string    `json:"cause"`
+}
+
+// Host is a rollout host as it last reported itself.
+type Host struct {
+	Name    string             `json:"name"`
+	Slots   int                `json:"slots"`   // episodes at once
+	Servers int                `json:"servers"` // model servers it may keep loaded at once
+	Loaded  []Server           `json:"loaded"`
+	Failed  map[string]Failure `json:"failed,omitempty"` // by weights key
+	Seen    time.Time          `json:"seen"`
+}
+
+// Demand is a set of episodes waiting for one weights: an Episodes
+// workflow's, registered when it starts and removed when it ends.
+type Demand struct {
+	Key      string    `json:"key"` // the Episodes workflow id
+	Run      string    `json:"run"`
+	Weights  string    `json:"weights"` // weights key
+	Priority int       `json:"priority"`
+	Episodes int       `json:"episodes"`
+	Since    time.Time `json:"since"`
+}
+
+// Key names weights across runs: the same weights id in two runs are two
+// model servers.
+func Key(run, weights string) string { return run + "/" + weights }
+
+// Policy holds the policy's times.
+type Policy struct {
+	Lease     time.Duration // a host silent this long is gone
+	MaxWait   time.Duration // weights unserved this long are Boosted until their demand ends
+	IdleGrace time.Duration // a server idle this long has nothing queued: it may switch
+	ParkFor   time.Duration // weights that gave way for idleness take only free servers this long
+	FailedFor time.Duration // how long a failed load keeps weights off a host
+}
+
+// DefaultPolicy is what a fleet runs with unless told otherwise.
+var DefaultPolicy = Policy{Lease: 45 * time.Second, MaxWait: 10 * time.Minute, IdleGrace: 3 * time.Second, ParkFor: 30 * time.Second, FailedFor: 5 * time.Minute}
+
+// State is what the Fleet workflow keeps between decisions.
+type State struct {
+	Hosts   map[string]*Host     `json:"hosts"`
+	Demands map[string]Demand    `json:"demands"`
+	Assign  map[string][]string  `json:"assign"`  // host → weights keys, at most Servers
+	Waiting map[string]time.Time `json:"waiting"` // weights key → unserved since
+	Boost   map[string]bool      `json:"boost"`   // weights keys that waited MaxWait
+	// Parked weights gave way for idleness: their demand stands (its last
+	// episodes run elsewhere, or may be retried) but nothing of theirs is
+	// queued, so they preempt nobody for ParkFor. Fresh demand unparks.
+	Parked  map[string]time.Time `json:"parked"`
+	Changes int                  `json:"changes"` // assignments changed, counted
+	Removed []string             `json:"removed,omitempty"`
+}
+
+// Unservable is demanded weights that every live host failed to load.
+type Unservable struct {
+	Weights string
+	Cause   string
+}
+
+// weightsDemand sums the demands of one weights.
+type weightsDemand struct {
+	key      string
+	priority int
+	episodes int
+	since    time.Time
+}
+
+// Plan brings s.Assign up to date at now and returns the weights no live
+// host can load. The rules, in order:
+//
+//  1. A host silent for Lease is dropped with its assignment.
+//  2. A weights without demand is unassigned everywhere.
+//  3. A weights is kept where it is assigned, unless that server has been
+//     idle for IdleGrace (its queue is empty) while other weights wait.
+//  4. Unserved weights, most urgent first (priority, then longest
+//     waiting), take a free server — preferring a host that has them
+//     loaded already — or else the server of the least urgent weights
+//     that is strictly less urgent than they are.
+//  5. Weights whose every server is saturated (all slots busy) take free
+//     servers, or servers of less urgent weights that have several.
+//
+// Weights that wait MaxWait unserved are Boosted until their demand ends,
+// so nothing waits without bound; a host where weights failed to load
+// within FailedFor is not given them again.
+func (p Policy) Plan(s *State, now time.Time) []Unservable {
+	if s.Hosts == nil {
+		s.Hosts = map[string]*Host{}
+	}
+	if s.Demands == nil {
+		s.Demands = map[string]Demand{}
+	}
+	if s.Assign == nil {
+		s.Assign = map[string][]string{}
+	}
+	if s.Waiting == nil {
+		s.Waiting = map[string]time.Time{}
+	}
+	if s.Boost == nil {
+		s.Boost = map[string]bool{}
+	}
+	if s.Parked == nil {
+		s.Parked = map[string]time.Time{}
+	}
+	before := fmt.Sprint(sortedAssign(s.Assign))
+	s.Removed = nil
+
+	// 1. Hosts gone silent.
+	for _, name := range sortedKeys(s.Hosts) {
+		if now.Sub(s.Hosts[name].Seen) > p.Lease {
+			delete(s.Hosts, name)
+			delete(s.Assign, name)
+			s.Removed = append(s.Removed, name)
+		}
+	}
+	for name := range s.Assign {
+		if s.Hosts[name] == nil {
+			delete(s.Assign, name)
+		}
+	}
+
+	// Demand by weights.
+	byW := map[string]*weightsDemand{}
+	for _, k := range sortedKeys(s.Demands) {
+		d := s.Demands[k]
+		w := byW[d.Weights]
+		if w == nil {
+			w = &weightsDemand{key: d.Weights, priority: d.Priority, since: d.Since}
+			byW[d.Weights] = w
+		}
+		w.priority = min(w.priority, d.Priority)
+		w.episodes += d.Episodes
+		if d.Since.Before(w.since) {
+			w.since = d.Since
+		}
+	}
+	for k := range s.Boost {
+		if byW[k] == nil {
+			delete(s.Boost, k)
+		}
+	}
+	for k := range s.Waiting {
+		if byW[k] == nil {
+			delete(s.Waiting, k)
+		}
+	}
+	for k, at := range s.Parked {
+		if byW[k] == nil || now.Sub(at) >= p.ParkFor {
+			delete(s.Parked, k)
+		}
+	}
+	urgency := func(w string) int {
+		if _, ok := s.Parked[w]; ok {
+			return MaxPriority + 1
+		}
+		if s.Boost[w] {
+			return Boosted
+		}
+		return byW[w].priority
+	}
+	failed := func(h *Host, w string) bool {
+		f, ok := h.Failed[w]
+		return ok && now.Sub(f.At) < p.FailedFor
+	}
+
+	// 2. Weights nobody wants any more, or that failed on their host.
+	for _, name := range sortedKeys(s.Assign) {
+		h := s.Hosts[name]
+		s.Assign[name] = slices.DeleteFunc(s.Assign[name], func(w string) bool { return byW[w] == nil || failed(h, w) })
+	}
+	served := func() map[string][]string {
+		out := map[string][]string{}
+		for _, name := range sortedKeys(s.Assign) {
+			for _, w := range s.Assign[name] {
+				out[w] = append(out[w], name)
+			}
+		}
+		return out
+	}
+	// Unserved weights, most urgent first.
+	unserved := func() []string {
+		sv := served()
+		var out []string
+		for w := range byW {
+			if len(sv[w]) == 0 {
+				out = append(out, w)
+			}
+		}
+		sort.Slice(out, func(i, j int) bool { return p.before(s, byW, urgency, out[i], out[j]) })
+		return out
+	}
+	wait := func() {
+		for _, w := range unserved() {
+			if _, ok := s.Waiting[w]; !ok {
+				s.Waiting[w] = now
+			}
+			if _, parked := s.Parked[w]; !parked && now.Sub(s.Waiting[w]) >= p.MaxWait {
+				s.Boost[w] = true
+			}
+		}
+	}
+	wait()
+
+	// 3. Idle servers give way when other weights wait.
+	if len(unserved()) > 0 {
+		for _, name := range sortedKeys(s.Assign) {
+			h := s.Hosts[name]
+			s.Assign[name] = slices.DeleteFunc(s.Assign[name], func(w string) bool {
+				sv := h.server(w)
+				idle := sv != nil && sv.Busy == 0 && !sv.IdleSince.IsZero() && now.Sub(sv.IdleSince) >= p.IdleGrace
+				if idle {
+					s.Parked[w] = now
+				}
+				return idle
+			})
+		}
+		// Parked weights still served elsewhere are not parked.
+		sv := served()
+		for w := range s.Parked {
+			if len(sv[w]) > 0 {
+				delete(s.Parked, w)
+			}
+		}
+	}
+
+	// 4. Unserved weights take a server.
+	var out []Unservable
+	for _, w := range unserved() {
+		name := p.place(s, w, urgency, failed, false)
+		if name == "" {
+			if len(s.Hosts) > 0 && p.failedEverywhere(s, w, failed) {
+				out = append(out, Unservable{Weights: w, Cause: p.causes(s, w)})
+			}
+			continue
+		}
+		s.Assign[name] = append(s.Assign[name], w)
+		delete(s.Waiting, w)
+	}
+	// Weights served stop waiting and are not parked; unserved ones,
+	// preempted ones too, wait from now.
+	sv := served()
+	for w := range s.Waiting {
+		if len(sv[w]) > 0 {
+			delete(s.Waiting, w)
+		}
+	}
+	for w := range s.Parked {
+		if len(sv[w]) > 0 {
+			delete(s.Parked, w)
+		}
+	}
+	wait()
+
+	// 5. Saturated weights spread to more hosts.
+	ws := make([]string, 0, len(byW))
+	for w := range byW {
+		ws = append(ws, w)
+	}
+	sort.Slice(ws, func(i, j int) bool { return p.before(s, byW, urgency, ws[i], ws[j]) })
+	for _, w := range ws {
+		for range len(s.Hosts) {
+			if !p.saturated(s, w, served()[w]) {
+				break
+			}
+			name := p.place(s, w, urgency, failed, true)
+			if name == "" {
+				break
+			}
+			s.Assign[name] = append(s.Assign[name], w)
+		}
+	}
+	for name, ws := range s.Assign {
+		if len(ws) == 0 {
+			delete(s.Assign, name)
+		}
+	}
+	if fmt.Sprint(sortedAssign(s.Assign)) != before {
+		s.Changes++
+	}
+	return out
+}
+
+// Unpark ends w's parking: fresh demand for it (a new chunk, a rerun) may
+// have queued episodes.
+func (s *State) Unpark(w string) { delete(s.Parked, w) }
+
+// before orders weights by urgency, then by how long they have waited.
+func (p Policy) before(s *State, byW map[string]*weightsDemand, urgency func(string) int, a, b string) bool {
+	if ua, ub := urgency(a), urgency(b); ua != ub {
+		return ua < ub
+	}
+	wa, oka := s.Waiting[a]
+	wb, okb := s.Waiting[b]
+	if oka && okb && !wa.Equal(wb) {
+		return wa.Before(wb)
+	}
+	if sa, sb := byW[a].since, byW[b].since; !sa.Equal(sb) {
+		return sa.Before(sb)
+	}
+	return a < b
+}
+
+// place finds a host for weights w: a free server, preferring a host that
+// has w loaded, else (taking it from less urgent weights) the server of
+// the least urgent weights, strictly less urgent than w. spread only
+// takes from weights that keep another server.
+func (p Policy) place(s *State, w string, urgency func(string) int, failed func(*Host, string) bool, spread bool) string {
+	best, bestScore := "", -1
+	for _, name := range sortedKeys(s.Hosts) {
+		h := s.Hosts[name]
+		if failed(h, w) || slices.Contains(s.Assign[name], w) || len(s.Assign[name]) >= max(h.Servers, 1) {
+			continue
+		}
+		score := 1
+		if h.server(w) != nil {
+			score = 2
+		}
+		if score > bestScore {
+			best, bestScore = name, score
+		}
+	}
+	if best != "" {
+		return best
+	}
+	count := map[string]int{}
+	for _, ws := range s.Assign {
+		for _, v := range ws {
+			count[v]++
+		}
+	}
+	victimHost, victim, victimUrg, victimBusy := "", "", urgency(w), 0
+	for _, name := range sortedKeys(s.Assign) {
+		h := s.Hosts[name]
+		if failed(h, w) || slices.Contains(s.Assign[name], w) {
+			continue
+		}
+		for _, v := range s.Assign[name] {
+			if spread && count[v] < 2 {
+				continue
+			}
+			u := urgency(v)
+			busy := 0
+			if sv := h.server(v); sv != nil {
+				busy = sv.Busy
+			}
+			if u > victimUrg || (u == victimUrg && victim != "" && busy < victimBusy) {
+				victimHost, victim, victimUrg, victimBusy = name, v, u, busy
+			}
+		}
+	}
+	if victim == "" {
+		return ""
+	}
+	s.Assign[victimHost] = slices.DeleteFunc(s.Assign[victimHost], func(v string) bool { return v == victim })
+	return victimHost
+}
+
+// saturated says whether every host assigned w has it loaded with all
+// its slots busy: episodes of w may be waiting in its queue.
+func (p Policy) saturated(s *State, w string, hosts []string) bool {
+	if len(hosts) == 0 {
+		return false
+	}
+	for _, name := range hosts {
+		h := s.Hosts[name]
+		sv := h.server(w)
+		if sv == nil || sv.Busy < max(h.Slots, 1) {
+			return false
+		}
+	}
+	return true
+}
+
+func (p Policy) failedEverywhere(s *State, w string, failed func(*Host, string) bool) bool {
+	for _, h := range s.Hosts {
+		if !failed(h, w) {
+			return false
+		}
+	}
+	return true
+}
+
+func (p Policy) causes(s *State, w string) string {
+	var parts []string
+	for _, name := range sortedKeys(s.Hosts) {
+		if f, ok := s.Hosts[name].Failed[w]; ok {
+			parts = append(parts, name+": "+f.Cause)
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+func (h *Host) server(w string) *Server {
+	for i := range h.Loaded {
+		if h.Loaded[i].Weights == w {
+			return &h.Loaded[i]
+		}
+	}
+	return nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func sortedAssign(m map[string][]string) [][2]string {
+	var out [][2]string
+	for _, name := range sortedKeys(m) {
+		for _, w := range m[name] {
+			out = append(out, [2]string{name, w})
+		}
+	}
+	return out
+}

@@ -1,0 +1,232 @@
+package fleet
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+var t0 = time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+
+var testPolicy = Policy{Lease: 30 * time.Second, MaxWait: 10 * time.Minute, IdleGrace: 3 * time.Second, ParkFor: 30 * time.Second, FailedFor: 5 * time.Minute}
+
+// plan runs Plan at now with every host having just reported.
+func plan(s *State, now time.Time) []Unservable {
+	for _, h := range s.Hosts {
+		h.Seen = now
+	}
+	return testPolicy.Plan(s, now)
+}
+
+func host(name string, servers int, now time.Time, loaded ...Server) *Host {
+	return &Host{Name: name, Slots: 4, Servers: servers, Loaded: loaded, Seen: now}
+}
+
+func demand(key, weights string, prio int, since time.Time) Demand {
+	return Demand{Key: key, Run: strings.Split(weights, "/")[0], Weights: weights, Priority: prio, Episodes: 30, Since: since}
+}
+
+func state(hosts ...*Host) *State {
+	s := &State{Hosts: map[string]*Host{}, Demands: map[string]Demand{}}
+	for _, h := range hosts {
+		s.Hosts[h.Name] = h
+	}
+	return s
+}
+
+func wantAssign(t *testing.T, s *State, want map[string][]string) {
+	t.Helper()
+	if !reflect.DeepEqual(s.Assign, want) {
+		t.Fatalf("assignment %v, want %v", s.Assign, want)
+	}
+}
+
+// One host, one server: training's weights first, then the sweep's in the
+// order they were asked for, each kept until its demand ends.
+func TestOneServerTakesWeightsInTurn(t *testing.T) {
+	s := state(host("h1", 1, t0))
+	s.Demands["sweep-a"] = demand("sweep-a", "sw/a", EvalPriority, t0)
+	s.Demands["sweep-b"] = demand("sweep-b", "sw/b", EvalPriority, t0.Add(time.Second))
+	s.Demands["train"] = demand("train", "tr/w0", TrainPriority, t0.Add(2*time.Second))
+	plan(s, t0.Add(2*time.Second))
+	wantAssign(t, s, map[string][]string{"h1": {"tr/w0"}})
+
+	// Training's episodes run; the sweep keeps waiting, not switching in.
+	s.Hosts["h1"].Loaded = []Server{{Weights: "tr/w0", Busy: 4}}
+	s.Hosts["h1"].Seen = t0.Add(5 * time.Second)
+	plan(s, t0.Add(5*time.Second))
+	wantAssign(t, s, map[string][]string{"h1": {"tr/w0"}})
+
+	delete(s.Demands, "train")
+	plan(s, t0.Add(6*time.Second))
+	wantAssign(t, s, map[string][]string{"h1": {"sw/a"}})
+	delete(s.Demands, "sweep-a")
+	plan(s, t0.Add(7*time.Second))
+	wantAssign(t, s, map[string][]string{"h1": {"sw/b"}})
+}
+
+// A training round's weights take the server of a sweep's (less urgent)
+// weights; the sweep's then wait, and equal priorities never preempt.
+func TestTrainingTakesTheSweepsServer(t *testing.T) {
+	s := state(host("h1", 1, t0, Server{Weights: "sw/a", Busy: 4}))
+	s.Demands["sweep-a"] = demand("sweep-a", "sw/a", EvalPriority, t0)
+	plan(s, t0)
+	s.Demands["train"] = demand("train", "tr/w0", TrainPriority, t0.Add(time.Second))
+	plan(s, t0.Add(time.Second))
+	wantAssign(t, s, map[string][]string{"h1": {"tr/w0"}})
+	if _, ok := s.Waiting["sw/a"]; !ok {
+		t.Errorf("the sweep's weights are not waiting: %v", s.Waiting)
+	}
+
+	// Another evaluation at the sweep's priority does not take the server.
+	s2 := state(host("h1", 1, t0, Server{Weights: "sw/a", Busy: 4}))
+	s2.Demands["sweep-a"] = demand("sweep-a", "sw/a", EvalPriority, t0)
+	plan(s2, t0)
+	s2.Demands["eval"] = demand("eval", "ev/w3", EvalPriority, t0.Add(time.Second))
+	plan(s2, t0.Add(time.Second))
+	wantAssign(t, s2, map[string][]string{"h1": {"sw/a"}})
+}
+
+// A server idle for IdleGrace has nothing queued: waiting weights take it
+// even at lower priority. Before the grace it stays.
+func TestIdleServerGivesWay(t *testing.T) {
+	h := host("h1", 1, t0, Server{Weights: "tr/w0", IdleSince: t0})
+	s := state(h)
+	s.Demands["train"] = demand("train", "tr/w0", TrainPriority, t0)
+	plan(s, t0)
+	s.Demands["sweep-a"] = demand("sweep-a", "sw/a", EvalPriority, t0)
+	plan(s, t0.Add(time.Second))
+	wantAssign(t, s, map[string][]string{"h1": {"tr/w0"}})
+	plan(s, t0.Add(3*time.Second))
+	wantAssign(t, s, map[string][]string{"h1": {"sw/a"}})
+	// Training's demand stands but nothing of it is queued: parked, it
+	// preempts nobody for ParkFor, then it does (a retry may wait).
+	h.Loaded = []Server{{Weights: "sw/a", Busy: 2}}
+	plan(s, t0.Add(4*time.Second))
+	wantAssign(t, s, map[string][]string{"h1": {"sw/a"}})
+	plan(s, t0.Add(3*time.Second+testPolicy.ParkFor))
+	wantAssign(t, s, map[string][]string{"h1": {"tr/w0"}})
+
+	// Fresh demand (a rerun, a new chunk) unparks at once.
+	h.Loaded = []Server{{Weights: "tr/w0", IdleSince: t0.Add(40 * time.Second)}}
+	plan(s, t0.Add(50*time.Second))
+	wantAssign(t, s, map[string][]string{"h1": {"sw/a"}})
+	s.Unpark("tr/w0")
+	plan(s, t0.Add(51*time.Second))
+	wantAssign(t, s, map[string][]string{"h1": {"tr/w0"}})
+}
+
+// Under training demand that never ends, a sweep is Boosted after MaxWait
+// and served; training then waits for it, and is never starved either.
+func TestNothingWaitsWithoutBound(t *testing.T) {
+	s := state(host("h1", 1, t0, Server{Weights: "tr/w0", Busy: 4}))
+	s.Demands["train"] = demand("train", "tr/w0", TrainPriority, t0)
+	s.Demands["sweep-a"] = demand("sweep-a", "sw/a", EvalPriority, t0)
+	plan(s, t0)
+	wantAssign(t, s, map[string][]string{"h1": {"tr/w0"}})
+	plan(s, t0.Add(testPolicy.MaxWait-time.Second))
+	wantAssign(t, s, map[string][]string{"h1": {"tr/w0"}})
+	plan(s, t0.Add(testPolicy.MaxWait))
+	wantAssign(t, s, map[string][]string{"h1": {"sw/a"}})
+	// Training waits MaxWait too; both Boosted, the sweep keeps its server.
+	plan(s, t0.Add(2*testPolicy.MaxWait+time.Second))
+	wantAssign(t, s, map[string][]string{"h1": {"sw/a"}})
+	if !s.Boost["tr/w0"] || !s.Boost["sw/a"] {
+		t.Errorf("boosted %v, want both", s.Boost)
+	}
+	// The sweep's demand ends: training is served, its boost kept until
+	// its own demand ends.
+	delete(s.Demands, "sweep-a")
+	plan(s, t0.Add(2*testPolicy.MaxWait+2*time.Second))
+	wantAssign(t, s, map[string][]string{"h1": {"tr/w0"}})
+	if s.Boost["sw/a"] {
+		t.Errorf("boost outlived its demand: %v", s.Boost)
+	}
+}
+
+// A host that stops reporting is dropped after Lease and its weights go
+// to another host, preferring one that has them loaded.
+func TestSilentHostIsReplaced(t *testing.T) {
+	h1 := host("h1", 1, t0)
+	h2 := host("h2", 1, t0)
+	h3 := host("h3", 1, t0, Server{Weights: "tr/w0", IdleSince: t0.Add(-time.Hour)})
+	s := state(h1, h2, h3)
+	s.Demands["train"] = demand("train", "tr/w0", TrainPriority, t0)
+	plan(s, t0)
+	wantAssign(t, s, map[string][]string{"h3": {"tr/w0"}})
+
+	h1.Seen, h2.Seen = t0.Add(40*time.Second), t0.Add(40*time.Second)
+	testPolicy.Plan(s, t0.Add(40*time.Second))
+	if len(s.Removed) != 1 || s.Removed[0] != "h3" {
+		t.Fatalf("removed %v, want h3", s.Removed)
+	}
+	wantAssign(t, s, map[string][]string{"h1": {"tr/w0"}})
+}
+
+// Weights that failed to load on a host move to another; when every live
+// host failed them, Plan names them with each host's cause.
+func TestFailedWeightsMoveThenStop(t *testing.T) {
+	h1, h2 := host("h1", 1, t0), host("h2", 1, t0)
+	s := state(h1, h2)
+	s.Demands["train"] = demand("train", "tr/w0", TrainPriority, t0)
+	plan(s, t0)
+	wantAssign(t, s, map[string][]string{"h1": {"tr/w0"}})
+
+	h1.Failed = map[string]Failure{"tr/w0": {At: t0.Add(time.Second), Cause: "out of memory"}}
+	if bad := plan(s, t0.Add(time.Second)); len(bad) != 0 {
+		t.Fatalf("unservable %v with h2 left", bad)
+	}
+	wantAssign(t, s, map[string][]string{"h2": {"tr/w0"}})
+
+	h2.Failed = map[string]Failure{"tr/w0": {At: t0.Add(2 * time.Second), Cause: "no such file"}}
+	bad := plan(s, t0.Add(2*time.Second))
+	if len(bad) != 1 || bad[0].Weights != "tr/w0" || bad[0].Cause != "h1: out of memory; h2: no such file" {
+		t.Fatalf("unservable %+v", bad)
+	}
+	wantAssign(t, s, map[string][]string{})
+
+	// After FailedFor the weights may be tried again.
+	plan(s, t0.Add(time.Second+testPolicy.FailedFor))
+	wantAssign(t, s, map[string][]string{"h1": {"tr/w0"}})
+}
+
+// Weights whose servers are all busy spread to free hosts, and to hosts
+// of less urgent weights that have more than one; not otherwise.
+func TestSaturatedWeightsSpread(t *testing.T) {
+	h1, h2, h3 := host("h1", 1, t0), host("h2", 1, t0), host("h3", 1, t0)
+	s := state(h1, h2, h3)
+	s.Demands["train"] = demand("train", "tr/w0", TrainPriority, t0)
+	plan(s, t0)
+	wantAssign(t, s, map[string][]string{"h1": {"tr/w0"}})
+
+	h1.Loaded = []Server{{Weights: "tr/w0", Busy: 3}}
+	plan(s, t0.Add(time.Second))
+	wantAssign(t, s, map[string][]string{"h1": {"tr/w0"}})
+
+	h1.Loaded = []Server{{Weights: "tr/w0", Busy: 4}}
+	plan(s, t0.Add(2*time.Second))
+	wantAssign(t, s, map[string][]string{"h1": {"tr/w0"}, "h2": {"tr/w0"}})
+
+	// A sweep arrives: it takes the free host, not a training server.
+	s.Demands["sweep-a"] = demand("sweep-a", "sw/a", EvalPriority, t0.Add(3*time.Second))
+	plan(s, t0.Add(3*time.Second))
+	wantAssign(t, s, map[string][]string{"h1": {"tr/w0"}, "h2": {"tr/w0"}, "h3": {"sw/a"}})
+}
+
+// A host with room for two model servers keeps two weights.
+func TestHostKeepsSeveralWeights(t *testing.T) {
+	s := state(host("h1", 2, t0))
+	s.Demands["train"] = demand("train", "tr/w0", TrainPriority, t0)
+	s.Demands["sweep-a"] = demand("sweep-a", "sw/a", EvalPriority, t0)
+	s.Demands["sweep-b"] = demand("sweep-b", "sw/b", EvalPriority, t0)
+	plan(s, t0)
+	wantAssign(t, s, map[string][]string{"h1": {"tr/w0", "sw/a"}})
+	if s.Changes != 1 {
+		t.Errorf("changes %d, want 1", s.Changes)
+	}
+	plan(s, t0.Add(time.Second))
+	if s.Changes != 1 {
+		t.Errorf("changes %d after a plan that changed nothing, want 1", s.Changes)
+	}
+}
