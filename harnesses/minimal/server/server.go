@@ -2,7 +2,9 @@
 // vLLM (≥ 0.10.2, hermes-style tool parsing) does, so the recording proxy
 // and the harness meet the same wire format as in production:
 //
-//   - GET /health → 200; GET /v1/models → the served name.
+//   - GET /health → 200; GET /v1/models → the served name. After
+//     ReadyAfter(d), every request is answered 503 for d, as a model
+//     server that is still loading its weights fails its readiness check.
 //   - POST /v1/chat/completions honours model (404 unless the served name),
 //     messages, tools, tool_choice (auto, required, none, named), temperature,
 //     seed (reproducible sampling), max_tokens / max_completion_tokens,
@@ -49,6 +51,8 @@ type Server struct {
 
 	mu  sync.Mutex
 	rng *rand.Rand // for requests without a seed
+
+	readyAt time.Time // 503 to every request before this (ReadyAfter)
 }
 
 // New serves p as model name; root is reported by /v1/models (the weights).
@@ -57,13 +61,30 @@ func New(p *policy.Policy, name, root string) *Server {
 		rng: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))}
 }
 
+// ReadyAfter makes the server answer every request, /health included,
+// with 503 for d from now: a stand-in for a big model's load time, which
+// a rollout host waits out in its readiness check. Call it before Handler.
+func (s *Server) ReadyAfter(d time.Duration) {
+	s.readyAt = time.Now().Add(d)
+}
+
 // Handler routes the endpoints.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
 	mux.HandleFunc("GET /v1/models", s.models)
 	mux.HandleFunc("POST /v1/chat/completions", s.chat)
-	return mux
+	readyAt := s.readyAt
+	if readyAt.IsZero() {
+		return mux
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if left := time.Until(readyAt); left > 0 {
+			apiError(w, http.StatusServiceUnavailable, "", "the model is still loading (ready in %s)", left.Round(100*time.Millisecond))
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
 }
 
 func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
@@ -78,7 +99,7 @@ func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
 
 // apiError is vLLM's error body: {"error": {message, type, param, code}}.
 func apiError(w http.ResponseWriter, status int, param, format string, args ...any) {
-	typ := map[int]string{400: "BadRequestError", 404: "NotFoundError"}[status]
+	typ := map[int]string{400: "BadRequestError", 404: "NotFoundError", 503: "ServiceUnavailableError"}[status]
 	if typ == "" {
 		typ = "InternalServerError"
 	}

@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/roundhouse-rl/roundhouse/harnesses/minimal/env"
 	"github.com/roundhouse-rl/roundhouse/harnesses/minimal/episode"
@@ -353,5 +354,41 @@ func TestStream(t *testing.T) {
 	}
 	if u := chunks[3]; len(u["choices"].([]any)) != 0 || u["usage"] == nil {
 		t.Errorf("usage chunk %v", u)
+	}
+}
+
+// ReadyAfter: 503 to /health and to a completion while "loading", then
+// served as usual.
+func TestReadyAfter(t *testing.T) {
+	p, err := policy.Load("../weights/w0/policy.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New(p, "toy", "w0")
+	s.ReadyAfter(300 * time.Millisecond)
+	ts := httptest.NewServer(s.Handler())
+	t.Cleanup(ts.Close)
+	health := func() int {
+		t.Helper()
+		resp, err := http.Get(ts.URL + "/health")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := health(); got != http.StatusServiceUnavailable {
+		t.Fatalf("/health while loading: %d, want 503", got)
+	}
+	body, _ := chat(t, nil)
+	if code, out := post(t, ts, body); code != http.StatusServiceUnavailable || out["error"] == nil {
+		t.Fatalf("completion while loading: %d %v, want 503 with an error", code, out)
+	}
+	time.Sleep(400 * time.Millisecond)
+	if got := health(); got != http.StatusOK {
+		t.Fatalf("/health after loading: %d, want 200", got)
+	}
+	if code, out := post(t, ts, body); code != http.StatusOK {
+		t.Fatalf("completion after loading: %d %v", code, out)
 	}
 }

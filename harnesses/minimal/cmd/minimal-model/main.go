@@ -5,6 +5,12 @@
 //
 // It prints "minimal-model listening on http://HOST:PORT" once it accepts
 // connections (port 0 picks a free one) and stops cleanly on SIGINT/SIGTERM.
+//
+// MINIMAL_MODEL_START_DELAY (seconds, e.g. 2 or 0.5; from the environment,
+// which a rollout host passes on from its worker's) imitates a big model's
+// load time: for that long after it starts listening, every request, the
+// /health readiness check included, is answered 503. Unset or 0: ready at
+// once.
 package main
 
 import (
@@ -17,6 +23,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -38,6 +45,10 @@ func run(weights, listen, name string) error {
 	if weights == "" {
 		return errors.New("--weights is required")
 	}
+	delay, err := startDelay(os.Getenv("MINIMAL_MODEL_START_DELAY"))
+	if err != nil {
+		return err
+	}
 	p, err := policy.Load(weights)
 	if err != nil {
 		return err
@@ -46,8 +57,13 @@ func run(weights, listen, name string) error {
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
+	model := server.New(p, name, weights)
+	if delay > 0 {
+		model.ReadyAfter(delay)
+		fmt.Printf("minimal-model: loading for %s (MINIMAL_MODEL_START_DELAY)\n", delay)
+	}
 	srv := &http.Server{
-		Handler:           server.New(p, name, weights).Handler(),
+		Handler:           model.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       60 * time.Second,
 		WriteTimeout:      120 * time.Second,
@@ -69,4 +85,17 @@ func run(weights, listen, name string) error {
 		return fmt.Errorf("shutdown: %w", err)
 	}
 	return nil
+}
+
+// startDelay reads MINIMAL_MODEL_START_DELAY: seconds, fractions allowed;
+// empty is none.
+func startDelay(v string) (time.Duration, error) {
+	if v == "" {
+		return 0, nil
+	}
+	sec, err := strconv.ParseFloat(v, 64)
+	if err != nil || !(sec >= 0 && sec <= 24*3600) { // NaN fails too
+		return 0, fmt.Errorf("MINIMAL_MODEL_START_DELAY=%q: give seconds, e.g. 20 or 0.5", v)
+	}
+	return time.Duration(sec * float64(time.Second)), nil
 }
