@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	workflowpb "go.temporal.io/api/workflow/v1"
 	tlog "go.temporal.io/sdk/log"
 
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
@@ -203,21 +204,31 @@ func runSharedFleet(b *testing.B, cfg fleetConfig) fleetResult {
 
 	var r fleetResult
 	var last time.Time
+	// A workflow's span runs from its first run's start (Train continues as
+	// new after each round) to its last run's close.
 	span := func(id string, at *time.Duration) time.Duration {
-		d, err := c.DescribeWorkflowExecution(ctx, id, "")
-		if err != nil {
-			b.Fatal(err)
+		describe := func(runID string) *workflowpb.WorkflowExecutionInfo {
+			d, err := c.DescribeWorkflowExecution(ctx, id, runID)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return d.GetWorkflowExecutionInfo()
 		}
-		info := d.GetWorkflowExecutionInfo()
+		info := describe("")
 		if info.GetCloseTime() == nil {
 			b.Fatalf("%s has not closed", id)
 		}
 		closed := info.GetCloseTime().AsTime()
-		*at = info.GetStartTime().AsTime().Sub(begin)
 		if closed.After(last) {
 			last = closed
 		}
-		return closed.Sub(info.GetStartTime().AsTime())
+		first := info
+		if f := info.GetFirstRunId(); f != "" && f != info.GetExecution().GetRunId() {
+			first = describe(f)
+		}
+		started := first.GetStartTime().AsTime()
+		*at = started.Sub(begin)
+		return closed.Sub(started)
 	}
 	r.Train, r.Sweep = span(api.WorkflowID(trainRun), &r.TrainAt), span(sweepID, &r.SweepAt)
 	r.Wall = last.Sub(begin)
