@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"go.temporal.io/sdk/client"
 	"io"
 	"os"
 	"path"
@@ -28,9 +29,11 @@ import (
 )
 
 // Control holds the activities that read and write the run's data in S3
-// without running harness code: batches, reports and state.
+// without running harness code: batches, reports and state; and the one
+// that tells the fleet workflow what episodes wait for (fleet.go).
 type Control struct {
-	Store *store.Store
+	Store    *store.Store
+	Temporal client.Client // for Demand; nil where no fleet runs
 
 	harnesses harnessCache
 }

@@ -61,6 +61,7 @@ func Run(ctx context.Context, c client.Client, s *store.Store, cfg Config) error
 	var ws []worker.Worker
 	var cleanup []func()
 	var rollout *host.Host
+	var agents []*agent
 	hl := newHealth()
 	// Every failed attempt is signalled to its workflow, which shows it in
 	// the Temporal UI while Temporal retries (internal/failnote); every
@@ -100,7 +101,8 @@ func Run(ctx context.Context, c client.Client, s *store.Store, cfg Config) error
 			w.RegisterWorkflow(workflows.Episodes)
 			w.RegisterWorkflow(workflows.Eval)
 			w.RegisterWorkflow(workflows.Sweep)
-			w.RegisterActivity(&activities.Control{Store: s})
+			w.RegisterWorkflow(workflows.Fleet)
+			w.RegisterActivity(&activities.Control{Store: s, Temporal: c})
 			ws = append(ws, w)
 		case "rollout":
 			// The host stores what a previous worker on this machine left
@@ -111,6 +113,15 @@ func Run(ctx context.Context, c client.Client, s *store.Store, cfg Config) error
 			}
 			cleanup = append(cleanup, h.Close)
 			rollout = h
+			// Episodes wait in their weights' queues; the agent polls those
+			// the fleet assigns this host (docs/design.md §10).
+			a, err := newAgent(c, h, cfg.Host, cfg.Slots, icpt, hl.onFatal)
+			if err != nil {
+				return err
+			}
+			agents = append(agents, a)
+			// The one rollout queue serves episodes of workflows started
+			// before weights queues, until they are done.
 			w := worker.New(c, api.RolloutQueue, worker.Options{MaxConcurrentActivityExecutionSize: cfg.Slots, OnFatalError: hl.onFatal, Interceptors: icpt})
 			w.RegisterActivity(&activities.Rollout{Host: h})
 			ws = append(ws, w)
@@ -138,6 +149,18 @@ func Run(ctx context.Context, c client.Client, s *store.Store, cfg Config) error
 			return fmt.Errorf("start worker: %w", err)
 		}
 	}
+	actx, stopAgents := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for _, a := range agents {
+			a.run(actx) // one rollout role per process
+		}
+	}()
+	defer func() {
+		stopAgents()
+		<-done
+	}()
 	hl.started()
 	slog.Info("worker running", "roles", cfg.Roles, "host", cfg.Host, "slots", cfg.Slots)
 	<-ctx.Done()

@@ -8,6 +8,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/roundhouse-rl/roundhouse/activities"
+	"github.com/roundhouse-rl/roundhouse/internal/fleet"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 	"github.com/roundhouse-rl/roundhouse/workflows/api"
 )
@@ -19,8 +20,48 @@ func Episodes(ctx workflow.Context, in api.EpisodesInput) (api.Tally, error) {
 	if err := workflow.SetQueryHandler(ctx, api.EpisodesQuery, func() (api.Tally, error) { return t, nil }); err != nil {
 		return t, fmt.Errorf("episodes query: %w", err)
 	}
-	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		TaskQueue:           api.RolloutQueue,
+	// Episodes wait in their weights' queue, served by the hosts the fleet
+	// assigns to them (docs/design.md §10); histories from before all
+	// waited in the one rollout queue.
+	queue := api.RolloutQueue
+	routed := workflow.GetVersion(ctx, "weights-queues", workflow.DefaultVersion, 1) == 1
+	var demand api.DemandChange
+	if routed {
+		wk := fleet.Key(in.Run, in.Weights)
+		queue = api.WeightsQueue(wk)
+		prio := in.Priority
+		if prio == 0 {
+			prio = fleet.EvalPriority
+		}
+		demand.Demand = fleet.Demand{Key: workflow.GetInfo(ctx).WorkflowExecution.ID, Run: in.Run, Weights: wk, Priority: prio, Episodes: len(in.Cells)}
+		if err := tellFleet(ctx, demand); err != nil {
+			return t, err
+		}
+		defer func() {
+			// Also when the chunk is cancelled: the fleet must stop
+			// serving weights nobody waits for.
+			dctx, _ := workflow.NewDisconnectedContext(ctx)
+			done := demand
+			done.Done = true
+			if err := tellFleet(dctx, done); err != nil {
+				workflow.GetLogger(ctx).Warn("fleet not told the episodes are done; it drops them when it finds the workflow closed", "error", err)
+			}
+		}()
+	}
+	epCtx, stopEpisodes := workflow.WithCancel(ctx)
+	if routed {
+		workflow.Go(ctx, func(ctx workflow.Context) {
+			var u api.Unservable
+			workflow.GetSignalChannel(ctx, api.UnservableSignal).Receive(ctx, &u)
+			if u.Weights == demand.Demand.Weights && t.Unservable == "" {
+				t.Unservable = fmt.Sprintf("weights %s could not be loaded on any rollout host: %s", in.Weights, u.Cause)
+				workflow.GetLogger(ctx).Error("episodes stopped: weights unservable", "weights", in.Weights, "cause", u.Cause)
+				stopEpisodes()
+			}
+		})
+	}
+	actx := workflow.WithActivityOptions(epCtx, workflow.ActivityOptions{
+		TaskQueue:           queue,
 		StartToCloseTimeout: in.StartToClose,
 		HeartbeatTimeout:    in.Heartbeat,
 		// Infrastructure failures use InfraTries; three more cover lost workers.
@@ -112,11 +153,32 @@ func Episodes(ctx workflow.Context, in api.EpisodesInput) (api.Tally, error) {
 			n++
 		}
 		details()
+		if routed && n > 0 {
+			// The reruns queue afresh: the fleet unparks the weights.
+			if err := tellFleet(ctx, demand); err != nil {
+				return t, err
+			}
+		}
 		for range n {
 			sel.Select(ctx)
 		}
 	}
 	return t, nil
+}
+
+// tellFleet sends the fleet a demand change, retried like any control
+// activity: episodes scheduled in a weights queue no host is told to
+// serve would wait without end.
+func tellFleet(ctx workflow.Context, d api.DemandChange) error {
+	var control *activities.Control
+	what := "episodes wait for weights " + d.Demand.Weights
+	if d.Done {
+		what = "episodes done with weights " + d.Demand.Weights
+	}
+	if err := workflow.ExecuteActivity(summarized(controlContext(ctx), "fleet: "+what), control.Demand, d).Get(ctx, nil); err != nil {
+		return fmt.Errorf("tell the fleet %s: %w", what, err)
+	}
+	return nil
 }
 
 // count adds (sign 1) or takes back (sign -1) an episode's result in t; a
@@ -179,6 +241,7 @@ type phaseRun struct {
 	Weights    string
 	Harness    schemas.Harness
 	Heartbeat  time.Duration   // 0: 30s
+	Priority   int             // in the fleet; 0: fleet.EvalPriority
 	OnProgress func(api.Tally) // after each chunk
 }
 
@@ -213,6 +276,7 @@ func runEpisodes(ctx workflow.Context, p phaseRun, cells []api.Cell, running map
 			InfraTries:   int32(h.Collect.InfraRetries + 1),
 			StartToClose: h.Episode.Timeout.D() + startTimeouts(h) + 5*time.Minute,
 			Heartbeat:    hb,
+			Priority:     p.Priority,
 		})
 		running[id] = true
 		n++

@@ -1,12 +1,14 @@
 package workflows
 
 import (
+	"cmp"
 	"fmt"
 	"sort"
 
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/roundhouse-rl/roundhouse/activities"
+	"github.com/roundhouse-rl/roundhouse/internal/fleet"
 	"github.com/roundhouse-rl/roundhouse/internal/report"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 	"github.com/roundhouse-rl/roundhouse/workflows/api"
@@ -57,7 +59,10 @@ func Eval(ctx workflow.Context, in api.EvalInput) (schemas.Report, error) {
 	fails = watchFailures(ctx, details)
 	started := workflow.GetInfo(ctx).WorkflowStartTime.UnixMilli()
 	t := runEpisodes(ctx, phaseRun{Run: in.Run, Phase: phase, Weights: in.WeightsID, Harness: h, Heartbeat: in.Heartbeat,
-		OnProgress: func(t api.Tally) { prog.Episodes = t; details() }}, cells, running)
+		Priority: cmp.Or(in.Priority, fleet.EvalPriority), OnProgress: func(t api.Tally) { prog.Episodes = t; details() }}, cells, running)
+	if t.Unservable != "" {
+		return rep, fmt.Errorf("eval %s: %s", in.Tag, t.Unservable)
+	}
 	workflow.GetLogger(ctx).Info("evaluation episodes done", "tag", in.Tag, "shard", in.Shard, "shards", shards, "done", t.Done, "lost", t.Lost)
 	prog.Phase = "report"
 	details()

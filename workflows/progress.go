@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"cmp"
 	"fmt"
 	"sort"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/roundhouse-rl/roundhouse/activities"
+	"github.com/roundhouse-rl/roundhouse/internal/fleet"
 	"github.com/roundhouse-rl/roundhouse/internal/report"
 	"github.com/roundhouse-rl/roundhouse/internal/stats"
 	"github.com/roundhouse-rl/roundhouse/schemas"
@@ -77,7 +79,7 @@ func (t *tracker) episodes(phase string, round int32, weights string, cells []ap
 	t.epPhase = phase
 	t.prog.Episodes = api.Tally{Total: len(cells)}
 	return runEpisodes(t.ctx, phaseRun{Run: t.in.Run, Round: round, Phase: phase, Weights: weights, Harness: t.in.Harness,
-		Heartbeat: t.in.HeartbeatTimeout, OnProgress: func(tl api.Tally) { t.prog.Episodes = tl; t.update() }}, cells, t.running)
+		Heartbeat: t.in.HeartbeatTimeout, Priority: cmp.Or(t.in.Priority, fleet.TrainPriority), OnProgress: func(tl api.Tally) { t.prog.Episodes = tl; t.update() }}, cells, t.running)
 }
 
 func (t *tracker) upsert(u ...temporal.SearchAttributeUpdate) {

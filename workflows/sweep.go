@@ -148,6 +148,7 @@ func evaluateWeights(ctx workflow.Context, in api.SweepInput, w activities.Sweep
 		rep = schemas.Report{}
 		err := workflow.ExecuteChildWorkflow(cctx, Eval, api.EvalInput{
 			Run: in.Run, Harness: in.Harness, WeightsID: runID, Tag: tag, InitKey: in.InitKey, Heartbeat: in.Heartbeat,
+			Priority: in.Priority,
 		}).Get(ctx, &rep)
 		if err != nil {
 			return schemas.LeaderboardEntry{}, fmt.Errorf("evaluate weights %s: %w", w.ID, err)

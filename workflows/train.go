@@ -96,6 +96,9 @@ func Train(ctx workflow.Context, in api.TrainInput) (api.TrainResult, error) {
 		}
 	}
 	collected := t.episodes(schemas.PhaseTrain, in.Round, in.Weights, eps)
+	if collected.Unservable != "" {
+		return result, fmt.Errorf("round %d collection: %s", in.Round, collected.Unservable)
+	}
 	lost := collected.Lost
 	if t.stopping {
 		return stopped(schemas.PhaseTrain)
@@ -217,7 +220,9 @@ func validate(ctx workflow.Context, in api.TrainInput, t *tracker, round int32, 
 			cells = append(cells, api.Cell{Task: task, InitID: id, Group: int32(len(cells))})
 		}
 	}
-	t.episodes(schemas.PhaseVal, round, weights, cells)
+	if tl := t.episodes(schemas.PhaseVal, round, weights, cells); tl.Unservable != "" {
+		return rep, fmt.Errorf("round %d validation: %s", round, tl.Unservable)
+	}
 	if t.stopping {
 		return rep, nil
 	}

@@ -25,6 +25,8 @@ func mockEnv() *testsuite.TestWorkflowEnvironment {
 	env.RegisterActivity(&activities.Control{})
 	env.RegisterActivity(&activities.Trainer{})
 	env.RegisterWorkflow(Episodes)
+	var ctrl *activities.Control
+	env.OnActivity(ctrl.Demand, mock.Anything, mock.Anything).Return(nil).Maybe()
 	return env
 }
 

@@ -21,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/roundhouse-rl/roundhouse/internal/fleet"
 	"github.com/roundhouse-rl/roundhouse/internal/proxy"
 	"github.com/roundhouse-rl/roundhouse/internal/spool"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
@@ -53,6 +54,9 @@ type Host struct {
 	failed   map[string]failedStart // recent failed starts, by the same keys
 	stored   sync.Map               // blob keys known to be in the bucket
 	slots    slotLog                // the model slot's figures, under mu
+	// loadFailed holds weights whose model server failed to start here,
+	// by fleet key, until they load.
+	loadFailed map[string]fleet.Failure
 }
 
 // Start opens the spool, serves the recording proxy and stores what earlier

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/roundhouse-rl/roundhouse/internal/fleet"
 	"github.com/roundhouse-rl/roundhouse/internal/harness"
 	"github.com/roundhouse-rl/roundhouse/internal/ports"
 	"github.com/roundhouse-rl/roundhouse/internal/proc"
@@ -37,6 +38,10 @@ type service struct {
 	lease *ports.Lease
 	url   string
 	users int
+	// weights is the fleet's key (fleet.Key) of the weights a model
+	// server serves; "" for other services.
+	weights   string
+	idleSince time.Time // when its last user let go
 }
 
 func (s *service) alive() bool {
@@ -98,7 +103,7 @@ func (h *Host) Acquire(ctx context.Context, hr schemas.Harness, run, weightsID s
 	for {
 		h.mu.Lock()
 		if h.services == nil {
-			h.services, h.failed = map[string]*service{}, map[string]failedStart{}
+			h.services, h.failed, h.loadFailed = map[string]*service{}, map[string]failedStart{}, map[string]fleet.Failure{}
 		}
 		vars := map[string]string{"harness_dir": hr.Dir}
 		for _, spec := range hr.Services {
@@ -154,8 +159,11 @@ func (h *Host) Acquire(ctx context.Context, hr schemas.Harness, run, weightsID s
 			pruneWeights(filepath.Join(h.WorkDir, "weights"), modelKey)
 			return map[string]string{"weights": filepath.Join(local, hr.Model.WeightsFile), "served_name": hr.Model.ServedName}, nil
 		})
+		wk := fleet.Key(run, weightsID)
 		if f, ok := h.failed[modelName]; err != nil && ok && !f.at.Before(started) {
 			h.slots.loaded(ctx, run, time.Since(started), false)
+			// The fleet moves these weights to another host (Models).
+			h.loadFailed[wk] = fleet.Failure{At: f.at, Cause: f.err.Error()}
 		}
 		if err != nil {
 			h.mu.Unlock()
@@ -163,8 +171,10 @@ func (h *Host) Acquire(ctx context.Context, hr schemas.Harness, run, weightsID s
 		}
 		if now := h.services[modelName]; now != m {
 			h.slots.loaded(ctx, run, time.Since(started), true)
+			delete(h.loadFailed, wk)
 		}
 		m = h.services[modelName]
+		m.weights = wk
 		if m.users == 0 {
 			h.slots.busy(time.Now())
 		}
@@ -176,6 +186,9 @@ func (h *Host) Acquire(ctx context.Context, hr schemas.Harness, run, weightsID s
 			once.Do(func() {
 				h.mu.Lock()
 				m.users--
+				if m.users == 0 {
+					m.idleSince = time.Now()
+				}
 				if m.users == 0 && h.services[modelName] == m {
 					h.slots.idle(run, time.Now())
 				}

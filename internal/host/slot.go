@@ -5,24 +5,13 @@ import (
 	"sort"
 	"time"
 
+	"github.com/roundhouse-rl/roundhouse/internal/fleet"
 	"github.com/roundhouse-rl/roundhouse/internal/telemetry/instr"
+	"github.com/roundhouse-rl/roundhouse/schemas"
 )
 
-// SlotStats is what a host's model-server slot did for one run: how often
-// it loaded the run's weights and for how long, how long it sat loaded
-// but unused, and how many of the run's episodes waited for it to be
-// free of other weights. They show what switching weights costs a shared
-// fleet.
-type SlotStats struct {
-	Run      string        `json:"run"`
-	Loads    int           `json:"loads"`     // model-server starts for the run's weights
-	Failed   int           `json:"failed"`    // starts that did not become ready
-	LoadTime time.Duration `json:"load_time"` // fetching weights and starting, summed
-	Idle     time.Duration `json:"idle"`      // loaded with the run's weights, no episode using it
-	Waits    int           `json:"waits"`     // episodes that waited while other weights were in use
-	WaitTime time.Duration `json:"wait_time"`
-	Waiting  int           `json:"waiting"` // episodes waiting now
-}
+// SlotStats is schemas.SlotStats: the host's figures for one run.
+type SlotStats = schemas.SlotStats
 
 // slotLog keeps SlotStats by run; the caller holds h.mu.
 type slotLog struct {
@@ -86,4 +75,25 @@ func (h *Host) SlotStats() []SlotStats {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Run < out[j].Run })
 	return out
+}
+
+// Models says what the host's model servers serve, how many episodes use
+// each and since when an unused one has been idle, and which weights
+// failed to load here: what the host reports to the fleet.
+func (h *Host) Models() ([]fleet.Server, map[string]fleet.Failure) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []fleet.Server
+	if m := h.services[modelName]; m != nil && m.weights != "" && m.alive() {
+		sv := fleet.Server{Weights: m.weights, Busy: m.users}
+		if m.users == 0 {
+			sv.IdleSince = m.idleSince
+		}
+		out = append(out, sv)
+	}
+	failed := make(map[string]fleet.Failure, len(h.loadFailed))
+	for k, f := range h.loadFailed {
+		failed[k] = f
+	}
+	return out, failed
 }

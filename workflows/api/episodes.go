@@ -44,6 +44,9 @@ type EpisodesInput struct {
 	InfraTries   int32
 	StartToClose time.Duration
 	Heartbeat    time.Duration
+	// Priority orders this chunk's weights in the fleet (fleet.TrainPriority,
+	// fleet.EvalPriority; lower first); 0 is fleet.EvalPriority.
+	Priority int `json:",omitempty"`
 }
 
 // Tally counts what a set of episodes did; it is the result of Episodes.
@@ -55,6 +58,9 @@ type Tally struct {
 	Lost      int // the activity failed for good: no record exists
 	Skipped   int // not run because the run is stopping
 	Reruns    int // episodes run again because their staged records were corrupt
+	// Unservable says why the episodes stopped: no rollout host could load
+	// their weights. The run stops with it.
+	Unservable string `json:",omitempty"`
 }
 
 // Add sums o into t.
@@ -66,4 +72,7 @@ func (t *Tally) Add(o Tally) {
 	t.Lost += o.Lost
 	t.Skipped += o.Skipped
 	t.Reruns += o.Reruns
+	if t.Unservable == "" {
+		t.Unservable = o.Unservable
+	}
 }

@@ -39,6 +39,8 @@ type EvalInput struct {
 	Shard     int
 	Shards    int // 0 or 1: the whole split
 	Heartbeat time.Duration
+	// Priority on a shared fleet (lower first, 1–5); 0 is fleet.EvalPriority.
+	Priority int `json:",omitempty"`
 }
 
 // EvalProgress is what an evaluation has done so far.

@@ -39,6 +39,9 @@ type SweepInput struct {
 	// spreads its episodes over every rollout host.
 	Parallel  int
 	Heartbeat time.Duration // of the evaluations' episodes (0: 30s)
+	// Priority of its evaluations on a shared fleet (lower first, 1–5); 0
+	// is fleet.EvalPriority.
+	Priority int `json:",omitempty"`
 }
 
 // SweepResult says what one sweep did.

@@ -38,6 +38,9 @@ type TrainInput struct {
 	// HeartbeatTimeout bounds how long a dead rollout worker holds an
 	// episode before Temporal retries it elsewhere (default 30s).
 	HeartbeatTimeout time.Duration
+	// Priority orders the run's episodes among other runs' on a shared
+	// fleet (lower first, 1–5); 0 is fleet.TrainPriority.
+	Priority int `json:",omitempty"`
 }
 
 // TrainResult is returned by the run's last workflow execution.

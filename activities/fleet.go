@@ -1,0 +1,35 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/roundhouse-rl/roundhouse/workflows/api"
+)
+
+// Demand tells the fleet workflow that an Episodes workflow's episodes
+// wait for their weights, or (Done) no longer do. It starts the fleet if
+// none runs: a signal-with-start, so the first demand after the fleet was
+// terminated or never existed brings it up. Repeating it is harmless —
+// demand is keyed by the Episodes workflow's id.
+func (c *Control) Demand(ctx context.Context, d api.DemandChange) error {
+	if c.Temporal == nil {
+		err := errors.New("this worker has no Temporal client for the fleet: start the control role with workers.Run")
+		return temporal.NewNonRetryableApplicationError(err.Error(), "NoFleetClient", err)
+	}
+	_, err := c.Temporal.SignalWithStartWorkflow(ctx, api.FleetID, api.DemandSignal, d, FleetStartOptions(), api.FleetWorkflow, api.FleetInput{})
+	if err != nil {
+		return fmt.Errorf("signal fleet %s: %w", api.FleetID, err)
+	}
+	return nil
+}
+
+// FleetStartOptions start the fleet workflow on the control queue. It
+// runs until terminated, continuing as new as its history grows.
+func FleetStartOptions() client.StartWorkflowOptions {
+	return client.StartWorkflowOptions{ID: api.FleetID, TaskQueue: api.ControlQueue, StaticSummary: "rollout fleet: which host serves which weights"}
+}

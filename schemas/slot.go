@@ -1,0 +1,19 @@
+package schemas
+
+import "time"
+
+// SlotStats is what a rollout host's model-server slot did for one run: how often
+// it loaded the run's weights and for how long, how long it sat loaded
+// but unused, and how many of the run's episodes waited for it to be
+// free of other weights. They show what switching weights costs a shared
+// fleet.
+type SlotStats struct {
+	Run      string        `json:"run"`
+	Loads    int           `json:"loads"`     // model-server starts for the run's weights
+	Failed   int           `json:"failed"`    // starts that did not become ready
+	LoadTime time.Duration `json:"load_time"` // fetching weights and starting, summed
+	Idle     time.Duration `json:"idle"`      // loaded with the run's weights, no episode using it
+	Waits    int           `json:"waits"`     // episodes that waited while other weights were in use
+	WaitTime time.Duration `json:"wait_time"`
+	Waiting  int           `json:"waiting"` // episodes waiting now
+}

@@ -1,0 +1,86 @@
+package api
+
+import (
+	"time"
+
+	"github.com/roundhouse-rl/roundhouse/internal/fleet"
+	"github.com/roundhouse-rl/roundhouse/schemas"
+)
+
+// The fleet workflow (Fleet): one per namespace, it decides which weights
+// each rollout host serves (internal/fleet, docs/design.md §10). Episodes
+// wait in the task queue of their weights; hosts poll the queues of the
+// weights the fleet assigns them.
+
+// FleetWorkflow is the fleet workflow's registered type name.
+const FleetWorkflow = "Fleet"
+
+// FleetID is the fleet workflow's id; whoever needs it first starts it
+// (signal-with-start), so it runs whenever hosts or episodes exist.
+const FleetID = "roundhouse-fleet"
+
+// Signals the fleet takes, and the one it sends.
+const (
+	// DemandSignal carries a DemandChange from an Episodes workflow.
+	DemandSignal = "demand"
+	// ReportSignal carries a HostReport from a rollout host.
+	ReportSignal = "report"
+	// UnservableSignal tells an Episodes workflow that no host could load
+	// its weights, with an Unservable.
+	UnservableSignal = "unservable"
+)
+
+// Queries the fleet answers.
+const (
+	// AssignmentQuery takes a host name and answers its Assignment.
+	AssignmentQuery = "assignment"
+	// FleetStatusQuery answers a FleetStatus.
+	FleetStatusQuery = "status"
+)
+
+// WeightsQueue is the task queue where episodes of weights key w (see
+// fleet.Key) wait for a host that serves them.
+func WeightsQueue(w string) string { return RolloutQueue + "/" + w }
+
+// DemandChange registers (or with Done, removes) an Episodes workflow's
+// demand for its weights.
+type DemandChange struct {
+	Demand fleet.Demand
+	Done   bool
+}
+
+// HostReport is a rollout host's state, sent when what it serves changes
+// and every ReportEvery as its lease.
+type HostReport struct {
+	Host  fleet.Host
+	Stats []schemas.SlotStats // per run, what the host's model slots did
+}
+
+// ReportEvery is how often a host reports when nothing changes; the fleet
+// drops a host silent for fleet.Policy.Lease.
+const ReportEvery = 10 * time.Second
+
+// Assignment is what one host should serve: weights keys, at most its
+// number of model servers.
+type Assignment struct {
+	Weights []string
+}
+
+// Unservable names weights every live host failed to load, with causes.
+type Unservable struct {
+	Weights string
+	Cause   string
+}
+
+// FleetInput carries the fleet's state across continue-as-new.
+type FleetInput struct {
+	Policy fleet.Policy
+	State  fleet.State
+	Stats  map[string][]schemas.SlotStats // by host
+}
+
+// FleetStatus is the fleet as `starter status` shows it.
+type FleetStatus struct {
+	State fleet.State
+	Stats map[string][]schemas.SlotStats // by host
+}

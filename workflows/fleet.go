@@ -1,0 +1,225 @@
+package workflows
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/roundhouse-rl/roundhouse/internal/fleet"
+	"github.com/roundhouse-rl/roundhouse/schemas"
+	"github.com/roundhouse-rl/roundhouse/workflows/api"
+)
+
+// fleetTick is how often the fleet looks again without news: leases
+// expire, idle servers give way, waiting weights age.
+const fleetTick = 2 * time.Second
+
+// fleetHistory is the history length at which the fleet continues as new.
+const fleetHistory = 5000
+
+// Fleet decides which weights each rollout host serves (internal/fleet,
+// docs/design.md §10). Episodes workflows register their demand, hosts
+// report what they serve and ask what to serve next (a query, so polling
+// writes no history); the fleet plans on each change and every fleetTick
+// while it has hosts or demand. It runs without activities: a fleet that
+// restarts from its last continue-as-new state loses nothing hosts or
+// Episodes workflows do not report again.
+func Fleet(ctx workflow.Context, in api.FleetInput) error {
+	p := in.Policy
+	if p == (fleet.Policy{}) {
+		p = fleet.DefaultPolicy
+	}
+	s := in.State
+	stats := in.Stats
+	if stats == nil {
+		stats = map[string][]schemas.SlotStats{}
+	}
+	// notified holds the cause each unservable weights was last told, so
+	// its Episodes workflows hear it once.
+	notified := map[string]string{}
+	if err := workflow.SetQueryHandler(ctx, api.AssignmentQuery, func(host string) (api.Assignment, error) {
+		return api.Assignment{Weights: append([]string(nil), s.Assign[host]...)}, nil
+	}); err != nil {
+		return fmt.Errorf("fleet query: %w", err)
+	}
+	if err := workflow.SetQueryHandler(ctx, api.FleetStatusQuery, func() (api.FleetStatus, error) {
+		return api.FleetStatus{State: s, Stats: stats}, nil
+	}); err != nil {
+		return fmt.Errorf("fleet query: %w", err)
+	}
+	demands := workflow.GetSignalChannel(ctx, api.DemandSignal)
+	reports := workflow.GetSignalChannel(ctx, api.ReportSignal)
+	onDemand := func(c api.DemandChange) {
+		if s.Demands == nil {
+			s.Demands = map[string]fleet.Demand{}
+		}
+		d := c.Demand
+		if c.Done {
+			delete(s.Demands, d.Key)
+			return
+		}
+		if old, ok := s.Demands[d.Key]; ok {
+			d.Since = old.Since
+		} else {
+			d.Since = workflow.Now(ctx)
+		}
+		s.Demands[d.Key] = d
+		s.Unpark(d.Weights) // fresh demand may have queued episodes
+	}
+	onReport := func(r api.HostReport) {
+		if s.Hosts == nil {
+			s.Hosts = map[string]*fleet.Host{}
+		}
+		h := r.Host
+		h.Seen = workflow.Now(ctx)
+		s.Hosts[h.Name] = &h
+		stats[h.Name] = r.Stats
+	}
+	drain := func() {
+		for {
+			var c api.DemandChange
+			if !demands.ReceiveAsync(&c) {
+				break
+			}
+			onDemand(c)
+		}
+		for {
+			var r api.HostReport
+			if !reports.ReceiveAsync(&r) {
+				break
+			}
+			onReport(r)
+		}
+	}
+	for {
+		drain()
+		now := workflow.Now(ctx)
+		bad := p.Plan(&s, now)
+		for name := range stats {
+			if s.Hosts[name] == nil {
+				delete(stats, name)
+			}
+		}
+		tellUnservable(ctx, &s, bad, notified)
+		workflow.SetCurrentDetails(ctx, fleetMarkdown(s, stats, now))
+		if workflow.GetInfo(ctx).GetCurrentHistoryLength() > fleetHistory {
+			drain()
+			return workflow.NewContinueAsNewError(ctx, Fleet, api.FleetInput{Policy: p, State: s, Stats: stats})
+		}
+		sel := workflow.NewSelector(ctx)
+		sel.AddReceive(demands, func(c workflow.ReceiveChannel, _ bool) {
+			var d api.DemandChange
+			c.Receive(ctx, &d)
+			onDemand(d)
+		})
+		sel.AddReceive(reports, func(c workflow.ReceiveChannel, _ bool) {
+			var r api.HostReport
+			c.Receive(ctx, &r)
+			onReport(r)
+		})
+		// Without hosts or demand there is nothing to age or expire: the
+		// fleet sleeps until someone signals, writing no history.
+		var cancel workflow.CancelFunc
+		if len(s.Hosts) > 0 || len(s.Demands) > 0 {
+			tctx, c := workflow.WithCancel(ctx)
+			cancel = c
+			sel.AddFuture(workflow.NewTimer(tctx, fleetTick), func(workflow.Future) {})
+		}
+		sel.Select(ctx)
+		if cancel != nil {
+			cancel()
+		}
+	}
+}
+
+// tellUnservable signals the Episodes workflows of weights no live host
+// could load, once per cause.
+func tellUnservable(ctx workflow.Context, s *fleet.State, bad []fleet.Unservable, notified map[string]string) {
+	now := map[string]bool{}
+	for _, u := range bad {
+		now[u.Weights] = true
+		if notified[u.Weights] == u.Cause {
+			continue
+		}
+		notified[u.Weights] = u.Cause
+		for _, key := range sortedDemandKeys(s) {
+			d := s.Demands[key]
+			if d.Weights != u.Weights {
+				continue
+			}
+			// A workflow that already ended has nothing to stop.
+			_ = workflow.SignalExternalWorkflow(ctx, d.Key, "", api.UnservableSignal, api.Unservable{Weights: u.Weights, Cause: u.Cause}).Get(ctx, nil)
+		}
+	}
+	for w := range notified {
+		if !now[w] {
+			delete(notified, w)
+		}
+	}
+}
+
+func sortedDemandKeys(s *fleet.State) []string {
+	keys := make([]string, 0, len(s.Demands))
+	for k := range s.Demands {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// fleetMarkdown is the fleet's current details in the Temporal UI: each
+// host with what it serves and what it has loaded, then the demand.
+func fleetMarkdown(s fleet.State, stats map[string][]schemas.SlotStats, now time.Time) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "**fleet**: %d rollout hosts, %d episode sets waiting for weights, %d assignment changes\n\n", len(s.Hosts), len(s.Demands), s.Changes)
+	if len(s.Hosts) > 0 {
+		b.WriteString("| host | assigned | loaded (busy) | loads | loading | idle | waited |\n|---|---|---|---|---|---|---|\n")
+		names := make([]string, 0, len(s.Hosts))
+		for n := range s.Hosts {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			h := s.Hosts[n]
+			var loaded []string
+			for _, sv := range h.Loaded {
+				loaded = append(loaded, fmt.Sprintf("%s (%d)", sv.Weights, sv.Busy))
+			}
+			var loads, waits int
+			var loading, idle time.Duration
+			for _, st := range stats[n] {
+				loads += st.Loads
+				waits += st.Waits
+				loading += st.LoadTime
+				idle += st.Idle
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s | %d | %s | %s | %d |\n", n, strings.Join(s.Assign[n], ", "), strings.Join(loaded, ", "),
+				loads, loading.Round(time.Second), idle.Round(time.Second), waits)
+		}
+	}
+	if len(s.Demands) > 0 {
+		b.WriteString("\n| weights | run | priority | episodes | served by | waiting |\n|---|---|---|---|---|---|\n")
+		by := map[string][]string{}
+		for h, ws := range s.Assign {
+			for _, w := range ws {
+				by[w] = append(by[w], h)
+			}
+		}
+		for _, key := range sortedDemandKeys(&s) {
+			d := s.Demands[key]
+			sort.Strings(by[d.Weights])
+			wait := "—"
+			if at, ok := s.Waiting[d.Weights]; ok {
+				wait = now.Sub(at).Round(time.Second).String()
+				if s.Boost[d.Weights] {
+					wait += " (boosted)"
+				}
+			}
+			fmt.Fprintf(&b, "| %s | %s | %d | %d | %s | %s |\n", d.Weights, d.Run, d.Priority, d.Episodes, strings.Join(by[d.Weights], ", "), wait)
+		}
+	}
+	return b.String()
+}
