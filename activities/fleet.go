@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
@@ -32,4 +34,28 @@ func (c *Control) Demand(ctx context.Context, d api.DemandChange) error {
 // runs until terminated, continuing as new as its history grows.
 func FleetStartOptions() client.StartWorkflowOptions {
 	return client.StartWorkflowOptions{ID: api.FleetID, TaskQueue: api.ControlQueue, StaticSummary: "rollout fleet: which host serves which weights"}
+}
+
+// ClosedWorkflows returns those of ids whose workflow is not running
+// (closed, or unknown to Temporal). The fleet drops their demand: an
+// Episodes workflow that was terminated never said it was done.
+func (c *Control) ClosedWorkflows(ctx context.Context, ids []string) ([]string, error) {
+	if c.Temporal == nil {
+		err := errors.New("this worker has no Temporal client for the fleet: start the control role with workers.Run")
+		return nil, temporal.NewNonRetryableApplicationError(err.Error(), "NoFleetClient", err)
+	}
+	var closed []string
+	for _, id := range ids {
+		d, err := c.Temporal.DescribeWorkflowExecution(ctx, id, "")
+		var nf *serviceerror.NotFound
+		switch {
+		case errors.As(err, &nf):
+			closed = append(closed, id)
+		case err != nil:
+			return nil, fmt.Errorf("describe workflow %s: %w", id, err)
+		case d.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
+			closed = append(closed, id)
+		}
+	}
+	return closed, nil
 }

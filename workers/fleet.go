@@ -120,6 +120,9 @@ func (a *agent) step(ctx context.Context) {
 			a.workers[w] = ww
 			a.log.Info("serving weights", "weights", w)
 		}
+		if !ww.shutAt.IsZero() {
+			a.log.Info("weights queue open again", "weights", w)
+		}
 		ww.shutAt = time.Time{}
 		a.gate.set(api.WeightsQueue(w), true)
 	}

@@ -10,20 +10,32 @@ import (
 // gate is the activity slot supplier shared by a rollout host's workers,
 // one per weights queue. The SDK reserves a slot before it polls, so a
 // queue whose gate is shut is not polled at all: the host takes episodes
-// only of the weights the fleet assigned it, and never more than its
-// slots at once across all of them. A poll already waiting when a queue
-// shuts may still bring one episode; the host then serves it (switching
-// back if it must), which costs a load, never an episode.
+// only of the weights the fleet assigned it, and no more than its slots
+// at once.
+//
+// A poll holds its slot while it waits (up to a minute). Polls of shut
+// queues therefore stop counting against the slots: they would otherwise
+// keep the host from polling the weights it was just given. Such a poll
+// may still bring one episode, which then runs beside the host's slots
+// (at most two per queue just shut), and the host serves it, switching
+// back if it must: a load, never a lost episode.
 type gate struct {
 	mu      sync.Mutex
 	slots   int
-	issued  int
+	used    int            // permits running a task
+	polling map[string]int // permits waiting in a poll, by queue
 	open    map[string]bool
 	changed chan struct{} // closed and replaced on every change
 }
 
+// permit says which queue a slot was reserved for and whether it runs a task.
+type permit struct {
+	queue string
+	used  bool
+}
+
 func newGate(slots int) *gate {
-	return &gate{slots: slots, open: map[string]bool{}, changed: make(chan struct{})}
+	return &gate{slots: slots, polling: map[string]int{}, open: map[string]bool{}, changed: make(chan struct{})}
 }
 
 // set opens or shuts queue q.
@@ -41,23 +53,28 @@ func (g *gate) set(q string, open bool) {
 	g.wake()
 }
 
-func (g *gate) isOpen(q string) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.open[q]
-}
-
 func (g *gate) wake() {
 	close(g.changed)
 	g.changed = make(chan struct{})
 }
 
+// busy counts the slots taken: running tasks and polls of open queues.
+func (g *gate) busy() int {
+	n := g.used
+	for q, k := range g.polling {
+		if g.open[q] {
+			n += k
+		}
+	}
+	return n
+}
+
 func (g *gate) take(q string) (*worker.SlotPermit, <-chan struct{}) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.open[q] && g.issued < g.slots {
-		g.issued++
-		return &worker.SlotPermit{}, nil
+	if g.open[q] && g.busy() < g.slots {
+		g.polling[q]++
+		return &worker.SlotPermit{UserData: &permit{queue: q}}, nil
 	}
 	return nil, g.changed
 }
@@ -81,12 +98,30 @@ func (g *gate) TryReserveSlot(info worker.SlotReservationInfo) *worker.SlotPermi
 	return p
 }
 
-func (g *gate) MarkSlotUsed(worker.SlotMarkUsedInfo) {}
-
-func (g *gate) ReleaseSlot(worker.SlotReleaseInfo) {
+func (g *gate) MarkSlotUsed(info worker.SlotMarkUsedInfo) {
+	p, ok := info.Permit().UserData.(*permit)
+	if !ok || p.used {
+		return
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.issued--
+	p.used = true
+	g.polling[p.queue]--
+	g.used++
+}
+
+func (g *gate) ReleaseSlot(info worker.SlotReleaseInfo) {
+	p, ok := info.Permit().UserData.(*permit)
+	if !ok {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if p.used {
+		g.used--
+	} else {
+		g.polling[p.queue]--
+	}
 	g.wake()
 }
 

@@ -6,8 +6,10 @@ import (
 	"strings"
 	"time"
 
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/roundhouse-rl/roundhouse/activities"
 	"github.com/roundhouse-rl/roundhouse/internal/fleet"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 	"github.com/roundhouse-rl/roundhouse/workflows/api"
@@ -17,6 +19,10 @@ import (
 // expire, idle servers give way, waiting weights age.
 const fleetTick = 2 * time.Second
 
+// demandCheck is how often the fleet looks for demand whose Episodes
+// workflow closed without removing it (terminated).
+const demandCheck = time.Minute
+
 // fleetHistory is the history length at which the fleet continues as new.
 const fleetHistory = 5000
 
@@ -24,9 +30,9 @@ const fleetHistory = 5000
 // docs/design.md §10). Episodes workflows register their demand, hosts
 // report what they serve and ask what to serve next (a query, so polling
 // writes no history); the fleet plans on each change and every fleetTick
-// while it has hosts or demand. It runs without activities: a fleet that
-// restarts from its last continue-as-new state loses nothing hosts or
-// Episodes workflows do not report again.
+// while it has hosts or demand. Its one activity finds demand left by
+// Episodes workflows that were terminated. A fleet that restarts from
+// nothing loses nothing hosts and Episodes workflows do not report again.
 func Fleet(ctx workflow.Context, in api.FleetInput) error {
 	p := in.Policy
 	if p == (fleet.Policy{}) {
@@ -94,9 +100,23 @@ func Fleet(ctx workflow.Context, in api.FleetInput) error {
 			onReport(r)
 		}
 	}
+	var control *activities.Control
+	var checking workflow.Future
+	var lastCheck time.Time
 	for {
+		if err := ctx.Err(); err != nil {
+			return err // cancelled: hosts keep their last assignment
+		}
 		drain()
 		now := workflow.Now(ctx)
+		if checking == nil && len(s.Demands) > 0 && now.Sub(lastCheck) >= demandCheck {
+			lastCheck = now
+			cctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+				TaskQueue: api.ControlQueue, StartToCloseTimeout: time.Minute,
+				RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 3},
+			})
+			checking = workflow.ExecuteActivity(summarized(cctx, "fleet: drop demand of closed workflows"), control.ClosedWorkflows, sortedDemandKeys(&s))
+		}
 		bad := p.Plan(&s, now)
 		for name := range stats {
 			if s.Hosts[name] == nil {
@@ -105,7 +125,7 @@ func Fleet(ctx workflow.Context, in api.FleetInput) error {
 		}
 		tellUnservable(ctx, &s, bad, notified)
 		workflow.SetCurrentDetails(ctx, fleetMarkdown(s, stats, now))
-		if workflow.GetInfo(ctx).GetCurrentHistoryLength() > fleetHistory {
+		if workflow.GetInfo(ctx).GetCurrentHistoryLength() > fleetHistory && checking == nil {
 			drain()
 			return workflow.NewContinueAsNewError(ctx, Fleet, api.FleetInput{Policy: p, State: s, Stats: stats})
 		}
@@ -120,6 +140,19 @@ func Fleet(ctx workflow.Context, in api.FleetInput) error {
 			c.Receive(ctx, &r)
 			onReport(r)
 		})
+		if checking != nil {
+			sel.AddFuture(checking, func(f workflow.Future) {
+				checking = nil
+				var closed []string
+				if err := f.Get(ctx, &closed); err != nil {
+					workflow.GetLogger(ctx).Warn("closed Episodes workflows not looked up; next time", "error", err)
+					return
+				}
+				for _, id := range closed {
+					delete(s.Demands, id)
+				}
+			})
+		}
 		// Without hosts or demand there is nothing to age or expire: the
 		// fleet sleeps until someone signals, writing no history.
 		var cancel workflow.CancelFunc

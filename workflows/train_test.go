@@ -19,14 +19,21 @@ import (
 // mockEnv is a workflow test environment with every activity and the
 // Episodes workflow registered, for tests to mock what they use.
 func mockEnv() *testsuite.TestWorkflowEnvironment {
+	env := bareEnv()
+	var ctrl *activities.Control
+	env.OnActivity(ctrl.Demand, mock.Anything, mock.Anything).Return(nil).Maybe()
+	return env
+}
+
+// bareEnv is mockEnv without the fleet's Demand mocked, for tests that
+// follow it.
+func bareEnv() *testsuite.TestWorkflowEnvironment {
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
 	env.RegisterActivityWithOptions(&activities.Rollout{}, activity.RegisterOptions{SkipInvalidStructFunctions: true})
 	env.RegisterActivity(&activities.Control{})
 	env.RegisterActivity(&activities.Trainer{})
 	env.RegisterWorkflow(Episodes)
-	var ctrl *activities.Control
-	env.OnActivity(ctrl.Demand, mock.Anything, mock.Anything).Return(nil).Maybe()
 	return env
 }
 

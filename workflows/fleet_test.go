@@ -1,0 +1,129 @@
+package workflows
+
+import (
+	"context"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/roundhouse-rl/roundhouse/activities"
+	"github.com/roundhouse-rl/roundhouse/internal/fleet"
+	"github.com/roundhouse-rl/roundhouse/schemas"
+	"github.com/roundhouse-rl/roundhouse/workflows/api"
+)
+
+func fleetEnv() *testsuite.TestWorkflowEnvironment {
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestWorkflowEnvironment()
+	env.RegisterWorkflow(Fleet)
+	env.RegisterActivity(&activities.Control{})
+	return env
+}
+
+// The fleet assigns a reporting host the most urgent weights, answers it
+// by query, and drops demand whose Episodes workflow closed unannounced.
+func TestFleetAssignsByPriority(t *testing.T) {
+	env := fleetEnv()
+	var ctrl *activities.Control
+	env.OnActivity(ctrl.ClosedWorkflows, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, ids []string) ([]string, error) {
+			if slices.Contains(ids, "ep-train") {
+				return []string{"ep-train"}, nil // terminated
+			}
+			return nil, nil
+		})
+	report := func() {
+		env.SignalWorkflow(api.ReportSignal, api.HostReport{Host: fleet.Host{Name: "h1", Slots: 4, Servers: 1}})
+	}
+	assigned := func() []string {
+		v, err := env.QueryWorkflow(api.AssignmentQuery, "h1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var a api.Assignment
+		if err := v.Get(&a); err != nil {
+			t.Fatal(err)
+		}
+		return a.Weights
+	}
+	var first, afterCheck []string
+	env.RegisterDelayedCallback(func() {
+		report()
+		env.SignalWorkflow(api.DemandSignal, api.DemandChange{Demand: fleet.Demand{Key: "ep-eval", Run: "ev", Weights: "ev/w3", Priority: fleet.EvalPriority, Episodes: 30}})
+		env.SignalWorkflow(api.DemandSignal, api.DemandChange{Demand: fleet.Demand{Key: "ep-train", Run: "tr", Weights: "tr/w0", Priority: fleet.TrainPriority, Episodes: 64}})
+	}, time.Second)
+	env.RegisterDelayedCallback(func() { first = assigned() }, 2*time.Second)
+	for at := 10 * time.Second; at < 90*time.Second; at += 10 * time.Second {
+		env.RegisterDelayedCallback(report, at)
+	}
+	env.RegisterDelayedCallback(func() { afterCheck = assigned() }, 75*time.Second)
+	env.RegisterDelayedCallback(env.CancelWorkflow, 90*time.Second)
+	env.ExecuteWorkflow(Fleet, api.FleetInput{})
+	if !reflect.DeepEqual(first, []string{"tr/w0"}) {
+		t.Errorf("first assignment %v, want training's weights", first)
+	}
+	if !reflect.DeepEqual(afterCheck, []string{"ev/w3"}) {
+		t.Errorf("after the terminated training's demand was dropped: %v, want the evaluation's", afterCheck)
+	}
+}
+
+// Weights every host failed to load are named to their Episodes
+// workflows, once, with the host's cause.
+func TestFleetTellsUnservable(t *testing.T) {
+	env := fleetEnv()
+	var ctrl *activities.Control
+	env.OnActivity(ctrl.ClosedWorkflows, mock.Anything, mock.Anything).Return([]string{}, nil).Maybe()
+	var told []api.Unservable
+	env.OnSignalExternalWorkflow(mock.Anything, "ep-1", "", api.UnservableSignal, mock.Anything).Return(
+		func(_, _, _, _ string, arg interface{}) error {
+			told = append(told, arg.(api.Unservable))
+			return nil
+		})
+	env.RegisterDelayedCallback(func() {
+		env.SignalWorkflow(api.DemandSignal, api.DemandChange{Demand: fleet.Demand{Key: "ep-1", Run: "tr", Weights: "tr/w0", Priority: 1}})
+		env.SignalWorkflow(api.ReportSignal, api.HostReport{Host: fleet.Host{Name: "h1", Slots: 4, Servers: 1,
+			Failed: map[string]fleet.Failure{"tr/w0": {At: env.Now(), Cause: "model did not become ready"}}}})
+	}, time.Second)
+	env.RegisterDelayedCallback(env.CancelWorkflow, 20*time.Second)
+	env.ExecuteWorkflow(Fleet, api.FleetInput{})
+	if len(told) != 1 || told[0].Weights != "tr/w0" || !strings.Contains(told[0].Cause, "h1: model did not become ready") {
+		t.Errorf("told %+v, want tr/w0 once with h1's cause", told)
+	}
+}
+
+// An Episodes workflow told its weights are unservable cancels its queued
+// episodes, counts them lost and says why; the demand it registered is
+// removed.
+func TestUnservableStopsEpisodes(t *testing.T) {
+	env := bareEnv()
+	var ro *activities.Rollout
+	var ctrl *activities.Control
+	env.OnActivity(ro.RunEpisode, mock.Anything, mock.Anything).Return(activities.EpisodeResult{}, nil).After(time.Hour)
+	var changes []api.DemandChange
+	env.OnActivity(ctrl.Demand, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, d api.DemandChange) error {
+			changes = append(changes, d)
+			return nil
+		})
+	env.RegisterDelayedCallback(func() {
+		env.SignalWorkflow(api.UnservableSignal, api.Unservable{Weights: "r/w0", Cause: "h1: out of memory"})
+	}, time.Minute)
+	cells := []api.Cell{{Task: schemas.Task{ID: 0, Name: "a"}, InitID: 1}, {Task: schemas.Task{ID: 0, Name: "a"}, InitID: 2, Group: 1}}
+	env.ExecuteWorkflow(Episodes, api.EpisodesInput{Run: "r", Round: 1, Phase: schemas.PhaseTrain, Weights: "w0", Cells: cells,
+		InfraTries: 1, StartToClose: 2 * time.Hour, Heartbeat: time.Minute, Priority: fleet.TrainPriority})
+	var tl api.Tally
+	if err := env.GetWorkflowResult(&tl); err != nil {
+		t.Fatal(err)
+	}
+	if tl.Lost != 2 || !strings.Contains(tl.Unservable, "weights w0 could not be loaded on any rollout host: h1: out of memory") {
+		t.Errorf("tally %+v", tl)
+	}
+	if len(changes) != 2 || changes[0].Done || !changes[1].Done || changes[0].Demand.Weights != "r/w0" || changes[0].Demand.Priority != fleet.TrainPriority || changes[0].Demand.Episodes != 2 {
+		t.Errorf("demand changes %+v", changes)
+	}
+}
