@@ -16,6 +16,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
+	"github.com/roundhouse-rl/roundhouse/internal/fleet"
 	"github.com/roundhouse-rl/roundhouse/internal/harness"
 	"github.com/roundhouse-rl/roundhouse/internal/report"
 	"github.com/roundhouse-rl/roundhouse/internal/runs"
@@ -41,6 +42,7 @@ type evalFlags struct {
 	vars                                      []string
 	replaceTag, detach                        bool
 	heartbeat                                 time.Duration
+	priority                                  int
 }
 
 func evalCmd(e *connect.Endpoints) *cobra.Command {
@@ -69,6 +71,7 @@ full report once all n shards are there. A tag is never overwritten unless
 	fl.BoolVar(&f.replaceTag, "replace-tag", false, "overwrite the tag's report (not allowed for eval_init_ids)")
 	fl.BoolVar(&f.detach, "detach", false, "start the evaluation and return without following it")
 	fl.DurationVar(&f.heartbeat, "heartbeat-timeout", 30*time.Second, "how long a silent rollout worker keeps an episode before it is retried elsewhere")
+	priorityFlag(fl, &f.priority, fleet.EvalPriority, "its episodes")
 	return cmd
 }
 
@@ -167,6 +170,9 @@ type evalTarget struct {
 // ext-<digest>, as they will be published).
 func resolveEval(f evalFlags, sh runs.Shard) (evalTarget, error) {
 	t := evalTarget{f: f, sh: sh, wid: f.weights, flag: "--weights"}
+	if err := checkPriority(f.priority); err != nil {
+		return t, err
+	}
 	vars, err := harness.ParseVars(f.vars)
 	if err != nil {
 		return t, err
@@ -279,7 +285,7 @@ func startEval(ctx context.Context, out io.Writer, c client.Client, s *store.Sto
 		fmt.Fprintf(out, "created run %s for evaluation: harness %s (digest %s)\n", f.run, h.Name, h.Digest)
 	}
 	_, err = api.StartEval(ctx, c, api.EvalInput{Run: f.run, Harness: h, WeightsID: t.wid, Tag: f.tag, InitKey: f.initKey,
-		Shard: sh.I, Shards: sh.N, Heartbeat: f.heartbeat})
+		Shard: sh.I, Shards: sh.N, Heartbeat: f.heartbeat, Priority: f.priority})
 	if err != nil {
 		return "", fmt.Errorf("start workflow %s on %s: %w", id, e.Temporal, err)
 	}

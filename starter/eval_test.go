@@ -72,6 +72,7 @@ func TestEvalBadInput(t *testing.T) {
 		{"absent weights dir", with(func(f *evalFlags) { f.weights = filepath.Join(dir, "w9") }), []string{"--weights", "w9", "does not exist"}},
 		{"weights dir without the file", with(func(f *evalFlags) { f.weights = dir }), []string{"policy.json"}},
 		{"unknown var", with(func(f *evalFlags) { f.vars = []string{"gpu=0"} }), []string{"--var gpu=0"}},
+		{"priority out of range", with(func(f *evalFlags) { f.priority = -1 }), []string{"--priority -1", "1 (served first) to 5"}},
 	}
 	for _, c := range cases {
 		err := runEval(context.Background(), &bytes.Buffer{}, &e, c.f)

@@ -17,6 +17,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
+	"github.com/roundhouse-rl/roundhouse/internal/fleet"
 	"github.com/roundhouse-rl/roundhouse/internal/harness"
 	"github.com/roundhouse-rl/roundhouse/internal/report"
 	"github.com/roundhouse-rl/roundhouse/internal/runs"
@@ -48,6 +49,7 @@ type sweepFlags struct {
 	name, every, cron, config, run, prefix, initKey string
 	vars                                            []string
 	parallel                                        int
+	priority                                        int
 }
 
 func sweepCreateCmd(e *connect.Endpoints) *cobra.Command {
@@ -69,6 +71,7 @@ func sweepCreateCmd(e *connect.Endpoints) *cobra.Command {
 	fl.StringVar(&f.initKey, "init-key", "val_init_ids", "split to evaluate on: val_init_ids or eval_init_ids")
 	fl.StringArrayVar(&f.vars, "var", nil, "override a harness var: --var name=value (repeatable)")
 	fl.IntVar(&f.parallel, "parallel", 1, "evaluations at once within one sweep")
+	priorityFlag(fl, &f.priority, fleet.EvalPriority, "its evaluations' episodes")
 	return cmd
 }
 
@@ -172,6 +175,9 @@ func sweepCreate(ctx context.Context, out io.Writer, e *connect.Endpoints, f swe
 	if err != nil {
 		return err
 	}
+	if err := checkPriority(f.priority); err != nil {
+		return err
+	}
 	if f.initKey != "val_init_ids" && f.initKey != "eval_init_ids" {
 		return fmt.Errorf("--init-key %q: use val_init_ids or eval_init_ids", f.initKey)
 	}
@@ -226,7 +232,7 @@ func sweepCreate(ctx context.Context, out io.Writer, e *connect.Endpoints, f swe
 	if err := api.RegisterSearchAttributes(ctx, c, e.Namespace); err != nil {
 		return err
 	}
-	in := api.SweepInput{Name: f.name, Source: source, Run: run, Harness: h, InitKey: f.initKey, Parallel: f.parallel}
+	in := api.SweepInput{Name: f.name, Source: source, Run: run, Harness: h, InitKey: f.initKey, Parallel: f.parallel, Priority: f.priority}
 	cctx, cancel := context.WithTimeout(ctx, sweepTimeout)
 	defer cancel()
 	handle, err := api.CreateSweep(cctx, c, in, spec, when)

@@ -91,6 +91,7 @@ func TestSweepBadInput(t *testing.T) {
 		{append(base, "--every", "6h", "--run", "r", "--init-key", "train_init_ids"), []string{"--init-key", "val_init_ids"}},
 		{append(base, "--every", "6h", "--run", "r", "--var", "gpu=0"), []string{"--var gpu=0"}},
 		{append(base, "--every", "6h", "--run", "r", "--parallel", "0"), []string{"--parallel"}},
+		{append(base, "--every", "6h", "--run", "r", "--priority", "6"), []string{"--priority 6", "1 (served first) to 5"}},
 		{[]string{"create", "--name", "n", "--every", "6h", "--run", "r"}, []string{"--config is required"}},
 		{[]string{"create", "--name", "a/b", "--every", "6h", "--run", "r", "--config", good}, []string{"--name", "a/b"}},
 		{[]string{"create", "--every", "6h", "--run", "r", "--config", good}, []string{"--name"}},

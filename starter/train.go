@@ -20,6 +20,7 @@ import (
 
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
 	"github.com/roundhouse-rl/roundhouse/internal/failnote"
+	"github.com/roundhouse-rl/roundhouse/internal/fleet"
 	"github.com/roundhouse-rl/roundhouse/internal/harness"
 	"github.com/roundhouse-rl/roundhouse/internal/report"
 	"github.com/roundhouse-rl/roundhouse/internal/runs"
@@ -68,6 +69,7 @@ type trainFlags struct {
 	poolAnyWeights                   bool // use a --pool-report of other weights
 	heartbeat                        time.Duration
 	stopFile                         string
+	priority                         int
 	// set says which flags the user gave: a resumed run keeps its own
 	// rounds, groups and attempts unless told otherwise.
 	set map[string]bool
@@ -102,6 +104,7 @@ weights are kept) with the same starting weights.`,
 	fl.BoolVar(&f.replace, "replace", false, "delete an earlier finished run of the same name before starting")
 	fl.BoolVar(&f.detach, "detach", false, "start the run and return without following it")
 	fl.DurationVar(&f.heartbeat, "heartbeat-timeout", 30*time.Second, "how long a silent rollout worker keeps an episode before it is retried elsewhere")
+	priorityFlag(fl, &f.priority, fleet.TrainPriority, "its episodes")
 	fl.StringVar(&f.stopFile, "stop-file", "", "while following, a file whose creation asks for a controlled stop (default runs/<run>/STOP under the current directory)")
 	return cmd
 }
@@ -116,6 +119,9 @@ func train(ctx context.Context, out io.Writer, e *connect.Endpoints, f trainFlag
 	}
 	if f.rounds < 1 {
 		return fmt.Errorf("--rounds %d: need at least 1", f.rounds)
+	}
+	if err := checkPriority(f.priority); err != nil {
+		return err
 	}
 	vars, err := harness.ParseVars(f.vars)
 	if err != nil {
@@ -228,6 +234,7 @@ func train(ctx context.Context, out io.Writer, e *connect.Endpoints, f trainFlag
 	if err := runs.PutHarness(ctx, s, f.run, h); err != nil {
 		return err
 	}
+	in.Priority = f.priority
 	if _, err := api.StartTrain(ctx, c, in); err != nil {
 		return fmt.Errorf("start workflow %s on %s: %w", id, e.Temporal, err)
 	}

@@ -54,6 +54,7 @@ func TestTrainBadInput(t *testing.T) {
 		{"controller's VLA port", trainFlags{config: good, run: "r", weights: weights, rounds: 1, vars: []string{"vla_port=8200"}}, []string{"vla_endpoint=http://HOST:PORT"}},
 		{"controller's SAM3 port", trainFlags{config: good, run: "r", weights: weights, rounds: 1, vars: []string{"sam3_port=8300"}}, []string{"sam3_endpoint=http://HOST:PORT"}},
 		{"gpu on the CPU harness", trainFlags{config: good, run: "r", weights: weights, rounds: 1, vars: []string{"gpu=0"}}, []string{"--var gpu=0", "declares no GPU", "rpent_libero takes --var gpu=N"}},
+		{"priority out of range", trainFlags{config: good, run: "r", weights: weights, rounds: 1, priority: 9}, []string{"--priority 9", "1 (served first) to 5"}},
 		{"missing weights", trainFlags{config: good, run: "r", weights: filepath.Join(dir, "w9"), rounds: 1}, []string{"--weights", "w9", "does not exist"}},
 		{"weights dir without file", trainFlags{config: good, run: "r", weights: dir, rounds: 1}, []string{"policy.json"}},
 		{"a file for directory weights", trainFlags{config: "../harnesses/rpent_libero/harness.yaml", run: "r", weights: weights + "/policy.json", rounds: 1}, []string{"policy.json is a file", "checkpoint directory"}},
