@@ -27,6 +27,9 @@ type Server struct {
 	Weights   string    `json:"weights"` // a weights key (Key)
 	Busy      int       `json:"busy"`    // episodes using it now
 	IdleSince time.Time `json:"idle_since,omitzero"`
+	// Load is how long loading these weights took: the server stays idle
+	// at least that long before it gives way (rule 3).
+	Load time.Duration `json:"load,omitempty"`
 }
 
 // Failure is weights that did not load on a host.
@@ -64,7 +67,7 @@ func Key(run, weights string) string { return run + "/" + weights }
 type Policy struct {
 	Lease     time.Duration // a host silent this long is gone
 	MaxWait   time.Duration // weights unserved this long are Boosted until their demand ends
-	IdleGrace time.Duration // a server idle this long has nothing queued: it may switch
+	IdleGrace time.Duration // a server idle this long (or its Load, if longer) has nothing queued: it may switch
 	ParkFor   time.Duration // weights that gave way for idleness take only free servers this long
 	FailedFor time.Duration // how long a failed load keeps weights off a host
 }
@@ -107,7 +110,10 @@ type weightsDemand struct {
 //  1. A host silent for Lease is dropped with its assignment.
 //  2. A weights without demand is unassigned everywhere.
 //  3. A weights is kept where it is assigned, unless that server has been
-//     idle for IdleGrace (its queue is empty) while other weights wait.
+//     idle (its queue is empty) while other weights wait, for IdleGrace or
+//     as long as loading it took, whichever is longer: idling as long as
+//     a reload would take costs at most twice what the best choice in
+//     hindsight would, whether the weights come back or not.
 //  4. Unserved weights, most urgent first (priority, then longest
 //     waiting), take a free server — preferring a host that has them
 //     loaded already — or else the server of the least urgent weights
@@ -242,7 +248,7 @@ func (p Policy) Plan(s *State, now time.Time) []Unservable {
 			h := s.Hosts[name]
 			s.Assign[name] = slices.DeleteFunc(s.Assign[name], func(w string) bool {
 				sv := h.server(w)
-				idle := sv != nil && sv.Busy == 0 && !sv.IdleSince.IsZero() && now.Sub(sv.IdleSince) >= p.IdleGrace
+				idle := sv != nil && sv.Busy == 0 && !sv.IdleSince.IsZero() && now.Sub(sv.IdleSince) >= max(p.IdleGrace, sv.Load)
 				if idle {
 					s.Parked[w] = now
 				}

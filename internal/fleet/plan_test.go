@@ -100,6 +100,16 @@ func TestIdleServerGivesWay(t *testing.T) {
 	wantAssign(t, s, map[string][]string{"h1": {"tr/w0"}})
 	plan(s, t0.Add(3*time.Second))
 	wantAssign(t, s, map[string][]string{"h1": {"sw/a"}})
+
+	// A server whose weights took 20 s to load stays idle 20 s first.
+	slow := state(host("h1", 1, t0, Server{Weights: "tr/w0", IdleSince: t0, Load: 20 * time.Second}))
+	slow.Demands["train"] = demand("train", "tr/w0", TrainPriority, t0)
+	slow.Demands["sweep-a"] = demand("sweep-a", "sw/a", EvalPriority, t0)
+	plan(slow, t0.Add(19*time.Second))
+	wantAssign(t, slow, map[string][]string{"h1": {"tr/w0"}})
+	plan(slow, t0.Add(20*time.Second))
+	wantAssign(t, slow, map[string][]string{"h1": {"sw/a"}})
+
 	// Training's demand stands but nothing of it is queued: parked, it
 	// preempts nobody for ParkFor, then it does (a retry may wait).
 	h.Loaded = []Server{{Weights: "sw/a", Busy: 2}}

@@ -41,7 +41,8 @@ type service struct {
 	// weights is the fleet's key (fleet.Key) of the weights a model
 	// server serves; "" for other services.
 	weights   string
-	idleSince time.Time // when its last user let go
+	idleSince time.Time     // when its last user let go
+	loadTook  time.Duration // fetching the weights and starting
 }
 
 func (s *service) alive() bool {
@@ -170,7 +171,8 @@ func (h *Host) Acquire(ctx context.Context, hr schemas.Harness, run, weightsID s
 			return nil, nil, err
 		}
 		if now := h.services[modelName]; now != m {
-			h.slots.loaded(ctx, run, time.Since(started), true)
+			now.loadTook = time.Since(started)
+			h.slots.loaded(ctx, run, now.loadTook, true)
 			delete(h.loadFailed, wk)
 		}
 		m = h.services[modelName]

@@ -85,7 +85,7 @@ func (h *Host) Models() ([]fleet.Server, map[string]fleet.Failure) {
 	defer h.mu.Unlock()
 	var out []fleet.Server
 	if m := h.services[modelName]; m != nil && m.weights != "" && m.alive() {
-		sv := fleet.Server{Weights: m.weights, Busy: m.users}
+		sv := fleet.Server{Weights: m.weights, Busy: m.users, Load: m.loadTook}
 		if m.users == 0 {
 			sv.IdleSince = m.idleSince
 		}
