@@ -89,6 +89,9 @@ func status(ctx context.Context, out io.Writer, e *connect.Endpoints, f statusFl
 				return "", false, err
 			}
 			renderDetail(&b, v)
+			if err := fleetPart(ctx, &b, c, f.run); err != nil {
+				return "", false, err
+			}
 			return b.String(), !v.running(), nil
 		}
 		views, err := listRuns(ctx, c, e.Namespace, f.limit)
@@ -96,6 +99,9 @@ func status(ctx context.Context, out io.Writer, e *connect.Endpoints, f statusFl
 			return "", false, err
 		}
 		renderList(&b, views)
+		if err := fleetPart(ctx, &b, c, ""); err != nil {
+			return "", false, err
+		}
 		return b.String(), false, nil
 	}
 	if !f.watch {
@@ -556,4 +562,14 @@ func dash(s string) string {
 // quietLogger keeps the SDK's own logs out of the CLI's output unless they are warnings.
 func quietLogger() tlog.Logger {
 	return tlog.NewStructuredLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+}
+
+// fleetPart adds the rollout fleet, if one runs, to a status frame.
+func fleetPart(ctx context.Context, w io.Writer, c client.Client, run string) error {
+	st, ok, err := api.QueryFleet(ctx, c)
+	if err != nil || !ok {
+		return err
+	}
+	renderFleet(w, st, run, time.Now())
+	return nil
 }

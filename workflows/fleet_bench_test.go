@@ -261,8 +261,30 @@ func runSharedFleet(b *testing.B, cfg fleetConfig) fleetResult {
 		// ETag) and replaced when the same key starts again: one per weights.
 		served, _ := filepath.Glob(filepath.Join(workdirs[i], "logs", "model-*.log"))
 		r.Distinct += len(served)
+		if testing.Verbose() {
+			timeline(b, l)
+		}
 	}
 	return r
+}
+
+// timeline logs, under -v, when a host opened and shut weights queues
+// and when its model server became ready: where the starts went.
+func timeline(b *testing.B, path string) {
+	f, err := os.Open(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	var lines []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		t := sc.Text()
+		if strings.Contains(t, "serving weights") || strings.Contains(t, "weights queue") || (strings.Contains(t, "service ready") && strings.Contains(t, "service=model")) {
+			lines = append(lines, t)
+		}
+	}
+	b.Logf("%s:\n%s", filepath.Base(path), strings.Join(lines, "\n"))
 }
 
 // run runs a starter command and returns its output; a failure fails b.

@@ -176,3 +176,30 @@ func addChunks(ctx context.Context, c client.Client, children []string, t *Tally
 		}
 	}
 }
+
+// QueryFleet asks the fleet workflow what each rollout host serves and
+// what waits; ok is false when no fleet runs (no host and no episode
+// since the server started).
+func QueryFleet(ctx context.Context, c client.Client) (st FleetStatus, ok bool, err error) {
+	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	d, err := c.DescribeWorkflowExecution(qctx, FleetID, "")
+	var nf *serviceerror.NotFound
+	if errors.As(err, &nf) {
+		return st, false, nil
+	}
+	if err != nil {
+		return st, false, fmt.Errorf("fleet %s: %w", FleetID, err)
+	}
+	if d.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		return st, false, nil
+	}
+	v, err := c.QueryWorkflow(qctx, FleetID, "", FleetStatusQuery)
+	if err != nil {
+		return st, false, fmt.Errorf("fleet %s: %w", FleetID, err)
+	}
+	if err := v.Get(&st); err != nil {
+		return st, false, fmt.Errorf("fleet %s status: %w", FleetID, err)
+	}
+	return st, true, nil
+}
