@@ -68,15 +68,17 @@ func Episodes(ctx workflow.Context, in api.EpisodesInput) (api.Tally, error) {
 		RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: in.InfraTries + 3},
 	})
 	var fails *failures
+	var note *fleetNote
 	details := func() {
 		reruns := ""
 		if t.Reruns > 0 {
 			reruns = fmt.Sprintf(", %d rerun after a corrupt try", t.Reruns)
 		}
 		workflow.SetCurrentDetails(ctx, fmt.Sprintf("**%s** round %d: %d/%d episodes, %d valid, %d successes, %d lost, %d skipped%s\n\n%s",
-			in.Phase, in.Round, t.Done, t.Total, t.Valid, t.Successes, t.Lost, t.Skipped, reruns, fails.markdown()))
+			in.Phase, in.Round, t.Done, t.Total, t.Valid, t.Successes, t.Lost, t.Skipped, reruns, note.markdown()+fails.markdown()))
 	}
 	fails = watchFailures(ctx, details)
+	note = watchFleetNotes(ctx, details, true)
 	var rollout *activities.Rollout
 	cells := map[string]api.Cell{}
 	// results holds each episode's counted result: a rerun takes its

@@ -51,12 +51,14 @@ func Eval(ctx workflow.Context, in api.EvalInput) (schemas.Report, error) {
 		what = fmt.Sprintf("%s, shard %d/%d", in.InitKey, in.Shard, shards)
 	}
 	var fails *failures
+	var note *fleetNote
 	details := func() {
 		t := prog.Episodes
 		workflow.SetCurrentDetails(ctx, fmt.Sprintf("**eval %s** of weights %s on %s · %s\n\n%s| done | valid | successes | lost |\n|---|---|---|---|\n| %d/%d | %d | %d | %d |\n",
-			in.Tag, in.WeightsID, what, prog.Phase, fails.markdown(), t.Done, t.Total, t.Valid, t.Successes, t.Lost))
+			in.Tag, in.WeightsID, what, prog.Phase, note.markdown()+fails.markdown(), t.Done, t.Total, t.Valid, t.Successes, t.Lost))
 	}
 	fails = watchFailures(ctx, details)
+	note = watchFleetNotes(ctx, details, false)
 	started := workflow.GetInfo(ctx).WorkflowStartTime.UnixMilli()
 	t := runEpisodes(ctx, phaseRun{Run: in.Run, Phase: phase, Weights: in.WeightsID, Harness: h, Heartbeat: in.Heartbeat,
 		Priority: cmp.Or(in.Priority, fleet.EvalPriority), OnProgress: func(t api.Tally) { prog.Episodes = t; details() }}, cells, running)

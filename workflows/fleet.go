@@ -46,6 +46,7 @@ func Fleet(ctx workflow.Context, in api.FleetInput) error {
 	// notified holds the cause each unservable weights was last told, so
 	// its Episodes workflows hear it once.
 	notified := map[string]string{}
+	notes := map[string]string{} // the note each demand was last sent
 	if err := workflow.SetQueryHandler(ctx, api.AssignmentQuery, func(host string) (api.Assignment, error) {
 		return api.Assignment{Weights: append([]string(nil), s.Assign[host]...)}, nil
 	}); err != nil {
@@ -124,6 +125,7 @@ func Fleet(ctx workflow.Context, in api.FleetInput) error {
 			}
 		}
 		tellUnservable(ctx, &s, bad, notified)
+		tellNotes(ctx, &s, stats, notes)
 		workflow.SetCurrentDetails(ctx, fleetMarkdown(s, stats, now))
 		if workflow.GetInfo(ctx).GetCurrentHistoryLength() > fleetHistory && checking == nil {
 			drain()
@@ -192,6 +194,65 @@ func tellUnservable(ctx workflow.Context, s *fleet.State, bad []fleet.Unservable
 			delete(notified, w)
 		}
 	}
+}
+
+// tellNotes sends each Episodes workflow the fleet's note on its weights
+// when it changed. The notes hold no running clock, so they change only
+// when the assignment, the waiting or the run's loads do.
+func tellNotes(ctx workflow.Context, s *fleet.State, stats map[string][]schemas.SlotStats, sent map[string]string) {
+	by := map[string][]string{}
+	for _, h := range sortedKeys(s.Assign) {
+		for _, w := range s.Assign[h] {
+			by[w] = append(by[w], h)
+		}
+	}
+	for _, key := range sortedDemandKeys(s) {
+		d := s.Demands[key]
+		text := fmt.Sprintf("weights `%s` (priority %d): ", d.Weights, d.Priority)
+		switch at, waiting := s.Waiting[d.Weights]; {
+		case len(by[d.Weights]) > 0:
+			text += "served by " + strings.Join(by[d.Weights], ", ")
+		case waiting:
+			text += "waiting for a rollout host since " + at.UTC().Format("15:04:05") + " UTC"
+			if s.Boost[d.Weights] {
+				text += ", boosted ahead of every priority"
+			}
+		default:
+			text += "not assigned yet"
+		}
+		var loads, waits int
+		var loading time.Duration
+		for _, h := range sortedKeys(stats) {
+			for _, x := range stats[h] {
+				if x.Run == d.Run {
+					loads += x.Loads
+					loading += x.LoadTime
+					waits += x.Waits
+				}
+			}
+		}
+		text += fmt.Sprintf(" · run %s on the fleet: %d model-server loads (%s loading), %d episodes waited for a server", d.Run, loads, loading.Round(time.Second), waits)
+		if sent[key] == text {
+			continue
+		}
+		sent[key] = text
+		// Not waited on: a workflow that ended has nothing to show.
+		workflow.SignalExternalWorkflow(ctx, d.Key, "", api.FleetNoteSignal, api.FleetNote{Weights: d.Weights, Text: text})
+	}
+	for key := range sent {
+		if _, ok := s.Demands[key]; !ok {
+			delete(sent, key)
+		}
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 func sortedDemandKeys(s *fleet.State) []string {

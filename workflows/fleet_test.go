@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,18 +18,29 @@ import (
 	"github.com/roundhouse-rl/roundhouse/workflows/api"
 )
 
-func fleetEnv() *testsuite.TestWorkflowEnvironment {
+// fleetEnv runs the fleet workflow; notes collects the notes it sends,
+// by Episodes workflow.
+func fleetEnv() (*testsuite.TestWorkflowEnvironment, map[string][]string) {
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
 	env.RegisterWorkflow(Fleet)
 	env.RegisterActivity(&activities.Control{})
-	return env
+	notes := map[string][]string{}
+	var mu sync.Mutex
+	env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, "", api.FleetNoteSignal, mock.Anything).Return(
+		func(_, id, _, _ string, arg interface{}) error {
+			mu.Lock()
+			defer mu.Unlock()
+			notes[id] = append(notes[id], arg.(api.FleetNote).Text)
+			return nil
+		}).Maybe()
+	return env, notes
 }
 
 // The fleet assigns a reporting host the most urgent weights, answers it
 // by query, and drops demand whose Episodes workflow closed unannounced.
 func TestFleetAssignsByPriority(t *testing.T) {
-	env := fleetEnv()
+	env, notes := fleetEnv()
 	var ctrl *activities.Control
 	env.OnActivity(ctrl.ClosedWorkflows, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, ids []string) ([]string, error) {
@@ -70,12 +82,31 @@ func TestFleetAssignsByPriority(t *testing.T) {
 	if !reflect.DeepEqual(afterCheck, []string{"ev/w3"}) {
 		t.Errorf("after the terminated training's demand was dropped: %v, want the evaluation's", afterCheck)
 	}
+	// Each Episodes workflow hears where its weights stand, once per change.
+	ev := notes["ep-eval"]
+	// It came first and was served, training took the host, and it was
+	// served again when training's demand went. (The test environment
+	// delivers signals from goroutines: their order is not kept.)
+	count := func(notes []string, part string) (n int) {
+		for _, x := range notes {
+			if strings.Contains(x, part) {
+				n++
+			}
+		}
+		return n
+	}
+	if len(ev) != 3 || count(ev, "served by h1") != 2 || count(ev, "`ev/w3` (priority 3): waiting for a rollout host since") != 1 {
+		t.Errorf("the evaluation's notes: %q", ev)
+	}
+	if tr := notes["ep-train"]; len(tr) == 0 || !strings.Contains(tr[len(tr)-1], "`tr/w0` (priority 1): served by h1 · run tr on the fleet: 0 model-server loads") {
+		t.Errorf("training's notes: %q", tr)
+	}
 }
 
 // Weights every host failed to load are named to their Episodes
 // workflows, once, with the host's cause.
 func TestFleetTellsUnservable(t *testing.T) {
-	env := fleetEnv()
+	env, _ := fleetEnv()
 	var ctrl *activities.Control
 	env.OnActivity(ctrl.ClosedWorkflows, mock.Anything, mock.Anything).Return([]string{}, nil).Maybe()
 	var told []api.Unservable

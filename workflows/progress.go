@@ -28,7 +28,8 @@ type tracker struct {
 	epPhase  string          // the phase Progress.Episodes counts
 	batch    *schemas.BatchSummary
 	stopping bool
-	fails    *failures // activities failing while Temporal retries them
+	fails    *failures  // activities failing while Temporal retries them
+	fleet    *fleetNote // where the run's weights stand on the rollout fleet
 }
 
 func newTracker(ctx workflow.Context, in api.TrainInput) *tracker {
@@ -47,6 +48,7 @@ func newTracker(ctx workflow.Context, in api.TrainInput) *tracker {
 		t.update()
 	})
 	t.fails = watchFailures(ctx, t.update)
+	t.fleet = watchFleetNotes(ctx, t.update, false)
 	t.upsert(api.KindAttr.ValueSet("train"), api.RunAttr.ValueSet(in.Run), api.RoundAttr.ValueSet(int64(in.Round)), api.WeightsAttr.ValueSet(in.Weights))
 	t.update()
 	return t
@@ -108,6 +110,7 @@ func (t *tracker) update() {
 		state += " (stopping)"
 	}
 	fmt.Fprintf(&b, "**Run %s** · round %d/%d · weights %s · %s\n\n", p.Run, p.Round, p.Rounds, p.Weights, state)
+	b.WriteString(t.fleet.markdown())
 	b.WriteString(t.fails.markdown())
 	if e := p.Episodes; e.Total > 0 {
 		fmt.Fprintf(&b, "| episodes | done | valid | successes | lost | skipped |\n|---|---|---|---|---|---|\n| %s | %d/%d | %d | %d | %d | %d |\n\n",

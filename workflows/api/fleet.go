@@ -28,7 +28,19 @@ const (
 	// UnservableSignal tells an Episodes workflow that no host could load
 	// its weights, with an Unservable.
 	UnservableSignal = "unservable"
+	// FleetNoteSignal carries a FleetNote to an Episodes workflow when
+	// what the fleet says about its weights changes; the Episodes workflow
+	// passes it on to its parent (Train, Eval). Both show it in their
+	// current details.
+	FleetNoteSignal = "fleet-note"
 )
+
+// FleetNote says where a run's weights stand on the fleet, in a line of
+// markdown.
+type FleetNote struct {
+	Weights string
+	Text    string
+}
 
 // Queries the fleet answers.
 const (
