@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -22,6 +23,7 @@ import (
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/internal/telemetry/instr"
 	"github.com/roundhouse-rl/roundhouse/schemas"
+	"github.com/roundhouse-rl/roundhouse/workflows/api"
 )
 
 // Rollout is the episode activity of a rollout host. The host (its model
@@ -202,6 +204,9 @@ const (
 // the budget and then counted by cause. Errors mean the activity itself
 // could not go on (cancelled, local disk).
 func (r *Rollout) play(ctx context.Context, h schemas.Harness, in EpisodeInput, pep proxy.Episode, outDir string) (outcome.Result, []schemas.Call, error) {
+	if strings.HasPrefix(activity.GetInfo(ctx).TaskQueue, api.RolloutQueue+"/") {
+		ctx = host.Routed(ctx)
+	}
 	svc, release, err := r.Host.Acquire(ctx, h, in.Run, in.WeightsID)
 	var se *host.ServiceError
 	if errors.As(err, &se) {

@@ -106,6 +106,7 @@ func (a *agent) step(ctx context.Context) {
 		a.log.Warn("fleet assignment not decoded", "error", err)
 		return
 	}
+	a.host.SetAssigned(as.Weights)
 	now := time.Now()
 	for _, w := range as.Weights {
 		ww := a.workers[w]

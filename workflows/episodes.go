@@ -64,8 +64,10 @@ func Episodes(ctx workflow.Context, in api.EpisodesInput) (api.Tally, error) {
 		TaskQueue:           queue,
 		StartToCloseTimeout: in.StartToClose,
 		HeartbeatTimeout:    in.Heartbeat,
-		// Infrastructure failures use InfraTries; three more cover lost workers.
-		RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: in.InfraTries + 3},
+		// Infrastructure failures use InfraTries; five more cover lost
+		// workers and episodes refused by a host the fleet just moved
+		// their weights off (host.MovedError).
+		RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: in.InfraTries + 5},
 	})
 	var fails *failures
 	var note *fleetNote

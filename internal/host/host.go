@@ -57,6 +57,9 @@ type Host struct {
 	// loadFailed holds weights whose model server failed to start here,
 	// by fleet key, until they load.
 	loadFailed map[string]fleet.Failure
+	// assigned holds the weights the fleet has this host serve (nil: no
+	// fleet yet), for Acquire to refuse strays.
+	assigned map[string]bool
 }
 
 // Start opens the spool, serves the recording proxy and stores what earlier

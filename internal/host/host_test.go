@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
@@ -204,5 +205,48 @@ func TestSlotStats(t *testing.T) {
 	}
 	if a.LoadTime <= 0 || b.LoadTime <= 0 || a.Idle <= 0 || b.Idle <= 0 {
 		t.Errorf("a %+v, b %+v: want load and idle time for both", a, b)
+	}
+
+	// What the host reports to the fleet: the failed load, by weights key.
+	loaded, failed := h.Models()
+	if f, ok := failed["c/w0"]; !ok || f.Cause == "" || len(loaded) != 0 {
+		t.Errorf("models: loaded %+v, failed %+v; want c/w0 failed and nothing loaded", loaded, failed)
+	}
+
+	// The fleet assigns a/w0 only: an episode of b taken from a weights
+	// queue is refused before anything loads; one of a is served.
+	h.SetAssigned([]string{"a/w0"})
+	routed := Routed(ctx)
+	if _, _, err := h.Acquire(routed, hr, "b", "w1"); !errors.As(err, new(*MovedError)) {
+		t.Fatalf("a stray episode of b/w1: %v, want a MovedError", err)
+	}
+	_, ra, err := h.Acquire(routed, hr, "a", "w0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if loaded, _ := h.Models(); len(loaded) != 1 || loaded[0].Weights != "a/w0" || loaded[0].Busy != 1 || loaded[0].Load <= 0 {
+		t.Errorf("models while a/w0 runs: %+v", loaded)
+	}
+	ra()
+	if loaded, _ := h.Models(); len(loaded) != 1 || loaded[0].Busy != 0 || loaded[0].IdleSince.IsZero() {
+		t.Errorf("models after: %+v, want a/w0 idle since its release", loaded)
+	}
+	// Once the fleet moves a/w0 off, an a episode still served from the
+	// loaded server costs nothing and is taken; b's is still refused.
+	h.SetAssigned([]string{"c/w0"})
+	if _, rel, err := h.Acquire(routed, hr, "a", "w0"); err != nil {
+		t.Errorf("an episode of the loaded weights was refused: %v", err)
+	} else {
+		rel()
+	}
+	if s := stats()["a"]; s.Loads != 3 {
+		t.Errorf("a loaded %d times, want 3", s.Loads)
+	}
+	// Episodes of the one rollout queue (older workflows) are served
+	// whatever the assignment.
+	if _, rel, err := h.Acquire(ctx, hr, "b", "w1"); err != nil {
+		t.Errorf("an episode of the rollout queue was refused: %v", err)
+	} else {
+		rel()
 	}
 }

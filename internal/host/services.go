@@ -115,6 +115,13 @@ func (h *Host) Acquire(ctx context.Context, hr schemas.Harness, run, weightsID s
 			}
 		}
 		m := h.services[modelName]
+		if routed(ctx) && h.assigned != nil && !h.assigned[fleet.Key(run, weightsID)] && (m == nil || m.key != modelKey || !m.alive()) {
+			// Taken by a poll that was waiting when the fleet moved these
+			// weights away: loading them would undo the fleet's switch.
+			endWait()
+			h.mu.Unlock()
+			return nil, nil, &MovedError{Weights: fleet.Key(run, weightsID)}
+		}
 		if m != nil && m.key != modelKey && m.users > 0 && m.alive() {
 			// Other episodes still use the old weights: wait for them.
 			if waitStart.IsZero() {
@@ -199,6 +206,36 @@ func (h *Host) Acquire(ctx context.Context, hr schemas.Harness, run, weightsID s
 		}, nil
 	}
 }
+
+// MovedError refuses an episode whose weights the fleet has just moved
+// off this host, before anything of it ran: Temporal retries it in its
+// weights' queue, which a host serving them polls.
+type MovedError struct{ Weights string }
+
+func (e *MovedError) Error() string {
+	return fmt.Sprintf("weights %s moved off this rollout host as it took the episode; retried where they are served", e.Weights)
+}
+
+// SetAssigned tells the host which weights (fleet keys) the fleet has it
+// serve; episodes of others, taken from a weights queue, are refused with
+// a MovedError unless their weights are loaded anyway.
+func (h *Host) SetAssigned(keys []string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.assigned = map[string]bool{}
+	for _, k := range keys {
+		h.assigned[k] = true
+	}
+}
+
+type routedKey struct{}
+
+// Routed marks ctx as an episode taken from a weights queue, where the
+// fleet's assignment applies; episodes of the one rollout queue (older
+// workflows) are served whatever their weights.
+func Routed(ctx context.Context) context.Context { return context.WithValue(ctx, routedKey{}, true) }
+
+func routed(ctx context.Context) bool { v, _ := ctx.Value(routedKey{}).(bool); return v }
 
 // ensure starts spec unless it already runs for key, and adds its port and
 // url to vars. Called with h.mu held: episodes wait while a service starts.
