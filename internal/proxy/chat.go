@@ -183,7 +183,7 @@ type toolCallDelta struct {
 
 // handleChat forwards one chat completion and fills rec. Only choice index 0
 // is recorded (a planner asks for n=1).
-func (p *Proxy) handleChat(w http.ResponseWriter, r *http.Request, rec *schemas.Call, start time.Time) {
+func (p *Proxy) handleChat(w http.ResponseWriter, r *http.Request, rec *schemas.Call, start time.Time, root string) {
 	defer func() {
 		rec.LatencyMS = float64(time.Since(start).Microseconds()) / 1000
 		rec.Trainable = isTrainable(rec)
@@ -230,7 +230,7 @@ func (p *Proxy) handleChat(w http.ResponseWriter, r *http.Request, rec *schemas.
 	}
 	rec.Model, rec.Stream = req.model, req.stream
 
-	target, err := p.upstreamURL("/v1/chat/completions", r.URL.RawQuery)
+	target, err := p.upstreamURL(root, "/v1/chat/completions", r.URL.RawQuery)
 	if err != nil {
 		p.fail(w, rec, http.StatusBadGateway, "upstream_error", err.Error())
 		return

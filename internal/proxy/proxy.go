@@ -36,6 +36,10 @@ type Episode struct {
 	// Span is the episode's span: each call's "model.call" span is its
 	// child, since the harness's requests carry no trace context.
 	Span trace.SpanContext
+	// Upstream, when set, is the root of the model server this episode's
+	// calls go to (a host with several model servers); otherwise the one
+	// SetUpstream names.
+	Upstream string
 }
 
 // Options configure a Proxy; zero values take the defaults.
@@ -116,10 +120,16 @@ func (p *Proxy) SetUpstream(rootURL string) {
 	p.mu.Unlock()
 }
 
-func (p *Proxy) upstreamURL(path, rawQuery string) (*url.URL, error) {
+func (p *Proxy) upstreamURL(root, path, rawQuery string) (*url.URL, error) {
 	p.mu.RLock()
 	u := p.upstream
 	p.mu.RUnlock()
+	if root != "" {
+		var err error
+		if u, err = url.Parse(strings.TrimRight(root, "/")); err != nil || u.Scheme == "" || u.Host == "" {
+			return nil, fmt.Errorf("episode's model server %q is not a URL: %v", root, err)
+		}
+	}
 	if u == nil {
 		return nil, errors.New("no model server configured (Proxy.SetUpstream)")
 	}
@@ -317,19 +327,19 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			ep.finish(rec)
 		}()
-		p.handleChat(w, r, &rec, start)
+		p.handleChat(w, r, &rec, start, ep.meta.Upstream)
 		return
 	}
 	if !ep.active() {
 		notActive()
 		return
 	}
-	p.passThrough(w, r, rest)
+	p.passThrough(w, r, rest, ep.meta.Upstream)
 }
 
 // passThrough forwards a request that is not recorded (e.g. GET /v1/models).
-func (p *Proxy) passThrough(w http.ResponseWriter, r *http.Request, path string) {
-	target, err := p.upstreamURL(path, r.URL.RawQuery)
+func (p *Proxy) passThrough(w http.ResponseWriter, r *http.Request, path, root string) {
+	target, err := p.upstreamURL(root, path, r.URL.RawQuery)
 	if err != nil {
 		writeError(w, http.StatusBadGateway, "upstream_error", err.Error())
 		return

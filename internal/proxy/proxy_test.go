@@ -764,3 +764,33 @@ func TestMediaTypeAndReadBody(t *testing.T) {
 		}
 	}
 }
+
+// On a host with several model servers each episode's calls go to its
+// own: the one its Episode names, else the proxy's.
+func TestEpisodeUpstream(t *testing.T) {
+	a, b := newStub(t, modeOK), newStub(t, modeOK)
+	p, srv := newProxy(t, a, Options{})
+	ea := p.Begin(named("a"))
+	eb := named("b")
+	eb.Upstream = b.srv.URL
+	pb := p.Begin(eb)
+	for _, prefix := range []string{ea, pb} {
+		if status, _, body := post(t, srv.URL+prefix+"/chat/completions", chatBody("hello", reqOpts{})); status != http.StatusOK {
+			t.Fatalf("status %d: %s", status, body)
+		}
+	}
+	if _, err := http.Get(srv.URL + pb + "/models?from=b"); err != nil {
+		t.Fatal(err)
+	}
+	if len(a.chatBodies()) != 1 || len(b.chatBodies()) != 1 {
+		t.Errorf("calls: %d to a, %d to b; want one each", len(a.chatBodies()), len(b.chatBodies()))
+	}
+	if b.lastQuery != "from=b" || a.lastQuery != "" {
+		t.Errorf("pass-through went to a %q, b %q; want b", a.lastQuery, b.lastQuery)
+	}
+	for _, id := range []string{idOf("a"), idOf("b")} {
+		if recs := p.End(id); len(recs) != 1 || !recs[0].Trainable {
+			t.Errorf("episode %s recorded %+v", id, recs)
+		}
+	}
+}
