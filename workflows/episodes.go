@@ -42,7 +42,7 @@ func Episodes(ctx workflow.Context, in api.EpisodesInput) (api.Tally, error) {
 			// serving weights nobody waits for.
 			dctx, _ := workflow.NewDisconnectedContext(ctx)
 			done := demand
-			done.Done = true
+			done.Done, done.Again = true, in.Again
 			if err := tellFleet(dctx, done); err != nil {
 				workflow.GetLogger(ctx).Warn("fleet not told the episodes are done; it drops them when it finds the workflow closed", "error", err)
 			}
@@ -246,6 +246,7 @@ type phaseRun struct {
 	Harness    schemas.Harness
 	Heartbeat  time.Duration   // 0: 30s
 	Priority   int             // in the fleet; 0: fleet.EvalPriority
+	Again      bool            // the same weights are used again right after
 	OnProgress func(api.Tally) // after each chunk
 }
 
@@ -281,6 +282,7 @@ func runEpisodes(ctx workflow.Context, p phaseRun, cells []api.Cell, running map
 			StartToClose: h.Episode.Timeout.D() + startTimeouts(h) + 5*time.Minute,
 			Heartbeat:    hb,
 			Priority:     p.Priority,
+			Again:        p.Again,
 		})
 		running[id] = true
 		n++

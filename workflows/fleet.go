@@ -66,6 +66,9 @@ func Fleet(ctx workflow.Context, in api.FleetInput) error {
 		d := c.Demand
 		if c.Done {
 			delete(s.Demands, d.Key)
+			if c.Again {
+				s.Expect(d.Weights, workflow.Now(ctx))
+			}
 			return
 		}
 		if old, ok := s.Demands[d.Key]; ok {

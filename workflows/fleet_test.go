@@ -158,3 +158,50 @@ func TestUnservableStopsEpisodes(t *testing.T) {
 		t.Errorf("demand changes %+v", changes)
 	}
 }
+
+// A validation chunk followed by collection on the same weights says so
+// when it ends, and the fleet keeps their server expected.
+func TestDemandEndsWithAgain(t *testing.T) {
+	env := bareEnv()
+	var ro *activities.Rollout
+	var ctrl *activities.Control
+	env.OnActivity(ro.RunEpisode, mock.Anything, mock.Anything).Return(activities.EpisodeResult{Valid: true, Try: "try0-x"}, nil)
+	env.OnActivity(ctrl.Publish, mock.Anything, mock.Anything).Return(activities.PublishResult{}, nil)
+	var changes []api.DemandChange
+	env.OnActivity(ctrl.Demand, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, d api.DemandChange) error {
+			changes = append(changes, d)
+			return nil
+		})
+	env.ExecuteWorkflow(Episodes, api.EpisodesInput{Run: "r", Round: 1, Phase: schemas.PhaseVal, Weights: "w0",
+		Cells: []api.Cell{{Task: schemas.Task{ID: 0, Name: "a"}, InitID: 45}}, InfraTries: 1, StartToClose: time.Hour, Heartbeat: time.Minute, Again: true})
+	if err := env.GetWorkflowError(); err != nil {
+		t.Fatal(err)
+	}
+	if len(changes) != 2 || !changes[1].Done || !changes[1].Again {
+		t.Fatalf("demand changes %+v, want the last Done and Again", changes)
+	}
+
+	fenv, _ := fleetEnv()
+	var expected map[string]time.Time
+	fenv.RegisterDelayedCallback(func() {
+		fenv.SignalWorkflow(api.DemandSignal, changes[0])
+		fenv.SignalWorkflow(api.DemandSignal, changes[1])
+	}, time.Second)
+	fenv.RegisterDelayedCallback(func() {
+		v, err := fenv.QueryWorkflow(api.FleetStatusQuery)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st api.FleetStatus
+		if err := v.Get(&st); err != nil {
+			t.Fatal(err)
+		}
+		expected = st.State.Expected
+	}, 3*time.Second)
+	fenv.RegisterDelayedCallback(fenv.CancelWorkflow, 5*time.Second)
+	fenv.ExecuteWorkflow(Fleet, api.FleetInput{})
+	if _, ok := expected["r/w0"]; !ok {
+		t.Errorf("fleet expects %v, want r/w0", expected)
+	}
+}

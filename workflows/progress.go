@@ -76,12 +76,12 @@ func (t *tracker) successRate(r float64) {
 }
 
 // episodes runs a phase's cells and keeps the progress current.
-func (t *tracker) episodes(phase string, round int32, weights string, cells []api.Cell) api.Tally {
+func (t *tracker) episodes(phase string, round int32, weights string, cells []api.Cell, again bool) api.Tally {
 	t.phase(phase)
 	t.epPhase = phase
 	t.prog.Episodes = api.Tally{Total: len(cells)}
 	return runEpisodes(t.ctx, phaseRun{Run: t.in.Run, Round: round, Phase: phase, Weights: weights, Harness: t.in.Harness,
-		Heartbeat: t.in.HeartbeatTimeout, Priority: cmp.Or(t.in.Priority, fleet.TrainPriority), OnProgress: func(tl api.Tally) { t.prog.Episodes = tl; t.update() }}, cells, t.running)
+		Heartbeat: t.in.HeartbeatTimeout, Priority: cmp.Or(t.in.Priority, fleet.TrainPriority), Again: again, OnProgress: func(tl api.Tally) { t.prog.Episodes = tl; t.update() }}, cells, t.running)
 }
 
 func (t *tracker) upsert(u ...temporal.SearchAttributeUpdate) {

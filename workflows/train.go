@@ -62,7 +62,8 @@ func Train(ctx workflow.Context, in api.TrainInput) (api.TrainResult, error) {
 		}
 	case in.Round == 1 || c.ValidateEveryRound:
 		var err error
-		if report, err = validate(ctx, in, t, in.Round, in.Weights); err != nil {
+		// The round's collection follows with the same weights.
+		if report, err = validate(ctx, in, t, in.Round, in.Weights, true); err != nil {
 			return result, err
 		}
 		if t.stopping {
@@ -95,7 +96,7 @@ func Train(ctx workflow.Context, in api.TrainInput) (api.TrainResult, error) {
 			eps = append(eps, api.Cell{Task: taskByID(h, g.Task), InitID: g.InitID, Group: int32(gi), Attempt: int32(a)})
 		}
 	}
-	collected := t.episodes(schemas.PhaseTrain, in.Round, in.Weights, eps)
+	collected := t.episodes(schemas.PhaseTrain, in.Round, in.Weights, eps, false)
 	if collected.Unservable != "" {
 		return result, fmt.Errorf("round %d collection: %s", in.Round, collected.Unservable)
 	}
@@ -190,7 +191,7 @@ func Train(ctx workflow.Context, in api.TrainInput) (api.TrainResult, error) {
 	result.FinalWeights = summary.WeightsOut
 	result.FinalValSuccess = -1
 	if c.FinalValidation && !t.stopping {
-		rep, err := validate(ctx, in, t, in.Round+1, summary.WeightsOut)
+		rep, err := validate(ctx, in, t, in.Round+1, summary.WeightsOut, false)
 		if err != nil {
 			return result, err
 		}
@@ -208,7 +209,7 @@ func Train(ctx workflow.Context, in api.TrainInput) (api.TrainResult, error) {
 
 // validate runs every (task, validation init state) once with the given
 // weights and writes the report tagged val-r<round>.
-func validate(ctx workflow.Context, in api.TrainInput, t *tracker, round int32, weights string) (schemas.Report, error) {
+func validate(ctx workflow.Context, in api.TrainInput, t *tracker, round int32, weights string, again bool) (schemas.Report, error) {
 	var rep schemas.Report
 	ids, err := harness.ParseIDs(in.Harness.Splits.Val)
 	if err != nil {
@@ -220,7 +221,7 @@ func validate(ctx workflow.Context, in api.TrainInput, t *tracker, round int32, 
 			cells = append(cells, api.Cell{Task: task, InitID: id, Group: int32(len(cells))})
 		}
 	}
-	if tl := t.episodes(schemas.PhaseVal, round, weights, cells); tl.Unservable != "" {
+	if tl := t.episodes(schemas.PhaseVal, round, weights, cells, again); tl.Unservable != "" {
 		return rep, fmt.Errorf("round %d validation: %s", round, tl.Unservable)
 	}
 	if t.stopping {

@@ -69,11 +69,12 @@ type Policy struct {
 	MaxWait   time.Duration // weights unserved this long are Boosted until their demand ends
 	IdleGrace time.Duration // a server idle this long (or its Load, if longer) has nothing queued: it may switch
 	ParkFor   time.Duration // weights that gave way for idleness take only free servers this long
+	ExpectFor time.Duration // how long weights announced to come again keep their server idle
 	FailedFor time.Duration // how long a failed load keeps weights off a host
 }
 
 // DefaultPolicy is what a fleet runs with unless told otherwise.
-var DefaultPolicy = Policy{Lease: 45 * time.Second, MaxWait: 10 * time.Minute, IdleGrace: 3 * time.Second, ParkFor: 30 * time.Second, FailedFor: 5 * time.Minute}
+var DefaultPolicy = Policy{Lease: 45 * time.Second, MaxWait: 10 * time.Minute, IdleGrace: 3 * time.Second, ParkFor: 30 * time.Second, ExpectFor: 2 * time.Minute, FailedFor: 5 * time.Minute}
 
 // State is what the Fleet workflow keeps between decisions.
 type State struct {
@@ -85,9 +86,12 @@ type State struct {
 	// Parked weights gave way for idleness: their demand stands (its last
 	// episodes run elsewhere, or may be retried) but nothing of theirs is
 	// queued, so they preempt nobody for ParkFor. Fresh demand unparks.
-	Parked  map[string]time.Time `json:"parked"`
-	Changes int                  `json:"changes"` // assignments changed, counted
-	Removed []string             `json:"removed,omitempty"`
+	Parked map[string]time.Time `json:"parked"`
+	// Expected weights had their demand end with a word that more comes
+	// soon (DemandChange.Again): their server is kept for ExpectFor.
+	Expected map[string]time.Time `json:"expected,omitempty"`
+	Changes  int                  `json:"changes"` // assignments changed, counted
+	Removed  []string             `json:"removed,omitempty"`
 }
 
 // Unservable is demanded weights that every live host failed to load.
@@ -101,19 +105,24 @@ type weightsDemand struct {
 	key      string
 	priority int
 	episodes int
-	since    time.Time
+	since    time.Time // its first demand's
+	latest   time.Time // its latest demand's: episodes queued since
 }
 
 // Plan brings s.Assign up to date at now and returns the weights no live
 // host can load. The rules, in order:
 //
 //  1. A host silent for Lease is dropped with its assignment.
-//  2. A weights without demand is unassigned everywhere.
-//  3. A weights is kept where it is assigned, unless that server has been
-//     idle (its queue is empty) while other weights wait, for IdleGrace or
-//     as long as loading it took, whichever is longer: idling as long as
-//     a reload would take costs at most twice what the best choice in
-//     hindsight would, whether the weights come back or not.
+//  2. Weights that failed to load on a host leave it; weights without
+//     demand leave a host that has not loaded them.
+//  3. A weights is kept where it is assigned, demanded or not, unless
+//     its server is idle while other weights wait: at once if nobody
+//     waits for it, after IdleGrace or as long as loading it took
+//     (whichever is longer) if its demand stands — idling as long as a
+//     reload would take costs at most twice what the best choice in
+//     hindsight would — and not while it is Expected again (a training
+//     round validates, then collects, with the same weights seconds
+//     apart), for at most ExpectFor.
 //  4. Unserved weights, most urgent first (priority, then longest
 //     waiting), take a free server — preferring a host that has them
 //     loaded already — or else the server of the least urgent weights
@@ -174,6 +183,9 @@ func (p Policy) Plan(s *State, now time.Time) []Unservable {
 		if d.Since.Before(w.since) {
 			w.since = d.Since
 		}
+		if d.Since.After(w.latest) {
+			w.latest = d.Since
+		}
 	}
 	for k := range s.Boost {
 		if byW[k] == nil {
@@ -190,7 +202,15 @@ func (p Policy) Plan(s *State, now time.Time) []Unservable {
 			delete(s.Parked, k)
 		}
 	}
+	for k := range s.Expected {
+		if byW[k] != nil || !s.expected(k, now, p) {
+			delete(s.Expected, k) // it came, or it is late
+		}
+	}
 	urgency := func(w string) int {
+		if byW[w] == nil {
+			return MaxPriority + 2 // kept loaded, nobody waits for it
+		}
 		if _, ok := s.Parked[w]; ok {
 			return MaxPriority + 1
 		}
@@ -204,10 +224,13 @@ func (p Policy) Plan(s *State, now time.Time) []Unservable {
 		return ok && now.Sub(f.At) < p.FailedFor
 	}
 
-	// 2. Weights nobody wants any more, or that failed on their host.
+	// 2. Weights that failed on their host, or nobody wants and the host
+	// has not loaded.
 	for _, name := range sortedKeys(s.Assign) {
 		h := s.Hosts[name]
-		s.Assign[name] = slices.DeleteFunc(s.Assign[name], func(w string) bool { return byW[w] == nil || failed(h, w) })
+		s.Assign[name] = slices.DeleteFunc(s.Assign[name], func(w string) bool {
+			return failed(h, w) || (byW[w] == nil && h.server(w) == nil && !s.expected(w, now, p))
+		})
 	}
 	served := func() map[string][]string {
 		out := map[string][]string{}
@@ -248,7 +271,19 @@ func (p Policy) Plan(s *State, now time.Time) []Unservable {
 			h := s.Hosts[name]
 			s.Assign[name] = slices.DeleteFunc(s.Assign[name], func(w string) bool {
 				sv := h.server(w)
-				idle := sv != nil && sv.Busy == 0 && !sv.IdleSince.IsZero() && now.Sub(sv.IdleSince) >= max(p.IdleGrace, sv.Load)
+				if sv == nil || sv.Busy > 0 || sv.IdleSince.IsZero() || s.expected(w, now, p) {
+					return false
+				}
+				if byW[w] == nil {
+					return true // nobody waits for it
+				}
+				// Idle since fresh demand counts from that demand: its
+				// episodes may not have reached the host yet.
+				from := sv.IdleSince
+				if byW[w].latest.After(from) {
+					from = byW[w].latest
+				}
+				idle := now.Sub(from) >= max(p.IdleGrace, sv.Load)
 				if idle {
 					s.Parked[w] = now
 				}
@@ -267,7 +302,7 @@ func (p Policy) Plan(s *State, now time.Time) []Unservable {
 	// 4. Unserved weights take a server.
 	var out []Unservable
 	for _, w := range unserved() {
-		name := p.place(s, w, urgency, failed, false)
+		name := p.place(s, now, w, urgency, failed, false)
 		if name == "" {
 			if len(s.Hosts) > 0 && p.failedEverywhere(s, w, failed) {
 				out = append(out, Unservable{Weights: w, Cause: p.causes(s, w)})
@@ -303,7 +338,7 @@ func (p Policy) Plan(s *State, now time.Time) []Unservable {
 			if !p.saturated(s, w, served()[w]) {
 				break
 			}
-			name := p.place(s, w, urgency, failed, true)
+			name := p.place(s, now, w, urgency, failed, true)
 			if name == "" {
 				break
 			}
@@ -319,6 +354,19 @@ func (p Policy) Plan(s *State, now time.Time) []Unservable {
 		s.Changes++
 	}
 	return out
+}
+
+// Expect records that w's demand ended at now and more will come soon.
+func (s *State) Expect(w string, now time.Time) {
+	if s.Expected == nil {
+		s.Expected = map[string]time.Time{}
+	}
+	s.Expected[w] = now
+}
+
+func (s *State) expected(w string, now time.Time, p Policy) bool {
+	at, ok := s.Expected[w]
+	return ok && now.Sub(at) < p.ExpectFor
 }
 
 // Unpark ends w's parking: fresh demand for it (a new chunk, a rerun) may
@@ -345,7 +393,7 @@ func (p Policy) before(s *State, byW map[string]*weightsDemand, urgency func(str
 // has w loaded, else (taking it from less urgent weights) the server of
 // the least urgent weights, strictly less urgent than w. spread only
 // takes from weights that keep another server.
-func (p Policy) place(s *State, w string, urgency func(string) int, failed func(*Host, string) bool, spread bool) string {
+func (p Policy) place(s *State, now time.Time, w string, urgency func(string) int, failed func(*Host, string) bool, spread bool) string {
 	best, bestScore := "", -1
 	for _, name := range sortedKeys(s.Hosts) {
 		h := s.Hosts[name]
@@ -376,7 +424,7 @@ func (p Policy) place(s *State, w string, urgency func(string) int, failed func(
 			continue
 		}
 		for _, v := range s.Assign[name] {
-			if spread && count[v] < 2 {
+			if (spread && count[v] < 2) || s.expected(v, now, p) {
 				continue
 			}
 			u := urgency(v)

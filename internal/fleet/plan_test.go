@@ -9,7 +9,7 @@ import (
 
 var t0 = time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
 
-var testPolicy = Policy{Lease: 30 * time.Second, MaxWait: 10 * time.Minute, IdleGrace: 3 * time.Second, ParkFor: 30 * time.Second, FailedFor: 5 * time.Minute}
+var testPolicy = Policy{Lease: 30 * time.Second, MaxWait: 10 * time.Minute, IdleGrace: 3 * time.Second, ParkFor: 30 * time.Second, ExpectFor: 2 * time.Minute, FailedFor: 5 * time.Minute}
 
 // plan runs Plan at now with every host having just reported.
 func plan(s *State, now time.Time) []Unservable {
@@ -58,11 +58,42 @@ func TestOneServerTakesWeightsInTurn(t *testing.T) {
 	plan(s, t0.Add(5*time.Second))
 	wantAssign(t, s, map[string][]string{"h1": {"tr/w0"}})
 
+	// Training's validation ends and its collection, with the same
+	// weights, is announced: the server waits for it, not for the sweep.
 	delete(s.Demands, "train")
-	plan(s, t0.Add(6*time.Second))
+	s.Expect("tr/w0", t0.Add(6*time.Second))
+	s.Hosts["h1"].Loaded = []Server{{Weights: "tr/w0", IdleSince: t0.Add(6 * time.Second)}}
+	plan(s, t0.Add(20*time.Second))
+	wantAssign(t, s, map[string][]string{"h1": {"tr/w0"}})
+	s.Demands["collect"] = demand("collect", "tr/w0", TrainPriority, t0.Add(21*time.Second))
+	plan(s, t0.Add(21*time.Second))
+	wantAssign(t, s, map[string][]string{"h1": {"tr/w0"}})
+	if len(s.Expected) != 0 {
+		t.Errorf("expected %v after the demand came", s.Expected)
+	}
+	// Collection ends with nothing announced: the sweep's come at once.
+	delete(s.Demands, "collect")
+	s.Hosts["h1"].Loaded = []Server{{Weights: "tr/w0", IdleSince: t0.Add(30 * time.Second)}}
+	plan(s, t0.Add(30*time.Second))
 	wantAssign(t, s, map[string][]string{"h1": {"sw/a"}})
+	// A weights not loaded yet leaves as soon as its demand ends.
 	delete(s.Demands, "sweep-a")
-	plan(s, t0.Add(7*time.Second))
+	plan(s, t0.Add(10*time.Second))
+	wantAssign(t, s, map[string][]string{"h1": {"sw/b"}})
+	// An announcement that never comes true holds the server ExpectFor.
+	s2 := state(host("h1", 1, t0, Server{Weights: "tr/w0", IdleSince: t0}))
+	s2.Assign = map[string][]string{"h1": {"tr/w0"}}
+	s2.Expect("tr/w0", t0)
+	s2.Demands["sweep-a"] = demand("sweep-a", "sw/a", EvalPriority, t0)
+	plan(s2, t0.Add(testPolicy.ExpectFor-time.Second))
+	wantAssign(t, s2, map[string][]string{"h1": {"tr/w0"}})
+	plan(s2, t0.Add(testPolicy.ExpectFor))
+	wantAssign(t, s2, map[string][]string{"h1": {"sw/a"}})
+
+	// Without other demand, loaded weights stay assigned.
+	s.Hosts["h1"].Loaded = []Server{{Weights: "sw/b", IdleSince: t0.Add(11 * time.Second)}}
+	delete(s.Demands, "sweep-b")
+	plan(s, t0.Add(time.Hour))
 	wantAssign(t, s, map[string][]string{"h1": {"sw/b"}})
 }
 

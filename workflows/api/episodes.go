@@ -47,6 +47,9 @@ type EpisodesInput struct {
 	// Priority orders this chunk's weights in the fleet (fleet.TrainPriority,
 	// fleet.EvalPriority; lower first); 0 is fleet.EvalPriority.
 	Priority int `json:",omitempty"`
+	// Again says the parent queues episodes of the same weights right
+	// after these (DemandChange.Again).
+	Again bool `json:",omitempty"`
 }
 
 // Tally counts what a set of episodes did; it is the result of Episodes.

@@ -59,6 +59,10 @@ func WeightsQueue(w string) string { return RolloutQueue + "/" + w }
 type DemandChange struct {
 	Demand fleet.Demand
 	Done   bool
+	// Again, with Done, says the same run queues episodes of these
+	// weights again soon (a round's collection after its validation): the
+	// fleet keeps their server for them (fleet.Policy.ExpectFor).
+	Again bool `json:",omitempty"`
 }
 
 // HostReport is a rollout host's state, sent when what it serves changes
