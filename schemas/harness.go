@@ -49,6 +49,10 @@ type Service struct {
 	External string `yaml:"external" json:"external"`
 	// StopBeforeTraining frees the host (GPU memory) when it also trains.
 	StopBeforeTraining bool `yaml:"stop_before_training" json:"stop_before_training"`
+	// MemoryShare, optional, is the fraction of a host's accelerator
+	// memory the service takes (vLLM's --gpu-memory-utilization): the
+	// model servers and services of one host must fit in 1.
+	MemoryShare float64 `yaml:"memory_share,omitempty" json:"memory_share,omitempty"`
 }
 
 // Ready says how to tell a service is ready; the first set field is used.
@@ -79,6 +83,10 @@ type ModelServer struct {
 	// default, declares a text-only model: a selected call that sent images
 	// stops the batch rather than train on a prompt with its pictures gone.
 	Vision bool `yaml:"vision" json:"vision"`
+	// PerHost is how many model servers, each with other weights, one host
+	// keeps loaded at once (default 1). Above 1 it needs MemoryShare, and
+	// PerHost × MemoryShare plus the services' shares must fit in 1.
+	PerHost int `yaml:"per_host,omitempty" json:"per_host,omitempty"`
 }
 
 // EpisodeSpec is the command that runs one episode as a subprocess.

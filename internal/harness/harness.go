@@ -329,6 +329,9 @@ func Check(h schemas.Harness) error {
 	case h.Collect.Groups < 1:
 		return &FieldError{"collect.groups", fmt.Errorf("is %d: need at least 1", h.Collect.Groups)}
 	}
+	if err := checkMemory(h); err != nil {
+		return err
+	}
 	names := map[string]bool{"model": true}
 	for i, s := range h.Services {
 		at := fmt.Sprintf("services.%d", i)
@@ -477,4 +480,44 @@ func sortedKeys(m map[string]string) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// checkMemory refuses a harness whose model servers per host do not fit
+// in a host's accelerator memory beside its services.
+func checkMemory(h schemas.Harness) error {
+	m := h.Model
+	switch {
+	case m.PerHost < 0:
+		return &FieldError{"model_server.per_host", fmt.Errorf("is %d: give how many model servers one host keeps loaded, 1 or more", m.PerHost)}
+	case m.MemoryShare < 0 || m.MemoryShare > 1:
+		return &FieldError{"model_server.memory_share", fmt.Errorf("is %g: give a fraction of the host's accelerator memory, above 0 and at most 1", m.MemoryShare)}
+	case m.PerHost > 1 && m.MemoryShare == 0:
+		return &FieldError{"model_server.per_host", fmt.Errorf("is %d: say how much of a host's accelerator memory one model server takes (model_server.memory_share, e.g. 0.4) so that %d of them are known to fit beside the services", m.PerHost, m.PerHost)}
+	}
+	total := float64(max(m.PerHost, 1)) * m.MemoryShare
+	var parts []string
+	for i, s := range h.Services {
+		if s.MemoryShare < 0 || s.MemoryShare > 1 {
+			return &FieldError{fmt.Sprintf("services.%d.memory_share", i), fmt.Errorf("is %g: give a fraction of the host's accelerator memory, above 0 and at most 1", s.MemoryShare)}
+		}
+		if s.External == "" && s.MemoryShare > 0 {
+			total += s.MemoryShare
+			parts = append(parts, fmt.Sprintf("%s %g", s.Name, s.MemoryShare))
+		}
+	}
+	if total > 1+1e-9 {
+		room := 1.0
+		for _, s := range h.Services {
+			if s.External == "" {
+				room -= s.MemoryShare
+			}
+		}
+		fit := 0
+		if m.MemoryShare > 0 {
+			fit = int(room/m.MemoryShare + 1e-9)
+		}
+		return &FieldError{"model_server.per_host", fmt.Errorf("%d model servers × memory_share %g + services (%s) = %.2f of a host's memory, more than it has: %d fit; lower per_host or the shares",
+			max(m.PerHost, 1), m.MemoryShare, strings.Join(parts, ", "), total, fit)}
+	}
+	return nil
 }

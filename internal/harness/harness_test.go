@@ -79,6 +79,10 @@ func TestBadInputNamesTheProblem(t *testing.T) {
 		{"one attempt", strings.Replace(good, "attempts: 2", "attempts: 1", 1), nil, []string{"attempts", "at least 2"}},
 		{"unknown selection rule", strings.Replace(good, "attempts: 2}", "attempts: 2, selection: best}", 1), nil, []string{"collect.selection", "best"}},
 		{"bad duration", strings.Replace(good, "timeout: 30s", "timeout: soon", 1), nil, []string{"soon", "duration"}},
+		{"model servers per host without their share", strings.Replace(good, "served_name: toy", "served_name: toy\n  per_host: 2", 1), nil, []string{"model_server.per_host", "memory_share"}},
+		{"model servers that do not fit beside the services", strings.Replace(good, "served_name: toy", "served_name: toy\n  per_host: 3\n  memory_share: 0.3", 1) +
+			"services:\n  - {name: vla, command: [vla], memory_share: 0.15}\n  - {name: sam3, command: [sam3], memory_share: 0.1}\n", nil,
+			[]string{"model_server.per_host", "3 model servers × memory_share 0.3 + services (vla 0.15, sam3 0.1) = 1.15", "2 fit", "lower per_host"}},
 	}
 	for _, c := range cases {
 		p := write(t, c.body)
@@ -101,6 +105,19 @@ func TestBadInputNamesTheProblem(t *testing.T) {
 	}
 	if _, err := ParseVars([]string{"novalue"}); err == nil || !strings.Contains(err.Error(), "name=value") {
 		t.Errorf("malformed --var: %v", err)
+	}
+}
+
+// Model servers per host that fit load; so does a harness without shares.
+func TestModelServersPerHostThatFit(t *testing.T) {
+	body := strings.Replace(good, "served_name: toy", "served_name: toy\n  per_host: 2\n  memory_share: 0.4", 1) +
+		"services:\n  - {name: vla, command: [vla], memory_share: 0.15}\n"
+	h, err := Load(write(t, body), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Model.PerHost != 2 || h.Model.MemoryShare != 0.4 || h.Services[0].MemoryShare != 0.15 {
+		t.Errorf("model %+v, services %+v", h.Model, h.Services)
 	}
 }
 
