@@ -64,7 +64,8 @@ func newAgent(c client.Client, h *host.Host, name string, slots int, icpt []inte
 	if err != nil {
 		return nil, fmt.Errorf("rollout slot tuner: %w", err)
 	}
-	return &agent{c: c, host: h, name: name, slots: slots, servers: 1, gate: g, log: slog.Default(),
+	// servers 0: as many model servers as the harnesses allow.
+	return &agent{c: c, host: h, name: name, slots: slots, gate: g, log: slog.Default(),
 		opts:    worker.Options{Tuner: tuner, OnFatalError: onFatal, Interceptors: icpt},
 		workers: map[string]*weightsWorker{}}, nil
 }

@@ -33,7 +33,7 @@ func Episodes(ctx workflow.Context, in api.EpisodesInput) (api.Tally, error) {
 		if prio == 0 {
 			prio = fleet.EvalPriority
 		}
-		demand.Demand = fleet.Demand{Key: workflow.GetInfo(ctx).WorkflowExecution.ID, Run: in.Run, Weights: wk, Priority: prio, Episodes: len(in.Cells)}
+		demand.Demand = fleet.Demand{Key: workflow.GetInfo(ctx).WorkflowExecution.ID, Run: in.Run, Weights: wk, Priority: prio, Episodes: len(in.Cells), PerHost: in.PerHost}
 		if err := tellFleet(ctx, demand); err != nil {
 			return t, err
 		}
@@ -283,6 +283,7 @@ func runEpisodes(ctx workflow.Context, p phaseRun, cells []api.Cell, running map
 			Heartbeat:    hb,
 			Priority:     p.Priority,
 			Again:        p.Again,
+			PerHost:      h.Model.PerHost,
 		})
 		running[id] = true
 		n++

@@ -42,7 +42,7 @@ type Failure struct {
 type Host struct {
 	Name    string             `json:"name"`
 	Slots   int                `json:"slots"`   // episodes at once
-	Servers int                `json:"servers"` // model servers it may keep loaded at once
+	Servers int                `json:"servers"` // model servers it may keep at once, at most; 0: as the harnesses say
 	Loaded  []Server           `json:"loaded"`
 	Failed  map[string]Failure `json:"failed,omitempty"` // by weights key
 	Seen    time.Time          `json:"seen"`
@@ -57,6 +57,9 @@ type Demand struct {
 	Priority int       `json:"priority"`
 	Episodes int       `json:"episodes"`
 	Since    time.Time `json:"since"`
+	// PerHost is how many model servers of its harness fit on one host
+	// (model_server.per_host; 0 is 1).
+	PerHost int `json:"per_host,omitempty"`
 }
 
 // Key names weights across runs: the same weights id in two runs are two
@@ -104,6 +107,7 @@ type Unservable struct {
 type weightsDemand struct {
 	key      string
 	priority int
+	perHost  int
 	episodes int
 	since    time.Time // its first demand's
 	latest   time.Time // its latest demand's: episodes queued since
@@ -175,9 +179,10 @@ func (p Policy) Plan(s *State, now time.Time) []Unservable {
 		d := s.Demands[k]
 		w := byW[d.Weights]
 		if w == nil {
-			w = &weightsDemand{key: d.Weights, priority: d.Priority, since: d.Since}
+			w = &weightsDemand{key: d.Weights, priority: d.Priority, since: d.Since, perHost: max(d.PerHost, 1)}
 			byW[d.Weights] = w
 		}
+		w.perHost = min(w.perHost, max(d.PerHost, 1))
 		w.priority = min(w.priority, d.Priority)
 		w.episodes += d.Episodes
 		if d.Since.Before(w.since) {
@@ -218,6 +223,14 @@ func (p Policy) Plan(s *State, now time.Time) []Unservable {
 			return Boosted
 		}
 		return byW[w].priority
+	}
+	// perHost is how many model servers fit beside w's (its harness's
+	// per_host); weights nobody waits for any more count as 1.
+	perHost := func(w string) int {
+		if d := byW[w]; d != nil {
+			return d.perHost
+		}
+		return 1
 	}
 	failed := func(h *Host, w string) bool {
 		f, ok := h.Failed[w]
@@ -302,7 +315,7 @@ func (p Policy) Plan(s *State, now time.Time) []Unservable {
 	// 4. Unserved weights take a server.
 	var out []Unservable
 	for _, w := range unserved() {
-		name := p.place(s, now, w, urgency, failed, false)
+		name := p.place(s, now, w, urgency, failed, false, perHost)
 		if name == "" {
 			if len(s.Hosts) > 0 && p.failedEverywhere(s, w, failed) {
 				out = append(out, Unservable{Weights: w, Cause: p.causes(s, w)})
@@ -338,7 +351,7 @@ func (p Policy) Plan(s *State, now time.Time) []Unservable {
 			if !p.saturated(s, w, served()[w]) {
 				break
 			}
-			name := p.place(s, now, w, urgency, failed, true)
+			name := p.place(s, now, w, urgency, failed, true, perHost)
 			if name == "" {
 				break
 			}
@@ -393,11 +406,11 @@ func (p Policy) before(s *State, byW map[string]*weightsDemand, urgency func(str
 // has w loaded, else (taking it from less urgent weights) the server of
 // the least urgent weights, strictly less urgent than w. spread only
 // takes from weights that keep another server.
-func (p Policy) place(s *State, now time.Time, w string, urgency func(string) int, failed func(*Host, string) bool, spread bool) string {
+func (p Policy) place(s *State, now time.Time, w string, urgency func(string) int, failed func(*Host, string) bool, spread bool, perHost func(string) int) string {
 	best, bestScore := "", -1
 	for _, name := range sortedKeys(s.Hosts) {
 		h := s.Hosts[name]
-		if failed(h, w) || slices.Contains(s.Assign[name], w) || len(s.Assign[name]) >= max(h.Servers, 1) {
+		if failed(h, w) || slices.Contains(s.Assign[name], w) || len(s.Assign[name]) >= s.capacity(h, append(s.Assign[name], w), perHost) {
 			continue
 		}
 		score := 1
@@ -477,6 +490,21 @@ func (p Policy) causes(s *State, w string) string {
 		}
 	}
 	return strings.Join(parts, "; ")
+}
+
+// capacity is how many model servers h may keep with weights ws: the
+// fewest any of their harnesses allows, and at most h.Servers when set.
+func (s *State) capacity(h *Host, ws []string, perHost func(string) int) int {
+	n := 0
+	for _, w := range ws {
+		if k := perHost(w); n == 0 || k < n {
+			n = k
+		}
+	}
+	if h.Servers > 0 && h.Servers < n {
+		n = h.Servers
+	}
+	return max(n, 1)
 }
 
 func (h *Host) server(w string) *Server {

@@ -255,12 +255,14 @@ func TestSaturatedWeightsSpread(t *testing.T) {
 	wantAssign(t, s, map[string][]string{"h1": {"tr/w0"}, "h2": {"tr/w0"}, "h3": {"sw/a"}})
 }
 
-// A host with room for two model servers keeps two weights.
+// A host keeps as many weights loaded as their harnesses allow
+// (per_host), and no more than it says it can hold.
 func TestHostKeepsSeveralWeights(t *testing.T) {
-	s := state(host("h1", 2, t0))
-	s.Demands["train"] = demand("train", "tr/w0", TrainPriority, t0)
-	s.Demands["sweep-a"] = demand("sweep-a", "sw/a", EvalPriority, t0)
-	s.Demands["sweep-b"] = demand("sweep-b", "sw/b", EvalPriority, t0)
+	two := func(d Demand) Demand { d.PerHost = 2; return d }
+	s := state(host("h1", 0, t0))
+	s.Demands["train"] = two(demand("train", "tr/w0", TrainPriority, t0))
+	s.Demands["sweep-a"] = two(demand("sweep-a", "sw/a", EvalPriority, t0))
+	s.Demands["sweep-b"] = two(demand("sweep-b", "sw/b", EvalPriority, t0))
 	plan(s, t0)
 	wantAssign(t, s, map[string][]string{"h1": {"tr/w0", "sw/a"}})
 	if s.Changes != 1 {
@@ -270,4 +272,17 @@ func TestHostKeepsSeveralWeights(t *testing.T) {
 	if s.Changes != 1 {
 		t.Errorf("changes %d after a plan that changed nothing, want 1", s.Changes)
 	}
+
+	// The host says it holds one: one it gets.
+	capped := state(host("h1", 1, t0))
+	capped.Demands = s.Demands
+	plan(capped, t0)
+	wantAssign(t, capped, map[string][]string{"h1": {"tr/w0"}})
+
+	// A harness that allows one model server per host keeps its host to one.
+	mixed := state(host("h1", 0, t0))
+	mixed.Demands["train"] = demand("train", "tr/w0", TrainPriority, t0)
+	mixed.Demands["sweep-a"] = two(demand("sweep-a", "sw/a", EvalPriority, t0))
+	plan(mixed, t0)
+	wantAssign(t, mixed, map[string][]string{"h1": {"tr/w0"}})
 }

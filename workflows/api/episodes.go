@@ -50,6 +50,8 @@ type EpisodesInput struct {
 	// Again says the parent queues episodes of the same weights right
 	// after these (DemandChange.Again).
 	Again bool `json:",omitempty"`
+	// PerHost is the harness's model_server.per_host, for the fleet.
+	PerHost int `json:",omitempty"`
 }
 
 // Tally counts what a set of episodes did; it is the result of Episodes.
