@@ -222,6 +222,7 @@ func (r *Rollout) play(ctx context.Context, h schemas.Harness, in EpisodeInput, 
 	if err := os.MkdirAll(outDir, 0o755); err != nil {
 		return outcome.Result{}, nil, err
 	}
+	pep.Upstream = svc["model_url"] // this episode's model server, of several
 	prefix := r.Host.Proxy.Begin(pep)
 	vars := map[string]string{
 		"base_url": "http://" + r.Host.ProxyAddr + prefix, "task": strconv.Itoa(int(in.Task.ID)),

@@ -50,7 +50,7 @@ type Host struct {
 	srv      *http.Server
 	ln       net.Listener
 	mu       sync.Mutex
-	services map[string]*service    // by name@config; the model server under modelName
+	services map[string]*service    // by name@config; model servers by modelSlot
 	failed   map[string]failedStart // recent failed starts, by the same keys
 	stored   sync.Map               // blob keys known to be in the bucket
 	slots    slotLog                // the model slot's figures, under mu
@@ -108,7 +108,7 @@ func (h *Host) Close() {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.slots.busy(time.Now()) // a stopped model server is not idle
+	h.slots.busy("", time.Now()) // a stopped model server is not idle
 	for name, s := range h.services {
 		s.stop()
 		delete(h.services, name)
@@ -121,9 +121,9 @@ func (h *Host) StopForTraining() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for name, s := range h.services {
-		if s.spec.StopBeforeTraining && !(name == modelName && s.users > 0) {
-			if name == modelName {
-				h.slots.busy(time.Now())
+		if s.spec.StopBeforeTraining && !(isModelSlot(name) && s.users > 0) {
+			if isModelSlot(name) {
+				h.slots.busy(name, time.Now())
 			}
 			s.stop()
 			delete(h.services, name)

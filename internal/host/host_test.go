@@ -24,8 +24,9 @@ func TestPruneWeights(t *testing.T) {
 		os.MkdirAll(filepath.Join(root, filepath.Dir(p)), 0o755)
 		os.WriteFile(filepath.Join(root, p), []byte("x"), 0o644)
 	}
-	pruneWeights(root, keep)
-	for p, want := range map[string]bool{keep + "/policy.json": true, keep + ".manifest.json": true, "d1/run/r1/etag1": false, "d1/run/r1/etag1.manifest.json": false, "d2/other/w0/e": false} {
+	// Weights another model server of the host serves are kept too.
+	pruneWeights(root, map[string]bool{keep: true, "d2/other/w0/e": true})
+	for p, want := range map[string]bool{keep + "/policy.json": true, keep + ".manifest.json": true, "d1/run/r1/etag1": false, "d1/run/r1/etag1.manifest.json": false, "d2/other/w0/e": true} {
 		if _, err := os.Stat(filepath.Join(root, p)); (err == nil) != want {
 			t.Errorf("%s: exists = %v, want %v", p, err == nil, want)
 		}
@@ -248,5 +249,81 @@ func TestSlotStats(t *testing.T) {
 		t.Errorf("an episode of the rollout queue was refused: %v", err)
 	} else {
 		rel()
+	}
+}
+
+// A harness with per_host 2 keeps two weights loaded at once: episodes of
+// either never wait; a third weights waits for one to be free, then takes
+// the server idle longest. Each episode learns its own server's URL.
+func TestSeveralModelServers(t *testing.T) {
+	stack := itest.Start(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	for _, w := range []string{"w0", "w1", "w2"} {
+		d := filepath.Join(dir, w)
+		os.Mkdir(d, 0o755)
+		os.WriteFile(filepath.Join(d, "policy.json"), []byte(`{"w":"`+w+`"}`), 0o644)
+		files, err := weights.Dir(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := weights.Publish(ctx, stack.Store, schemas.Layout{Run: "r"}.Weights(w), files, schemas.WeightsManifest{WeightsID: w}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hr := schemas.Harness{Name: "toy", Dir: dir, Digest: "d"}
+	hr.Model.Command = []string{"sh", "-c", "echo ready; exec sleep 60"}
+	hr.Model.Ready = schemas.Ready{Log: "ready"}
+	hr.Model.PerHost, hr.Model.MemoryShare = 2, 0.4
+	h, err := Start(ctx, Config{Store: stack.Store, WorkDir: filepath.Join(dir, "host"), ProxyListen: "127.0.0.1:0", Name: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	acquire := func(w string) (string, func()) {
+		t.Helper()
+		vars, release, err := h.Acquire(ctx, hr, "r", w)
+		if err != nil {
+			t.Fatalf("acquire %s: %v", w, err)
+		}
+		return vars["model_url"], release
+	}
+	u0, r0 := acquire("w0")
+	u1, r1 := acquire("w1")
+	if u0 == u1 || u0 == "" {
+		t.Fatalf("w0 and w1 share a model server: %q, %q", u0, u1)
+	}
+	if loaded, _ := h.Models(); len(loaded) != 2 || loaded[0].Weights != "r/w0" || loaded[1].Weights != "r/w1" {
+		t.Fatalf("models %+v, want r/w0 and r/w1", loaded)
+	}
+	got := make(chan string, 1)
+	go func() {
+		u, r := acquire("w2")
+		r()
+		got <- u
+	}()
+	for i := 0; h.SlotStats()[0].Waiting != 1; i++ {
+		if i == 100 {
+			t.Fatalf("w2 never waited: %+v", h.SlotStats())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	r1()
+	time.Sleep(20 * time.Millisecond)
+	r0()
+	// w1's server went idle first: w2 takes its place, w0 stays.
+	if u := <-got; u == u0 || u == "" {
+		t.Errorf("w2 served at %s, w0's server", u)
+	}
+	if loaded, _ := h.Models(); len(loaded) != 2 || loaded[0].Weights != "r/w0" || loaded[1].Weights != "r/w2" {
+		t.Errorf("models %+v, want r/w0 and r/w2", loaded)
+	}
+	if u, r := acquire("w0"); u != u0 {
+		t.Errorf("w0 moved from %s to %s", u0, u)
+	} else {
+		r()
+	}
+	if s := h.SlotStats()[0]; s.Loads != 3 || s.Waits != 1 {
+		t.Errorf("stats %+v, want 3 loads and 1 wait", s)
 	}
 }

@@ -114,16 +114,43 @@ func (h *Host) Acquire(ctx context.Context, hr schemas.Harness, run, weightsID s
 				return nil, nil, err
 			}
 		}
-		m := h.services[modelName]
-		if routed(ctx) && h.assigned != nil && !h.assigned[fleet.Key(run, weightsID)] && (m == nil || m.key != modelKey || !m.alive()) {
+		wk := fleet.Key(run, weightsID)
+		slots := max(hr.Model.PerHost, 1)
+		// The model server to use: one serving these weights, else an
+		// empty (or dead) slot, else the slot idle longest — switched to
+		// these weights. With every slot busy with other weights, wait.
+		slot, m := "", (*service)(nil)
+		for i := range slots {
+			if s := h.services[modelSlot(i)]; s != nil && s.key == modelKey && s.alive() {
+				slot, m = modelSlot(i), s
+				break
+			}
+		}
+		if m == nil && routed(ctx) && h.assigned != nil && !h.assigned[wk] {
 			// Taken by a poll that was waiting when the fleet moved these
 			// weights away: loading them would undo the fleet's switch.
 			endWait()
 			h.mu.Unlock()
-			return nil, nil, &MovedError{Weights: fleet.Key(run, weightsID)}
+			return nil, nil, &MovedError{Weights: wk}
 		}
-		if m != nil && m.key != modelKey && m.users > 0 && m.alive() {
-			// Other episodes still use the old weights: wait for them.
+		if m == nil {
+			for i := range slots {
+				if s := h.services[modelSlot(i)]; s == nil || !s.alive() {
+					slot = modelSlot(i)
+					break
+				}
+			}
+		}
+		if m == nil && slot == "" {
+			var since time.Time
+			for i := range slots {
+				if s := h.services[modelSlot(i)]; s.users == 0 && (slot == "" || s.idleSince.Before(since)) {
+					slot, since = modelSlot(i), s.idleSince
+				}
+			}
+		}
+		if m == nil && slot == "" {
+			// Other episodes still use the other weights: wait for them.
 			if waitStart.IsZero() {
 				waitStart = time.Now()
 				st := h.slots.of(run)
@@ -143,51 +170,61 @@ func (h *Host) Acquire(ctx context.Context, hr schemas.Harness, run, weightsID s
 			}
 		}
 		endWait()
-		if m != nil && m.key != modelKey {
-			h.slots.busy(time.Now()) // the slot is switched: no longer idle
-		}
-		spec := hr.Model.Service
-		spec.Name = modelName
-		local := filepath.Join(h.WorkDir, "weights", filepath.FromSlash(modelKey))
-		started := time.Now()
-		err := h.ensure(ctx, hr, spec, modelKey, vars, func() (map[string]string, error) {
-			var man schemas.WeightsManifest
-			err := store.Await(ctx, store.OutageWait, "fetch weights "+weightsID, func() (err error) {
-				man, err = weights.Fetch(ctx, h.Store, remote, local)
-				return err
-			})
-			if err != nil {
-				return nil, err
+		if m == nil {
+			old := h.services[slot]
+			if old != nil {
+				h.slots.busy(slot, time.Now()) // the slot is switched: no longer idle
 			}
-			if hr.Model.Vision {
-				if err := weights.CheckVision(manifestNames(man), remote); err != nil {
-					return nil, err
+			spec := hr.Model.Service
+			spec.Name = slot
+			local := filepath.Join(h.WorkDir, "weights", filepath.FromSlash(modelKey))
+			keep := map[string]bool{modelKey: true}
+			for i := range slots {
+				if s := h.services[modelSlot(i)]; s != nil && modelSlot(i) != slot {
+					keep[s.key] = true // weights other model servers serve
 				}
 			}
-			pruneWeights(filepath.Join(h.WorkDir, "weights"), modelKey)
-			return map[string]string{"weights": filepath.Join(local, hr.Model.WeightsFile), "served_name": hr.Model.ServedName}, nil
-		})
-		wk := fleet.Key(run, weightsID)
-		if f, ok := h.failed[modelName]; err != nil && ok && !f.at.Before(started) {
-			h.slots.loaded(ctx, run, time.Since(started), false)
-			// The fleet moves these weights to another host (Models).
-			h.loadFailed[wk] = fleet.Failure{At: f.at, Cause: f.err.Error()}
-		}
-		if err != nil {
-			h.mu.Unlock()
-			return nil, nil, err
-		}
-		if now := h.services[modelName]; now != m {
-			now.loadTook = time.Since(started)
-			h.slots.loaded(ctx, run, now.loadTook, true)
+			started := time.Now()
+			err := h.ensure(ctx, hr, spec, modelKey, vars, func() (map[string]string, error) {
+				var man schemas.WeightsManifest
+				err := store.Await(ctx, store.OutageWait, "fetch weights "+weightsID, func() (err error) {
+					man, err = weights.Fetch(ctx, h.Store, remote, local)
+					return err
+				})
+				if err != nil {
+					return nil, err
+				}
+				if hr.Model.Vision {
+					if err := weights.CheckVision(manifestNames(man), remote); err != nil {
+						return nil, err
+					}
+				}
+				pruneWeights(filepath.Join(h.WorkDir, "weights"), keep)
+				return map[string]string{"weights": filepath.Join(local, hr.Model.WeightsFile), "served_name": hr.Model.ServedName}, nil
+			})
+			if f, ok := h.failed[slot]; err != nil && ok && !f.at.Before(started) {
+				h.slots.loaded(ctx, run, time.Since(started), false)
+				// The fleet moves these weights to another host (Models).
+				h.loadFailed[wk] = fleet.Failure{At: f.at, Cause: f.err.Error()}
+			}
+			if err != nil {
+				h.mu.Unlock()
+				return nil, nil, err
+			}
+			m = h.services[slot]
+			m.loadTook = time.Since(started)
+			m.weights = wk
+			h.slots.loaded(ctx, run, m.loadTook, true)
 			delete(h.loadFailed, wk)
 		}
-		m = h.services[modelName]
-		m.weights = wk
 		if m.users == 0 {
-			h.slots.busy(time.Now())
+			h.slots.busy(slot, time.Now())
 		}
 		m.users++
+		// The episode's calls go to this model server (Episode.Upstream);
+		// the one upstream serves harnesses that read {model_url} less.
+		vars["model_port"] = strconv.Itoa(m.lease.Port)
+		vars["model_url"] = m.url
 		h.Proxy.SetUpstream(m.url)
 		h.mu.Unlock()
 		var once sync.Once
@@ -197,14 +234,27 @@ func (h *Host) Acquire(ctx context.Context, hr schemas.Harness, run, weightsID s
 				m.users--
 				if m.users == 0 {
 					m.idleSince = time.Now()
-				}
-				if m.users == 0 && h.services[modelName] == m {
-					h.slots.idle(run, time.Now())
+					if h.services[slot] == m {
+						h.slots.idleAt(slot, run, time.Now())
+					}
 				}
 				h.mu.Unlock()
 			})
 		}, nil
 	}
+}
+
+// modelSlot names model server i among a host's services: "model", then
+// "model#1", "model#2"… when a harness keeps several (per_host).
+func modelSlot(i int) string {
+	if i == 0 {
+		return modelName
+	}
+	return modelName + "#" + strconv.Itoa(i)
+}
+
+func isModelSlot(name string) bool {
+	return name == modelName || strings.HasPrefix(name, modelName+"#")
 }
 
 // MovedError refuses an episode whose weights the fleet has just moved
@@ -251,7 +301,7 @@ func (h *Host) ensure(ctx context.Context, hr schemas.Harness, spec schemas.Serv
 	// different configs on one host never stop each other's services; the
 	// model server has one slot and is switched when idle (acquire).
 	slot := spec.Name
-	if spec.Name != modelName {
+	if !isModelSlot(spec.Name) {
 		slot = spec.Name + "@" + key
 	}
 	if s := h.services[slot]; s != nil {
@@ -392,10 +442,10 @@ func httpProbe(method, url, body, expect string) func(context.Context) error {
 // pruneWeights removes the host's cached weights other than keep (a path
 // digest/run/weights/etag under root): the model slot serves one weights id
 // at a time, and checkpoints of earlier rounds would fill the disk.
-func pruneWeights(root, keep string) {
+func pruneWeights(root string, keep map[string]bool) {
 	dirs, _ := filepath.Glob(filepath.Join(root, "*", "*", "*", "*"))
 	for _, d := range dirs {
-		if rel, err := filepath.Rel(root, d); err == nil && strings.TrimSuffix(filepath.ToSlash(rel), ".manifest.json") != keep {
+		if rel, err := filepath.Rel(root, d); err == nil && !keep[strings.TrimSuffix(filepath.ToSlash(rel), ".manifest.json")] {
 			os.RemoveAll(d)
 		}
 	}
@@ -426,6 +476,11 @@ func (h *Host) Down(hr schemas.Harness) []string {
 			check(spec.Name, spec.Name+"@"+hr.Digest)
 		}
 	}
-	check("model server", modelName)
+	for name, s := range h.services {
+		if isModelSlot(name) && !s.alive() {
+			down = append(down, "model server")
+			break
+		}
+	}
 	return down
 }

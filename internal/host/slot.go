@@ -15,9 +15,15 @@ type SlotStats = schemas.SlotStats
 
 // slotLog keeps SlotStats by run; the caller holds h.mu.
 type slotLog struct {
-	runs      map[string]*SlotStats
-	idleRun   string    // run whose weights are loaded and unused
-	idleSince time.Time // zero: the slot is in use or empty
+	runs map[string]*SlotStats
+	// idle holds, by model slot, the run whose weights are loaded there
+	// unused and since when.
+	idle map[string]idleMark
+}
+
+type idleMark struct {
+	run   string
+	since time.Time
 }
 
 func (l *slotLog) of(run string) *SlotStats {
@@ -44,19 +50,26 @@ func (l *slotLog) loaded(ctx context.Context, run string, d time.Duration, ok bo
 	instr.ModelLoad(ctx, ok, d)
 }
 
-// idle marks the slot loaded with run's weights and unused from now; busy
-// ends such a stretch (the slot taken, switched or stopped).
-func (l *slotLog) idle(run string, now time.Time) {
-	l.busy(now)
-	l.idleRun, l.idleSince = run, now
+// idle marks model slot loaded with run's weights and unused from now;
+// busy ends such a stretch (the slot taken, switched or stopped), and
+// busy("") ends every slot's.
+func (l *slotLog) idleAt(slot, run string, now time.Time) {
+	l.busy(slot, now)
+	if l.idle == nil {
+		l.idle = map[string]idleMark{}
+	}
+	l.idle[slot] = idleMark{run: run, since: now}
 }
 
-func (l *slotLog) busy(now time.Time) {
-	if !l.idleSince.IsZero() {
-		d := now.Sub(l.idleSince)
-		l.of(l.idleRun).Idle += d
+func (l *slotLog) busy(slot string, now time.Time) {
+	for k, m := range l.idle {
+		if slot != "" && k != slot {
+			continue
+		}
+		d := now.Sub(m.since)
+		l.of(m.run).Idle += d
 		instr.ModelIdle(context.Background(), d)
-		l.idleSince = time.Time{}
+		delete(l.idle, k)
 	}
 }
 
@@ -68,8 +81,10 @@ func (h *Host) SlotStats() []SlotStats {
 	var out []SlotStats
 	for _, s := range h.slots.runs {
 		c := *s
-		if h.slots.idleRun == s.Run && !h.slots.idleSince.IsZero() {
-			c.Idle += time.Since(h.slots.idleSince)
+		for _, m := range h.slots.idle {
+			if m.run == s.Run {
+				c.Idle += time.Since(m.since)
+			}
 		}
 		out = append(out, c)
 	}
@@ -84,13 +99,17 @@ func (h *Host) Models() ([]fleet.Server, map[string]fleet.Failure) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var out []fleet.Server
-	if m := h.services[modelName]; m != nil && m.weights != "" && m.alive() {
+	for name, m := range h.services {
+		if !isModelSlot(name) || m.weights == "" || !m.alive() {
+			continue
+		}
 		sv := fleet.Server{Weights: m.weights, Busy: m.users, Load: m.loadTook}
 		if m.users == 0 {
 			sv.IdleSince = m.idleSince
 		}
 		out = append(out, sv)
 	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Weights < out[j].Weights })
 	failed := make(map[string]fleet.Failure, len(h.loadFailed))
 	for k, f := range h.loadFailed {
 		failed[k] = f
