@@ -31,6 +31,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/roundhouse-rl/roundhouse/harnesses/minimal/policy"
@@ -44,7 +45,7 @@ const maxTopLogprobs = 20
 
 // Server answers for one policy under one served model name.
 type Server struct {
-	p       *policy.Policy
+	p       atomic.Pointer[policy.Policy] // replaced by reload_weights
 	name    string
 	root    string
 	created int64
@@ -53,12 +54,75 @@ type Server struct {
 	rng *rand.Rand // for requests without a seed
 
 	readyAt time.Time // 503 to every request before this (ReadyAfter)
+
+	// Sleep mode (EnableSleepMode): vLLM's endpoints for swapping weights
+	// in a running server.
+	sleepMode bool
+	load      func() (*policy.Policy, error)
+	asleep    atomic.Int32 // 0 awake, else the level
 }
 
 // New serves p as model name; root is reported by /v1/models (the weights).
 func New(p *policy.Policy, name, root string) *Server {
-	return &Server{p: p, name: name, root: root, created: time.Now().Unix(),
+	s := &Server{name: name, root: root, created: time.Now().Unix(),
 		rng: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))}
+	s.p.Store(p)
+	return s
+}
+
+func (s *Server) pol() *policy.Policy { return s.p.Load() }
+
+// EnableSleepMode serves vLLM's sleep-mode endpoints, as vLLM does with
+// --enable-sleep-mode and VLLM_SERVER_DEV_MODE=1 (0.10.2 and later for
+// reload_weights): POST /sleep?level=1|2, POST /wake_up (?tags= accepted),
+// GET /is_sleeping and POST /collective_rpc {"method": "reload_weights"},
+// which reads the weights again through load (from the same path, where a
+// rollout host has put other weights). While asleep, completions are
+// answered 503. Call it before Handler.
+func (s *Server) EnableSleepMode(load func() (*policy.Policy, error)) {
+	s.sleepMode, s.load = true, load
+}
+
+func (s *Server) sleep(w http.ResponseWriter, r *http.Request) {
+	level := 1
+	if v := r.URL.Query().Get("level"); v == "2" {
+		level = 2
+	} else if v != "" && v != "1" {
+		apiError(w, http.StatusBadRequest, "", "level %q: give 1 or 2", v)
+		return
+	}
+	s.asleep.Store(int32(level))
+	w.WriteHeader(http.StatusOK)
+}
+
+func (s *Server) wake(w http.ResponseWriter, _ *http.Request) {
+	s.asleep.Store(0)
+	w.WriteHeader(http.StatusOK)
+}
+
+func (s *Server) isSleeping(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]bool{"is_sleeping": s.asleep.Load() != 0})
+}
+
+func (s *Server) rpc(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Method string `json:"method"`
+	}
+	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&req); err != nil {
+		apiError(w, http.StatusBadRequest, "", "body: %v", err)
+		return
+	}
+	if req.Method != "reload_weights" {
+		apiError(w, http.StatusBadRequest, "", "method %q: this server knows reload_weights", req.Method)
+		return
+	}
+	p, err := s.load()
+	if err != nil {
+		apiError(w, http.StatusInternalServerError, "", "reload_weights: %v", err)
+		return
+	}
+	s.p.Store(p)
+	writeJSON(w, http.StatusOK, map[string]any{"results": []any{nil}})
 }
 
 // ReadyAfter makes the server answer every request, /health included,
@@ -73,7 +137,19 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
 	mux.HandleFunc("GET /v1/models", s.models)
-	mux.HandleFunc("POST /v1/chat/completions", s.chat)
+	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) {
+		if s.asleep.Load() != 0 {
+			apiError(w, http.StatusServiceUnavailable, "", "the model is asleep (POST /wake_up)")
+			return
+		}
+		s.chat(w, r)
+	})
+	if s.sleepMode {
+		mux.HandleFunc("POST /sleep", s.sleep)
+		mux.HandleFunc("POST /wake_up", s.wake)
+		mux.HandleFunc("GET /is_sleeping", s.isSleeping)
+		mux.HandleFunc("POST /collective_rpc", s.rpc)
+	}
 	readyAt := s.readyAt
 	if readyAt.IsZero() {
 		return mux
@@ -200,7 +276,7 @@ func (s *Server) parse(r *request) (plan, string, error) {
 			if !slices.ContainsFunc(r.Tools, func(t policy.Tool) bool { return t.Function.Name == named.Function.Name }) {
 				return pl, "tool_choice", fmt.Errorf("tool_choice names %q, which is not in tools", named.Function.Name)
 			}
-			k, ok := s.p.ActionIndex(named.Function.Name)
+			k, ok := s.pol().ActionIndex(named.Function.Name)
 			if !ok {
 				return pl, "tool_choice", fmt.Errorf("the toy model cannot call %q: not one of its action tokens", named.Function.Name)
 			}
@@ -216,7 +292,7 @@ func (s *Server) parse(r *request) (plan, string, error) {
 		return pl, "tool_choice", fmt.Errorf("tool_choice %q needs tools", choice)
 	}
 	pl.callTools = len(r.Tools) > 0 && choice != "none"
-	prompt, images, err := s.p.Render(r.Messages, r.Tools)
+	prompt, images, err := s.pol().Render(r.Messages, r.Tools)
 	if err != nil {
 		return pl, "messages", err
 	}
@@ -232,11 +308,11 @@ func (s *Server) parse(r *request) (plan, string, error) {
 
 func (s *Server) sample(pl plan) policy.Completion {
 	if pl.rng != nil {
-		return s.p.Sample(pl.prompt, pl.temperature, pl.force, pl.rng, pl.images...)
+		return s.pol().Sample(pl.prompt, pl.temperature, pl.force, pl.rng, pl.images...)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.p.Sample(pl.prompt, pl.temperature, pl.force, s.rng, pl.images...)
+	return s.pol().Sample(pl.prompt, pl.temperature, pl.force, s.rng, pl.images...)
 }
 
 func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
@@ -329,7 +405,7 @@ func (s *Server) reply(pl plan, c policy.Completion) reply {
 		callID:  fmt.Sprintf("chatcmpl-tool-%016x%016x", rand.Uint64(), rand.Uint64()),
 		created: time.Now().Unix(),
 		ids:     c.IDs[:pl.maxTokens],
-		action:  s.p.ActionName(c.Action),
+		action:  s.pol().ActionName(c.Action),
 	}
 	for i := range rep.ids {
 		rep.logprobs = append(rep.logprobs, s.logprob(c, i, pl.topK))
@@ -368,17 +444,17 @@ func byteList(s string) []int {
 // alternatives. Tokens the model cannot emit there have probability 0,
 // reported as -9999.0 the way vLLM clamps -inf.
 func (s *Server) logprob(c policy.Completion, i, k int) logprob {
-	tok := s.p.Token(c.IDs[i])
+	tok := s.pol().Token(c.IDs[i])
 	e := logprob{topLogprob: topLogprob{tok, c.Logprobs[i], byteList(tok)}, TopLogprobs: []topLogprob{}}
 	if k == 0 {
 		return e
 	}
-	lp := make([]float64, len(s.p.Vocab))
+	lp := make([]float64, len(s.pol().Vocab))
 	for id := range lp {
 		lp[id] = -9999.0
 	}
 	if i == 0 {
-		for a, id := range s.p.Actions {
+		for a, id := range s.pol().Actions {
 			lp[id] = c.Dist[a]
 		}
 	} else {
@@ -390,7 +466,7 @@ func (s *Server) logprob(c policy.Completion, i, k int) logprob {
 	}
 	slices.SortStableFunc(ids, func(a, b int) int { return cmp.Compare(lp[b], lp[a]) })
 	for _, id := range ids[:min(k, len(ids))] {
-		t := s.p.Token(id)
+		t := s.pol().Token(id)
 		e.TopLogprobs = append(e.TopLogprobs, topLogprob{t, lp[id], byteList(t)})
 	}
 	return e

@@ -392,3 +392,51 @@ func TestReadyAfter(t *testing.T) {
 		t.Fatalf("completion after loading: %d %v", code, out)
 	}
 }
+
+// With sleep mode, the server sleeps (completions 503), reloads its
+// weights through its loader and wakes, as vLLM's endpoints do; without,
+// those endpoints do not exist.
+func TestSleepModeReloadsWeights(t *testing.T) {
+	p, err := policy.Load("../weights/w0/policy.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	loads := 0
+	s := New(p, "toy", "w0")
+	s.EnableSleepMode(func() (*policy.Policy, error) { loads++; return policy.Load("../weights/w0/policy.json") })
+	ts := httptest.NewServer(s.Handler())
+	defer ts.Close()
+	call := func(method, path, body string) int {
+		req, _ := http.NewRequest(method, ts.URL+path, strings.NewReader(body))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := call("POST", "/sleep?level=2", ""); got != 200 {
+		t.Fatalf("sleep: %d", got)
+	}
+	body, _ := chat(t, nil)
+	if status, _ := post(t, ts, body); status != http.StatusServiceUnavailable {
+		t.Errorf("a completion while asleep: %d, want 503", status)
+	}
+	if got := call("POST", "/collective_rpc", `{"method":"reload_weights"}`); got != 200 || loads != 1 {
+		t.Errorf("reload_weights: %d, %d loads", got, loads)
+	}
+	if got := call("POST", "/collective_rpc", `{"method":"update_config"}`); got != 400 {
+		t.Errorf("an unknown method: %d, want 400", got)
+	}
+	if got := call("POST", "/wake_up?tags=weights", ""); got != 200 {
+		t.Fatalf("wake_up: %d", got)
+	}
+	if status, _ := post(t, ts, body); status != http.StatusOK {
+		t.Errorf("a completion after waking: %d", status)
+	}
+	_, plain := setup(t)
+	req, _ := http.NewRequest("POST", plain.URL+"/sleep", nil)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 404 {
+		t.Errorf("sleep without sleep mode: %v %v", resp.StatusCode, err)
+	}
+}

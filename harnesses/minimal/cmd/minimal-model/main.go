@@ -11,6 +11,11 @@
 // load time: for that long after it starts listening, every request, the
 // /health readiness check included, is answered 503. Unset or 0: ready at
 // once.
+//
+// --enable-sleep-mode serves vLLM's sleep-mode endpoints (package server,
+// EnableSleepMode): POST /collective_rpc {"method": "reload_weights"}
+// reads --weights again, so a rollout host swaps weights without a
+// restart (harnesses/minimal/reload.yaml).
 package main
 
 import (
@@ -35,13 +40,14 @@ func main() {
 	weights := flag.String("weights", "", "policy.json to serve (required)")
 	listen := flag.String("listen", "127.0.0.1:18100", "HOST:PORT to listen on")
 	name := flag.String("served-name", "toy", "model name clients must ask for")
+	sleepMode := flag.Bool("enable-sleep-mode", false, "serve /sleep, /wake_up, /is_sleeping and /collective_rpc reload_weights, as vLLM does")
 	flag.Parse()
-	if err := run(*weights, *listen, *name); err != nil {
+	if err := run(*weights, *listen, *name, *sleepMode); err != nil {
 		log.Fatalf("minimal-model: %v", err)
 	}
 }
 
-func run(weights, listen, name string) error {
+func run(weights, listen, name string, sleepMode bool) error {
 	if weights == "" {
 		return errors.New("--weights is required")
 	}
@@ -58,6 +64,9 @@ func run(weights, listen, name string) error {
 		return fmt.Errorf("listen: %w", err)
 	}
 	model := server.New(p, name, weights)
+	if sleepMode {
+		model.EnableSleepMode(func() (*policy.Policy, error) { return policy.Load(weights) })
+	}
 	if delay > 0 {
 		model.ReadyAfter(delay)
 		fmt.Printf("minimal-model: loading for %s (MINIMAL_MODEL_START_DELAY)\n", delay)
