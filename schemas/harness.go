@@ -87,6 +87,19 @@ type ModelServer struct {
 	// keeps loaded at once (default 1). Above 1 it needs MemoryShare, and
 	// PerHost × MemoryShare plus the services' shares must fit in 1.
 	PerHost int `yaml:"per_host,omitempty" json:"per_host,omitempty"`
+	// Reload, when set, swaps the weights of a running model server
+	// instead of restarting it: {weights} is then a path the host points
+	// at the new weights before it sends these requests in order (vLLM:
+	// sleep, collective_rpc reload_weights, wake_up) and checks Ready.
+	Reload []ReloadStep `yaml:"reload,omitempty" json:"reload,omitempty"`
+}
+
+// ReloadStep is one request of a model server's in-place reload: POST
+// Post (a path) with Body; Expect, when set, must appear in the answer.
+type ReloadStep struct {
+	Post   string `yaml:"post" json:"post"`
+	Body   string `yaml:"body,omitempty" json:"body,omitempty"`
+	Expect string `yaml:"expect,omitempty" json:"expect,omitempty"`
 }
 
 // EpisodeSpec is the command that runs one episode as a subprocess.

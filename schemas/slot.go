@@ -10,6 +10,7 @@ import "time"
 type SlotStats struct {
 	Run      string        `json:"run"`
 	Loads    int           `json:"loads"`     // model-server starts for the run's weights
+	Reloads  int           `json:"reloads"`   // of them, weights swapped into a running server (model_server.reload)
 	Failed   int           `json:"failed"`    // starts that did not become ready
 	LoadTime time.Duration `json:"load_time"` // fetching weights and starting, summed
 	Idle     time.Duration `json:"idle"`      // loaded with the run's weights, no episode using it

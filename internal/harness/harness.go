@@ -332,6 +332,11 @@ func Check(h schemas.Harness) error {
 	if err := checkMemory(h); err != nil {
 		return err
 	}
+	for i, st := range h.Model.Reload {
+		if !strings.HasPrefix(st.Post, "/") {
+			return &FieldError{fmt.Sprintf("model_server.reload.%d.post", i), fmt.Errorf("%q: give the path to POST, e.g. /collective_rpc", st.Post)}
+		}
+	}
 	names := map[string]bool{"model": true}
 	for i, s := range h.Services {
 		at := fmt.Sprintf("services.%d", i)

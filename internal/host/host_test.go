@@ -327,3 +327,79 @@ func TestSeveralModelServers(t *testing.T) {
 		t.Errorf("stats %+v, want 3 loads and 1 wait", s)
 	}
 }
+
+// A harness that declares an in-place reload gets its weights swapped into
+// the running server (the stand-in's vLLM sleep-mode endpoints), not a
+// restart: same process and port, the new weights served; a reload that
+// fails falls back to a restart.
+func TestReloadInPlace(t *testing.T) {
+	stack := itest.Start(t)
+	bins := itest.Build(t, "./harnesses/minimal/cmd/minimal-model")
+	ctx := context.Background()
+	dir := t.TempDir()
+	src, err := os.ReadFile(filepath.Join(itest.Root(t), "harnesses/minimal/weights/w0/policy.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{"w0", "w1", "w2"} {
+		d := filepath.Join(dir, w)
+		os.Mkdir(d, 0o755)
+		os.WriteFile(filepath.Join(d, "policy.json"), src, 0o644)
+		files, err := weights.Dir(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := weights.Publish(ctx, stack.Store, schemas.Layout{Run: "r"}.Weights(w), files, schemas.WeightsManifest{WeightsID: w}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hr := schemas.Harness{Name: "toy", Dir: dir, Digest: "d"}
+	hr.Model.Command = []string{filepath.Join(bins, "minimal-model"), "--weights", "{weights}", "--listen", "127.0.0.1:{port}", "--enable-sleep-mode"}
+	hr.Model.Ready = schemas.Ready{HTTP: "/health"}
+	hr.Model.WeightsFile = "policy.json"
+	hr.Model.Reload = []schemas.ReloadStep{{Post: "/sleep?level=1"}, {Post: "/collective_rpc", Body: `{"method":"reload_weights"}`, Expect: "results"}, {Post: "/wake_up"}}
+	h, err := Start(ctx, Config{Store: stack.Store, WorkDir: filepath.Join(dir, "host"), ProxyListen: "127.0.0.1:0", Name: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	use := func(hr schemas.Harness, w string) string {
+		t.Helper()
+		vars, release, err := h.Acquire(ctx, hr, "r", w)
+		if err != nil {
+			t.Fatalf("acquire %s: %v", w, err)
+		}
+		release()
+		return vars["model_url"]
+	}
+	u0 := use(hr, "w0")
+	pid := h.services[modelName].proc
+	if u1 := use(hr, "w1"); u1 != u0 || h.services[modelName].proc != pid {
+		t.Fatalf("w1 restarted the server (%s → %s)", u0, u1)
+	}
+	target, err := os.Readlink(filepath.Join(dir, "host", "serving", "model"))
+	if err != nil || !strings.Contains(target, "/r/w1/") {
+		t.Errorf("serving path points at %q (%v), want w1's weights", target, err)
+	}
+	if loaded, _ := h.Models(); len(loaded) != 1 || loaded[0].Weights != "r/w1" {
+		t.Errorf("models %+v, want r/w1", loaded)
+	}
+	if s := h.SlotStats()[0]; s.Loads != 2 || s.Reloads != 1 {
+		t.Errorf("stats %+v, want 2 loads, 1 in place", s)
+	}
+	// A reload the server refuses: the host restarts it instead.
+	bad := hr
+	bad.Model.Reload = []schemas.ReloadStep{{Post: "/collective_rpc", Body: `{"method":"no_such_method"}`}}
+	if u2 := use(bad, "w2"); u2 == u0 {
+		t.Errorf("w2 served by the old process at %s after a failed reload", u2)
+	}
+	if s := h.SlotStats()[0]; s.Loads != 3 || s.Reloads != 1 {
+		t.Errorf("stats %+v, want 3 loads, 1 in place", s)
+	}
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	itest.Cleanup() // binaries Build made
+	os.Exit(code)
+}

@@ -170,37 +170,68 @@ func (h *Host) Acquire(ctx context.Context, hr schemas.Harness, run, weightsID s
 			}
 		}
 		endWait()
+		local := filepath.Join(h.WorkDir, "weights", filepath.FromSlash(modelKey))
+		keep := map[string]bool{modelKey: true}
+		for i := range slots {
+			if s := h.services[modelSlot(i)]; s != nil && modelSlot(i) != slot {
+				keep[s.key] = true // weights other model servers serve
+			}
+		}
+		fetch := func() error {
+			var man schemas.WeightsManifest
+			err := store.Await(ctx, store.OutageWait, "fetch weights "+weightsID, func() (err error) {
+				man, err = weights.Fetch(ctx, h.Store, remote, local)
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			if hr.Model.Vision {
+				if err := weights.CheckVision(manifestNames(man), remote); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
 		if m == nil {
 			old := h.services[slot]
 			if old != nil {
 				h.slots.busy(slot, time.Now()) // the slot is switched: no longer idle
 			}
-			spec := hr.Model.Service
-			spec.Name = slot
-			local := filepath.Join(h.WorkDir, "weights", filepath.FromSlash(modelKey))
-			keep := map[string]bool{modelKey: true}
-			for i := range slots {
-				if s := h.services[modelSlot(i)]; s != nil && modelSlot(i) != slot {
-					keep[s.key] = true // weights other model servers serve
+			// A model server that can swap weights in place does, when the
+			// slot holds one of the same harness config, idle.
+			if old != nil && old.alive() && old.users == 0 && len(hr.Model.Reload) > 0 && strings.HasPrefix(old.key, hr.Digest+"/") {
+				started := time.Now()
+				if err := h.reload(ctx, hr, old, slot, local, fetch); err != nil {
+					h.log.Warn("in-place reload failed; restarting the model server", "harness", hr.Name, "weights", wk, "error", err)
+				} else {
+					old.key, old.weights, old.loadTook = modelKey, wk, time.Since(started)
+					h.log.Info("model server reloaded in place", "harness", hr.Name, "weights", wk, "took", old.loadTook)
+					pruneWeights(filepath.Join(h.WorkDir, "weights"), keep)
+					h.slots.loaded(ctx, run, old.loadTook, true)
+					h.slots.of(run).Reloads++
+					delete(h.loadFailed, wk)
+					m = old
 				}
 			}
+		}
+		if m == nil {
+			spec := hr.Model.Service
+			spec.Name = slot
 			started := time.Now()
 			err := h.ensure(ctx, hr, spec, modelKey, vars, func() (map[string]string, error) {
-				var man schemas.WeightsManifest
-				err := store.Await(ctx, store.OutageWait, "fetch weights "+weightsID, func() (err error) {
-					man, err = weights.Fetch(ctx, h.Store, remote, local)
-					return err
-				})
-				if err != nil {
+				if err := fetch(); err != nil {
 					return nil, err
 				}
-				if hr.Model.Vision {
-					if err := weights.CheckVision(manifestNames(man), remote); err != nil {
+				pruneWeights(filepath.Join(h.WorkDir, "weights"), keep)
+				path := local
+				if len(hr.Model.Reload) > 0 {
+					// A path the host can point at other weights later.
+					if path, err = h.pointServing(slot, local); err != nil {
 						return nil, err
 					}
 				}
-				pruneWeights(filepath.Join(h.WorkDir, "weights"), keep)
-				return map[string]string{"weights": filepath.Join(local, hr.Model.WeightsFile), "served_name": hr.Model.ServedName}, nil
+				return map[string]string{"weights": filepath.Join(path, hr.Model.WeightsFile), "served_name": hr.Model.ServedName}, nil
 			})
 			if f, ok := h.failed[slot]; err != nil && ok && !f.at.Before(started) {
 				h.slots.loaded(ctx, run, time.Since(started), false)
@@ -241,6 +272,62 @@ func (h *Host) Acquire(ctx context.Context, hr schemas.Harness, run, weightsID s
 				h.mu.Unlock()
 			})
 		}, nil
+	}
+}
+
+// pointServing points model slot's serving path (what {weights} names
+// when the harness reloads in place) at the weights in local, replacing
+// what it pointed at in one rename, and returns the path.
+func (h *Host) pointServing(slot, local string) (string, error) {
+	link := filepath.Join(h.WorkDir, "serving", strings.ReplaceAll(slot, "#", "-"))
+	if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
+		return "", fmt.Errorf("serving path for %s: %w", slot, err)
+	}
+	tmp := link + ".new"
+	os.Remove(tmp)
+	if err := os.Symlink(local, tmp); err != nil {
+		return "", fmt.Errorf("serving path for %s: %w", slot, err)
+	}
+	if err := os.Rename(tmp, link); err != nil {
+		return "", fmt.Errorf("serving path for %s: %w", slot, err)
+	}
+	return link, nil
+}
+
+// reload swaps the weights of model server s in place: fetch them, point
+// its serving path at them, send the harness's reload requests, then wait
+// for its readiness check, all within its start timeout. Called with h.mu
+// held, as a start is. On failure the caller restarts the server.
+func (h *Host) reload(ctx context.Context, hr schemas.Harness, s *service, slot, local string, fetch func() error) error {
+	timeout := hr.Model.StartTimeout.D()
+	if timeout == 0 {
+		timeout = time.Minute
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := fetch(); err != nil {
+		return err
+	}
+	if _, err := h.pointServing(slot, local); err != nil {
+		return err
+	}
+	for i, st := range hr.Model.Reload {
+		if err := httpProbe(http.MethodPost, s.url+st.Post, st.Body, st.Expect)(ctx); err != nil {
+			return fmt.Errorf("reload step %d: %w", i+1, err)
+		}
+	}
+	logPath := filepath.Join(h.WorkDir, "logs", s.spec.Name+"-"+strings.NewReplacer("/", "-", ":", "-").Replace(s.key)+".log")
+	ready := readyCheck(hr.Model.Ready, s.url, logPath)
+	for {
+		err := ready(ctx)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("not ready after reload within %s: %w", timeout, err)
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
 }
 
