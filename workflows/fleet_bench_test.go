@@ -2,6 +2,7 @@ package workflows_test
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -44,15 +45,20 @@ import (
 //	go test -run '^$' -bench SharedFleet -benchtime 1x ./workflows/
 //	MINIMAL_MODEL_START_DELAY=2 go test -run '^$' -bench SharedFleet -benchtime 1x -timeout 60m ./workflows/
 func BenchmarkSharedFleet(b *testing.B) {
-	for _, mode := range []string{"together", "sequential"} {
+	for _, mode := range []string{"together", "sequential", "together-shared"} {
 		b.Run(mode, func(b *testing.B) {
 			itest.Slow(b)
-			cfg := fleetConfig{Hosts: 1, Slots: 4, Rounds: 2, Groups: 8, Sweep: 7, Parallel: 1, Together: mode == "together"}
+			cfg := fleetConfig{Hosts: 1, Slots: 4, Rounds: 2, Groups: 8, Sweep: 7, Parallel: 1, Together: mode != "sequential"}
+			if mode == "together-shared" {
+				// Two model servers per host, weights swapped in place.
+				cfg.Harness = "harnesses/minimal/shared.yaml"
+			}
 			var r fleetResult
 			for range b.N {
 				r = runSharedFleet(b, cfg)
 			}
 			b.ReportMetric(float64(r.Starts), "starts")
+			b.ReportMetric(float64(r.Reloads), "in-place")
 			b.ReportMetric(float64(r.Distinct), "distinct")
 			b.ReportMetric(r.LoadTime.Seconds(), "load-s")
 			b.ReportMetric(r.Train.Seconds(), "train-s")
@@ -62,9 +68,9 @@ func BenchmarkSharedFleet(b *testing.B) {
 			if delay == "" {
 				delay = "0"
 			}
-			b.Logf("%s, %d rollout host(s) × %d slots, model start delay %ss: %d model-server starts (%d failed) for %d distinct weights (%v starting them); "+
+			b.Logf("%s, %d rollout host(s) × %d slots, model start delay %ss: %d model-server starts (%d in place, %d failed) for %d distinct weights (%v starting them); "+
 				"training %v (%d episodes; started at +%v), sweep of %d weights (--parallel %d) %v (%d episodes; started at +%v), all %v",
-				mode, cfg.Hosts, cfg.Slots, delay, r.Starts, r.Failed, r.Distinct, r.LoadTime.Round(100*time.Millisecond),
+				mode, cfg.Hosts, cfg.Slots, delay, r.Starts, r.Reloads, r.Failed, r.Distinct, r.LoadTime.Round(100*time.Millisecond),
 				r.Train.Round(100*time.Millisecond), r.TrainEpisodes, r.TrainAt.Round(100*time.Millisecond),
 				cfg.Sweep, cfg.Parallel, r.Sweep.Round(100*time.Millisecond), r.SweepEpisodes, r.SweepAt.Round(100*time.Millisecond),
 				r.Wall.Round(100*time.Millisecond))
@@ -79,10 +85,12 @@ type fleetConfig struct {
 	Sweep          int // weights ids the sweep evaluates
 	Parallel       int // the sweep's --parallel
 	Together       bool
+	Harness        string // of both; "" is harnesses/minimal/harness.yaml
 }
 
 type fleetResult struct {
-	Starts   int           // model-server starts that became ready, all hosts
+	Starts   int           // model-server starts that became ready, all hosts, in-place reloads included
+	Reloads  int           // of them, weights swapped into a running server
 	Failed   int           // model-server starts that did not
 	Distinct int           // distinct weights the hosts served: the fewest starts possible
 	LoadTime time.Duration // fetching weights and starting model servers, summed
@@ -142,7 +150,7 @@ func runSharedFleet(b *testing.B, cfg fleetConfig) fleetResult {
 			b.Fatal(err)
 		}
 	}
-	config := filepath.Join(root, "harnesses/minimal/harness.yaml")
+	config := filepath.Join(root, cmp.Or(cfg.Harness, "harnesses/minimal/harness.yaml"))
 	// A schedule that is not due during the benchmark (1 January, 03:00):
 	// the trigger below starts the sweep.
 	run(b, stack.Starter(ctx, b, bins, "sweep", "create", "--name", "fleet", "--cron", "0 3 1 1 *",
@@ -247,8 +255,10 @@ func runSharedFleet(b *testing.B, cfg fleetConfig) fleetResult {
 	// per start that became ready; a failed start logs none), checked
 	// against each host's roundhouse.model.loads counter.
 	for i, l := range logs[1:] {
-		n := countLines(b, l, "service ready", "service=model")
+		reloads := countLines(b, l, "model server reloaded in place")
+		n := countLines(b, l, "service ready", "service=model") + reloads
 		r.Starts += n
+		r.Reloads += reloads
 		m := scrape(ctx, b, metrics[i])
 		loads, ok := m[`roundhouse_model_loads_total{ok="true"}`]
 		if !ok || int(loads) != n {
@@ -280,7 +290,7 @@ func timeline(b *testing.B, path string) {
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		t := sc.Text()
-		if strings.Contains(t, "serving weights") || strings.Contains(t, "weights queue") || (strings.Contains(t, "service ready") && strings.Contains(t, "service=model")) {
+		if strings.Contains(t, "serving weights") || strings.Contains(t, "weights queue") || strings.Contains(t, "reloaded in place") || (strings.Contains(t, "service ready") && strings.Contains(t, "service=model")) {
 			lines = append(lines, t)
 		}
 	}
