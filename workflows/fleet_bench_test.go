@@ -117,8 +117,10 @@ func runSharedFleet(b *testing.B, cfg fleetConfig) fleetResult {
 	defer cancel()
 
 	env := []string{}
-	if d := os.Getenv("MINIMAL_MODEL_START_DELAY"); d != "" {
-		env = append(env, "MINIMAL_MODEL_START_DELAY="+d)
+	for _, v := range []string{"MINIMAL_MODEL_START_DELAY", "MINIMAL_MODEL_RELOAD_DELAY"} {
+		if d := os.Getenv(v); d != "" {
+			env = append(env, v+"="+d)
+		}
 	}
 	stack.StartWorker(b, bins, "control", "--roles", "control,train", "--workdir", filepath.Join(stack.Dir, "work-control"))
 	logs := []string{filepath.Join(stack.Dir, "worker-control.log")}

@@ -15,7 +15,9 @@
 // --enable-sleep-mode serves vLLM's sleep-mode endpoints (package server,
 // EnableSleepMode): POST /collective_rpc {"method": "reload_weights"}
 // reads --weights again, so a rollout host swaps weights without a
-// restart (harnesses/minimal/reload.yaml).
+// restart (harnesses/minimal/shared.yaml). MINIMAL_MODEL_RELOAD_DELAY
+// (seconds, like the start delay) makes each reload take that long, as
+// reading a big checkpoint does.
 package main
 
 import (
@@ -51,7 +53,11 @@ func run(weights, listen, name string, sleepMode bool) error {
 	if weights == "" {
 		return errors.New("--weights is required")
 	}
-	delay, err := startDelay(os.Getenv("MINIMAL_MODEL_START_DELAY"))
+	delay, err := startDelay("MINIMAL_MODEL_START_DELAY", os.Getenv("MINIMAL_MODEL_START_DELAY"))
+	if err != nil {
+		return err
+	}
+	reloadDelay, err := startDelay("MINIMAL_MODEL_RELOAD_DELAY", os.Getenv("MINIMAL_MODEL_RELOAD_DELAY"))
 	if err != nil {
 		return err
 	}
@@ -65,7 +71,10 @@ func run(weights, listen, name string, sleepMode bool) error {
 	}
 	model := server.New(p, name, weights)
 	if sleepMode {
-		model.EnableSleepMode(func() (*policy.Policy, error) { return policy.Load(weights) })
+		model.EnableSleepMode(func() (*policy.Policy, error) {
+			time.Sleep(reloadDelay)
+			return policy.Load(weights)
+		})
 	}
 	if delay > 0 {
 		model.ReadyAfter(delay)
@@ -96,15 +105,15 @@ func run(weights, listen, name string, sleepMode bool) error {
 	return nil
 }
 
-// startDelay reads MINIMAL_MODEL_START_DELAY: seconds, fractions allowed;
+// startDelay reads a delay variable (name): seconds, fractions allowed;
 // empty is none.
-func startDelay(v string) (time.Duration, error) {
+func startDelay(name, v string) (time.Duration, error) {
 	if v == "" {
 		return 0, nil
 	}
 	sec, err := strconv.ParseFloat(v, 64)
 	if err != nil || !(sec >= 0 && sec <= 24*3600) { // NaN fails too
-		return 0, fmt.Errorf("MINIMAL_MODEL_START_DELAY=%q: give seconds, e.g. 20 or 0.5", v)
+		return 0, fmt.Errorf("%s=%q: give seconds, e.g. 20 or 0.5", name, v)
 	}
 	return time.Duration(sec * float64(time.Second)), nil
 }
