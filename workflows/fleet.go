@@ -2,6 +2,8 @@ package workflows
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -204,7 +206,7 @@ func tellUnservable(ctx workflow.Context, s *fleet.State, bad []fleet.Unservable
 // when the assignment, the waiting or the run's loads do.
 func tellNotes(ctx workflow.Context, s *fleet.State, stats map[string][]schemas.SlotStats, sent map[string]string) {
 	by := map[string][]string{}
-	for _, h := range sortedKeys(s.Assign) {
+	for _, h := range slices.Sorted(maps.Keys(s.Assign)) {
 		for _, w := range s.Assign[h] {
 			by[w] = append(by[w], h)
 		}
@@ -225,7 +227,7 @@ func tellNotes(ctx workflow.Context, s *fleet.State, stats map[string][]schemas.
 		}
 		var loads, waits int
 		var loading time.Duration
-		for _, h := range sortedKeys(stats) {
+		for _, h := range slices.Sorted(maps.Keys(stats)) {
 			for _, x := range stats[h] {
 				if x.Run == d.Run {
 					loads += x.Loads
@@ -247,15 +249,6 @@ func tellNotes(ctx workflow.Context, s *fleet.State, stats map[string][]schemas.
 			delete(sent, key)
 		}
 	}
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 func sortedDemandKeys(s *fleet.State) []string {

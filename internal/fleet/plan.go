@@ -8,6 +8,7 @@ package fleet
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -160,7 +161,7 @@ func (p Policy) Plan(s *State, now time.Time) []Unservable {
 	s.Removed = nil
 
 	// 1. Hosts gone silent.
-	for _, name := range sortedKeys(s.Hosts) {
+	for _, name := range slices.Sorted(maps.Keys(s.Hosts)) {
 		if now.Sub(s.Hosts[name].Seen) > p.Lease {
 			delete(s.Hosts, name)
 			delete(s.Assign, name)
@@ -175,7 +176,7 @@ func (p Policy) Plan(s *State, now time.Time) []Unservable {
 
 	// Demand by weights.
 	byW := map[string]*weightsDemand{}
-	for _, k := range sortedKeys(s.Demands) {
+	for _, k := range slices.Sorted(maps.Keys(s.Demands)) {
 		d := s.Demands[k]
 		w := byW[d.Weights]
 		if w == nil {
@@ -239,7 +240,7 @@ func (p Policy) Plan(s *State, now time.Time) []Unservable {
 
 	// 2. Weights that failed on their host, or nobody wants and the host
 	// has not loaded.
-	for _, name := range sortedKeys(s.Assign) {
+	for _, name := range slices.Sorted(maps.Keys(s.Assign)) {
 		h := s.Hosts[name]
 		s.Assign[name] = slices.DeleteFunc(s.Assign[name], func(w string) bool {
 			return failed(h, w) || (byW[w] == nil && h.server(w) == nil && !s.expected(w, now, p))
@@ -247,7 +248,7 @@ func (p Policy) Plan(s *State, now time.Time) []Unservable {
 	}
 	served := func() map[string][]string {
 		out := map[string][]string{}
-		for _, name := range sortedKeys(s.Assign) {
+		for _, name := range slices.Sorted(maps.Keys(s.Assign)) {
 			for _, w := range s.Assign[name] {
 				out[w] = append(out[w], name)
 			}
@@ -280,7 +281,7 @@ func (p Policy) Plan(s *State, now time.Time) []Unservable {
 
 	// 3. Idle servers give way when other weights wait.
 	if len(unserved()) > 0 {
-		for _, name := range sortedKeys(s.Assign) {
+		for _, name := range slices.Sorted(maps.Keys(s.Assign)) {
 			h := s.Hosts[name]
 			s.Assign[name] = slices.DeleteFunc(s.Assign[name], func(w string) bool {
 				sv := h.server(w)
@@ -408,7 +409,7 @@ func (p Policy) before(s *State, byW map[string]*weightsDemand, urgency func(str
 // takes from weights that keep another server.
 func (p Policy) place(s *State, now time.Time, w string, urgency func(string) int, failed func(*Host, string) bool, spread bool, perHost func(string) int) string {
 	best, bestScore := "", -1
-	for _, name := range sortedKeys(s.Hosts) {
+	for _, name := range slices.Sorted(maps.Keys(s.Hosts)) {
 		h := s.Hosts[name]
 		if failed(h, w) || slices.Contains(s.Assign[name], w) || len(s.Assign[name]) >= s.capacity(h, append(s.Assign[name], w), perHost) {
 			continue
@@ -431,7 +432,7 @@ func (p Policy) place(s *State, now time.Time, w string, urgency func(string) in
 		}
 	}
 	victimHost, victim, victimUrg, victimBusy := "", "", urgency(w), 0
-	for _, name := range sortedKeys(s.Assign) {
+	for _, name := range slices.Sorted(maps.Keys(s.Assign)) {
 		h := s.Hosts[name]
 		if failed(h, w) || slices.Contains(s.Assign[name], w) {
 			continue
@@ -484,7 +485,7 @@ func (p Policy) failedEverywhere(s *State, w string, failed func(*Host, string) 
 
 func (p Policy) causes(s *State, w string) string {
 	var parts []string
-	for _, name := range sortedKeys(s.Hosts) {
+	for _, name := range slices.Sorted(maps.Keys(s.Hosts)) {
 		if f, ok := s.Hosts[name].Failed[w]; ok {
 			parts = append(parts, name+": "+f.Cause)
 		}
@@ -516,18 +517,9 @@ func (h *Host) server(w string) *Server {
 	return nil
 }
 
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}
-
 func sortedAssign(m map[string][]string) [][2]string {
 	var out [][2]string
-	for _, name := range sortedKeys(m) {
+	for _, name := range slices.Sorted(maps.Keys(m)) {
 		for _, w := range m[name] {
 			out = append(out, [2]string{name, w})
 		}

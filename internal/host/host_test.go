@@ -135,16 +135,7 @@ func TestSlotStats(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	for _, rw := range [][2]string{{"a", "w0"}, {"b", "w1"}, {"c", "w0"}} {
-		w := filepath.Join(dir, rw[0]+rw[1])
-		os.Mkdir(w, 0o755)
-		os.WriteFile(filepath.Join(w, "policy.json"), []byte(`{"run":"`+rw[0]+`"}`), 0o644)
-		files, err := weights.Dir(w)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, _, err := weights.Publish(ctx, stack.Store, schemas.Layout{Run: rw[0]}.Weights(rw[1]), files, schemas.WeightsManifest{WeightsID: rw[1]}); err != nil {
-			t.Fatal(err)
-		}
+		publishPolicy(t, stack.Store, dir, rw[0], rw[1], []byte(`{"run":"`+rw[0]+`"}`))
 	}
 	hr := schemas.Harness{Name: "toy", Dir: dir, Digest: "d"}
 	hr.Model.Command = []string{"sh", "-c", "echo ready; exec sleep 60"}
@@ -260,16 +251,7 @@ func TestSeveralModelServers(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	for _, w := range []string{"w0", "w1", "w2"} {
-		d := filepath.Join(dir, w)
-		os.Mkdir(d, 0o755)
-		os.WriteFile(filepath.Join(d, "policy.json"), []byte(`{"w":"`+w+`"}`), 0o644)
-		files, err := weights.Dir(d)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, _, err := weights.Publish(ctx, stack.Store, schemas.Layout{Run: "r"}.Weights(w), files, schemas.WeightsManifest{WeightsID: w}); err != nil {
-			t.Fatal(err)
-		}
+		publishPolicy(t, stack.Store, dir, "r", w, []byte(`{"w":"`+w+`"}`))
 	}
 	hr := schemas.Harness{Name: "toy", Dir: dir, Digest: "d"}
 	hr.Model.Command = []string{"sh", "-c", "echo ready; exec sleep 60"}
@@ -342,16 +324,7 @@ func TestReloadInPlace(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, w := range []string{"w0", "w1", "w2"} {
-		d := filepath.Join(dir, w)
-		os.Mkdir(d, 0o755)
-		os.WriteFile(filepath.Join(d, "policy.json"), src, 0o644)
-		files, err := weights.Dir(d)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, _, err := weights.Publish(ctx, stack.Store, schemas.Layout{Run: "r"}.Weights(w), files, schemas.WeightsManifest{WeightsID: w}); err != nil {
-			t.Fatal(err)
-		}
+		publishPolicy(t, stack.Store, dir, "r", w, src)
 	}
 	hr := schemas.Harness{Name: "toy", Dir: dir, Digest: "d"}
 	hr.Model.Command = []string{filepath.Join(bins, "minimal-model"), "--weights", "{weights}", "--listen", "127.0.0.1:{port}", "--enable-sleep-mode"}
@@ -402,4 +375,24 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	itest.Cleanup() // binaries Build made
 	os.Exit(code)
+}
+
+// publishPolicy publishes weights id of run: one policy.json holding body,
+// written under dir first.
+func publishPolicy(t *testing.T, s *store.Store, dir, run, id string, body []byte) {
+	t.Helper()
+	d := filepath.Join(dir, run+"-"+id)
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(d, "policy.json"), body, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	files, err := weights.Dir(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := weights.Publish(context.Background(), s, schemas.Layout{Run: run}.Weights(id), files, schemas.WeightsManifest{WeightsID: id}); err != nil {
+		t.Fatal(err)
+	}
 }
