@@ -213,18 +213,19 @@ func tellNotes(ctx workflow.Context, s *fleet.State, stats map[string][]schemas.
 	}
 	for _, key := range sortedDemandKeys(s) {
 		d := s.Demands[key]
-		text := fmt.Sprintf("weights `%s` (priority %d): ", d.Weights, d.Priority)
+		where := fmt.Sprintf("weights `%s` (priority %d): ", d.Weights, d.Priority)
 		switch at, waiting := s.Waiting[d.Weights]; {
 		case len(by[d.Weights]) > 0:
-			text += "served by " + strings.Join(by[d.Weights], ", ")
+			where += "served by " + strings.Join(by[d.Weights], ", ")
 		case waiting:
-			text += "waiting for a rollout host since " + at.UTC().Format("15:04:05") + " UTC"
+			where += "waiting for a rollout host since " + at.UTC().Format("15:04:05") + " UTC"
 			if s.Boost[d.Weights] {
-				text += ", boosted ahead of every priority"
+				where += ", boosted ahead of every priority"
 			}
 		default:
-			text += "not assigned yet"
+			where += "not assigned yet"
 		}
+		text, waitingNow := where, len(by[d.Weights]) == 0
 		var loads, waits int
 		var loading time.Duration
 		for _, h := range slices.Sorted(maps.Keys(stats)) {
@@ -242,7 +243,7 @@ func tellNotes(ctx workflow.Context, s *fleet.State, stats map[string][]schemas.
 		}
 		sent[key] = text
 		// Not waited on: a workflow that ended has nothing to show.
-		workflow.SignalExternalWorkflow(ctx, d.Key, "", api.FleetNoteSignal, api.FleetNote{Weights: d.Weights, Text: text})
+		workflow.SignalExternalWorkflow(ctx, d.Key, "", api.FleetNoteSignal, api.FleetNote{Weights: d.Weights, Text: text, Where: where, Waiting: waitingNow})
 	}
 	for key := range sent {
 		if _, ok := s.Demands[key]; !ok {

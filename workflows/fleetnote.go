@@ -10,12 +10,16 @@ import (
 // by which hosts, or waiting since when; the run's model-server loads),
 // for its current details in the Temporal UI.
 type fleetNote struct {
-	text string
+	text    string
+	where   string // last passed on to the parent
+	waiting bool   // and whether it said the weights wait
 }
 
 // watchFleetNotes starts receiving the fleet's notes; onChange runs after
-// each. With toParent the note is passed on to the parent workflow (an
-// Episodes chunk to its Train or Eval), where the user looks first.
+// each. With toParent, weights that wait are passed on to the parent
+// workflow (an Episodes chunk to its Train or Eval), where the user looks
+// first, and once more when they are served; the run's loads are in the
+// chunk's note and `starter status`.
 func watchFleetNotes(ctx workflow.Context, onChange func(), toParent bool) *fleetNote {
 	n := &fleetNote{}
 	ch := workflow.GetSignalChannel(ctx, api.FleetNoteSignal)
@@ -29,9 +33,13 @@ func watchFleetNotes(ctx workflow.Context, onChange func(), toParent bool) *flee
 				continue
 			}
 			n.text = note.Text
-			if p := workflow.GetInfo(ctx).ParentWorkflowExecution; toParent && p != nil {
-				// Not waited on: a parent that ended has nothing to show.
-				workflow.SignalExternalWorkflow(ctx, p.ID, "", api.FleetNoteSignal, note)
+			if p := workflow.GetInfo(ctx).ParentWorkflowExecution; toParent && p != nil && note.Where != n.where && (note.Waiting || n.waiting) {
+				// Only while the weights wait, and once when they are
+				// served again: each signal is a few events of the
+				// parent's history. Not waited on: a parent that ended
+				// has nothing to show.
+				n.where, n.waiting = note.Where, note.Waiting
+				workflow.SignalExternalWorkflow(ctx, p.ID, "", api.FleetNoteSignal, api.FleetNote{Weights: note.Weights, Text: note.Where})
 			}
 			onChange()
 		}

@@ -40,6 +40,12 @@ const (
 type FleetNote struct {
 	Weights string
 	Text    string
+	// Where is Text's first part, where the weights stand (served by, or
+	// waiting since). A parent is sent it only while its weights wait and
+	// once when they are served again: each signal is a few events of the
+	// run's history.
+	Where   string `json:",omitempty"`
+	Waiting bool   `json:",omitempty"`
 }
 
 // Queries the fleet answers.
