@@ -78,7 +78,7 @@ type Policy struct {
 }
 
 // DefaultPolicy is what a fleet runs with unless told otherwise.
-var DefaultPolicy = Policy{Lease: 45 * time.Second, MaxWait: 10 * time.Minute, IdleGrace: 3 * time.Second, ParkFor: 30 * time.Second, ExpectFor: 2 * time.Minute, FailedFor: 5 * time.Minute}
+var DefaultPolicy = Policy{Lease: 20 * time.Second, MaxWait: 10 * time.Minute, IdleGrace: 3 * time.Second, ParkFor: 30 * time.Second, ExpectFor: 2 * time.Minute, FailedFor: 5 * time.Minute}
 
 // State is what the Fleet workflow keeps between decisions.
 type State struct {

@@ -80,7 +80,7 @@ type HostReport struct {
 
 // ReportEvery is how often a host reports when nothing changes; the fleet
 // drops a host silent for fleet.Policy.Lease.
-const ReportEvery = 10 * time.Second
+const ReportEvery = 5 * time.Second
 
 // Assignment is what one host should serve: weights keys, at most its
 // number of model servers.
