@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -32,11 +33,14 @@ func TestTrainSurvivesWorkerKill(t *testing.T) {
 	defer cancel()
 
 	first := stack.StartWorker(t, bins, "first")
-	const run, groups, attempts = "itest-kill", 4, 3
+	// 8 × 3 episodes on 4 slots: the collection lasts long enough that a
+	// progress poll sees it under way (with 4 × 3 a fast machine could
+	// finish it between two polls).
+	const run, groups, attempts = "itest-kill", 8, 3
 	starter := stack.Starter(ctx, t, bins, "train",
 		"--config", filepath.Join(root, "harnesses/minimal/harness.yaml"), "--run", run,
 		"--weights", filepath.Join(root, "harnesses/minimal/weights/w0"), "--rounds", "1",
-		"--groups", "4", "--attempts", "3", "--var", "bin="+bins, "--heartbeat-timeout", "5s", "--detach")
+		"--groups", strconv.Itoa(groups), "--attempts", strconv.Itoa(attempts), "--var", "bin="+bins, "--heartbeat-timeout", "5s", "--detach")
 	if out, err := starter.CombinedOutput(); err != nil {
 		t.Fatalf("starter: %v\n%s", err, out)
 	}
@@ -49,11 +53,16 @@ func TestTrainSurvivesWorkerKill(t *testing.T) {
 	id := api.WorkflowID(run)
 	// Wait until collection is under way, then kill the worker mid-phase.
 	for {
-		if p, err := api.QueryProgress(ctx, c, run); err == nil && p.Phase == schemas.PhaseTrain && p.Episodes.Done >= 2 {
+		p, err := api.QueryProgress(ctx, c, run)
+		if err == nil && p.Phase == schemas.PhaseTrain && p.Episodes.Done >= 2 {
 			if p.Episodes.Done >= p.Episodes.Total {
 				t.Fatalf("collection finished before the kill: %+v", p)
 			}
 			break
+		}
+		// Past collection without the kill: fail now, not at the timeout.
+		if err == nil && p.Phase != "" && p.Phase != schemas.PhaseVal && p.Phase != schemas.PhaseTrain && p.Phase != "report" {
+			t.Fatalf("collection finished between two progress polls (phase %s): nothing to kill mid-collection", p.Phase)
 		}
 		select {
 		case <-ctx.Done():
