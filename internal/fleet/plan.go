@@ -411,7 +411,7 @@ func (p Policy) place(s *State, now time.Time, w string, urgency func(string) in
 	best, bestScore := "", -1
 	for _, name := range slices.Sorted(maps.Keys(s.Hosts)) {
 		h := s.Hosts[name]
-		if failed(h, w) || slices.Contains(s.Assign[name], w) || len(s.Assign[name]) >= s.capacity(h, append(s.Assign[name], w), perHost) {
+		if failed(h, w) || slices.Contains(s.Assign[name], w) || len(s.Assign[name]) >= s.capacity(h, slices.Concat(s.Assign[name], []string{w}), perHost) {
 			continue
 		}
 		score := 1
