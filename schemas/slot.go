@@ -18,3 +18,16 @@ type SlotStats struct {
 	WaitTime time.Duration `json:"wait_time"`
 	Waiting  int           `json:"waiting"` // episodes waiting now
 }
+
+// Add sums o's figures into s (Run stays s's): a host's, or a run's
+// across hosts.
+func (s *SlotStats) Add(o SlotStats) {
+	s.Loads += o.Loads
+	s.Reloads += o.Reloads
+	s.Failed += o.Failed
+	s.LoadTime += o.LoadTime
+	s.Idle += o.Idle
+	s.Waits += o.Waits
+	s.WaitTime += o.WaitTime
+	s.Waiting += o.Waiting
+}

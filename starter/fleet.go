@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -17,11 +19,7 @@ import (
 // run is set), then the weights episodes wait for.
 func renderFleet(w io.Writer, st api.FleetStatus, run string, now time.Time) {
 	s := st.State
-	names := make([]string, 0, len(s.Hosts))
-	for n := range s.Hosts {
-		names = append(names, n)
-	}
-	sort.Strings(names)
+	names := slices.Sorted(maps.Keys(s.Hosts))
 	if run == "" {
 		fmt.Fprintf(w, "\nrollout fleet: %d hosts\n", len(names))
 	} else {
@@ -41,12 +39,7 @@ func renderFleet(w io.Writer, st api.FleetStatus, run string, now time.Time) {
 			if run != "" && x.Run != run {
 				continue
 			}
-			sum.Loads += x.Loads
-			sum.Failed += x.Failed
-			sum.LoadTime += x.LoadTime
-			sum.Idle += x.Idle
-			sum.Waits += x.Waits
-			sum.Waiting += x.Waiting
+			sum.Add(x)
 		}
 		loads := fmt.Sprint(sum.Loads)
 		if sum.Failed > 0 {
@@ -55,12 +48,7 @@ func renderFleet(w io.Writer, st api.FleetStatus, run string, now time.Time) {
 		fmt.Fprintf(w, "  %-16s %-28s %-34s %6s %9s %9s %7d %8d\n", n, dash(strings.Join(s.Assign[n], ", ")), dash(strings.Join(loaded, ", ")),
 			loads, sum.LoadTime.Round(100*time.Millisecond), sum.Idle.Round(time.Second), sum.Waits, sum.Waiting)
 	}
-	by := map[string][]string{}
-	for h, ws := range s.Assign {
-		for _, w := range ws {
-			by[w] = append(by[w], h)
-		}
-	}
+	by := s.ServedBy()
 	keys := make([]string, 0, len(s.Demands))
 	for k, d := range s.Demands {
 		if run == "" || d.Run == run {
@@ -81,7 +69,6 @@ func renderFleet(w io.Writer, st api.FleetStatus, run string, now time.Time) {
 	fmt.Fprintf(w, "  %-32s %-10s %4s %8s %-20s %s\n", "WEIGHTS", "PRIORITY", "", "EPISODES", "SERVED BY", "UNSERVED FOR")
 	for _, k := range keys {
 		d := s.Demands[k]
-		sort.Strings(by[d.Weights])
 		wait := "—"
 		if at, ok := s.Waiting[d.Weights]; ok {
 			wait = now.Sub(at).Round(time.Second).String()

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -121,7 +120,7 @@ func Fleet(ctx workflow.Context, in api.FleetInput) error {
 				TaskQueue: api.ControlQueue, StartToCloseTimeout: time.Minute,
 				RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 3},
 			})
-			checking = workflow.ExecuteActivity(summarized(cctx, "fleet: drop demand of closed workflows"), control.ClosedWorkflows, sortedDemandKeys(&s))
+			checking = workflow.ExecuteActivity(summarized(cctx, "fleet: drop demand of closed workflows"), control.ClosedWorkflows, slices.Sorted(maps.Keys(s.Demands)))
 		}
 		bad := p.Plan(&s, now)
 		for name := range stats {
@@ -185,7 +184,7 @@ func tellUnservable(ctx workflow.Context, s *fleet.State, bad []fleet.Unservable
 			continue
 		}
 		notified[u.Weights] = u.Cause
-		for _, key := range sortedDemandKeys(s) {
+		for _, key := range slices.Sorted(maps.Keys(s.Demands)) {
 			d := s.Demands[key]
 			if d.Weights != u.Weights {
 				continue
@@ -205,13 +204,8 @@ func tellUnservable(ctx workflow.Context, s *fleet.State, bad []fleet.Unservable
 // when it changed. The notes hold no running clock, so they change only
 // when the assignment, the waiting or the run's loads do.
 func tellNotes(ctx workflow.Context, s *fleet.State, stats map[string][]schemas.SlotStats, sent map[string]string) {
-	by := map[string][]string{}
-	for _, h := range slices.Sorted(maps.Keys(s.Assign)) {
-		for _, w := range s.Assign[h] {
-			by[w] = append(by[w], h)
-		}
-	}
-	for _, key := range sortedDemandKeys(s) {
+	by := s.ServedBy()
+	for _, key := range slices.Sorted(maps.Keys(s.Demands)) {
 		d := s.Demands[key]
 		where := fmt.Sprintf("weights `%s` (priority %d): ", d.Weights, d.Priority)
 		switch at, waiting := s.Waiting[d.Weights]; {
@@ -226,18 +220,15 @@ func tellNotes(ctx workflow.Context, s *fleet.State, stats map[string][]schemas.
 			where += "not assigned yet"
 		}
 		text, waitingNow := where, len(by[d.Weights]) == 0
-		var loads, waits int
-		var loading time.Duration
+		var run schemas.SlotStats
 		for _, h := range slices.Sorted(maps.Keys(stats)) {
 			for _, x := range stats[h] {
 				if x.Run == d.Run {
-					loads += x.Loads
-					loading += x.LoadTime
-					waits += x.Waits
+					run.Add(x)
 				}
 			}
 		}
-		text += fmt.Sprintf(" · run %s on the fleet: %d model-server loads (%s loading), %d episodes waited for a server", d.Run, loads, loading.Round(time.Second), waits)
+		text += fmt.Sprintf(" · run %s on the fleet: %d model-server loads (%s loading), %d episodes waited for a server", d.Run, run.Loads, run.LoadTime.Round(time.Second), run.Waits)
 		if sent[key] == text {
 			continue
 		}
@@ -252,15 +243,6 @@ func tellNotes(ctx workflow.Context, s *fleet.State, stats map[string][]schemas.
 	}
 }
 
-func sortedDemandKeys(s *fleet.State) []string {
-	keys := make([]string, 0, len(s.Demands))
-	for k := range s.Demands {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}
-
 // fleetMarkdown is the fleet's current details in the Temporal UI: each
 // host with what it serves and what it has loaded, then the demand.
 func fleetMarkdown(s fleet.State, stats map[string][]schemas.SlotStats, now time.Time) string {
@@ -268,40 +250,25 @@ func fleetMarkdown(s fleet.State, stats map[string][]schemas.SlotStats, now time
 	fmt.Fprintf(&b, "**fleet**: %d rollout hosts, %d episode sets waiting for weights, %d assignment changes\n\n", len(s.Hosts), len(s.Demands), s.Changes)
 	if len(s.Hosts) > 0 {
 		b.WriteString("| host | assigned | loaded (busy) | loads | loading | idle | waited |\n|---|---|---|---|---|---|---|\n")
-		names := make([]string, 0, len(s.Hosts))
-		for n := range s.Hosts {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		for _, n := range names {
+		for _, n := range slices.Sorted(maps.Keys(s.Hosts)) {
 			h := s.Hosts[n]
 			var loaded []string
 			for _, sv := range h.Loaded {
 				loaded = append(loaded, fmt.Sprintf("%s (%d)", sv.Weights, sv.Busy))
 			}
-			var loads, waits int
-			var loading, idle time.Duration
+			var sum schemas.SlotStats
 			for _, st := range stats[n] {
-				loads += st.Loads
-				waits += st.Waits
-				loading += st.LoadTime
-				idle += st.Idle
+				sum.Add(st)
 			}
 			fmt.Fprintf(&b, "| %s | %s | %s | %d | %s | %s | %d |\n", n, strings.Join(s.Assign[n], ", "), strings.Join(loaded, ", "),
-				loads, loading.Round(time.Second), idle.Round(time.Second), waits)
+				sum.Loads, sum.LoadTime.Round(time.Second), sum.Idle.Round(time.Second), sum.Waits)
 		}
 	}
 	if len(s.Demands) > 0 {
 		b.WriteString("\n| weights | run | priority | episodes | served by | waiting |\n|---|---|---|---|---|---|\n")
-		by := map[string][]string{}
-		for h, ws := range s.Assign {
-			for _, w := range ws {
-				by[w] = append(by[w], h)
-			}
-		}
-		for _, key := range sortedDemandKeys(&s) {
+		by := s.ServedBy()
+		for _, key := range slices.Sorted(maps.Keys(s.Demands)) {
 			d := s.Demands[key]
-			sort.Strings(by[d.Weights])
 			wait := "—"
 			if at, ok := s.Waiting[d.Weights]; ok {
 				wait = now.Sub(at).Round(time.Second).String()

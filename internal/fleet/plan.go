@@ -246,15 +246,7 @@ func (p Policy) Plan(s *State, now time.Time) []Unservable {
 			return failed(h, w) || (byW[w] == nil && h.server(w) == nil && !s.expected(w, now, p))
 		})
 	}
-	served := func() map[string][]string {
-		out := map[string][]string{}
-		for _, name := range slices.Sorted(maps.Keys(s.Assign)) {
-			for _, w := range s.Assign[name] {
-				out[w] = append(out[w], name)
-			}
-		}
-		return out
-	}
+	served := s.ServedBy
 	// Unserved weights, most urgent first.
 	unserved := func() []string {
 		sv := served()
@@ -366,6 +358,17 @@ func (p Policy) Plan(s *State, now time.Time) []Unservable {
 	}
 	if fmt.Sprint(sortedAssign(s.Assign)) != before {
 		s.Changes++
+	}
+	return out
+}
+
+// ServedBy returns the hosts assigned each weights, in name order.
+func (s *State) ServedBy() map[string][]string {
+	out := map[string][]string{}
+	for _, name := range slices.Sorted(maps.Keys(s.Assign)) {
+		for _, w := range s.Assign[name] {
+			out[w] = append(out[w], name)
+		}
 	}
 	return out
 }
