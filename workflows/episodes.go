@@ -80,7 +80,7 @@ func Episodes(ctx workflow.Context, in api.EpisodesInput) (api.Tally, error) {
 			in.Phase, in.Round, t.Done, t.Total, t.Valid, t.Successes, t.Lost, t.Skipped, reruns, note.markdown()+fails.markdown()))
 	}
 	fails = watchFailures(ctx, details)
-	note = watchFleetNotes(ctx, details, true)
+	note = watchFleetNotes(ctx, details, false)
 	var rollout *activities.Rollout
 	cells := map[string]api.Cell{}
 	// results holds each episode's counted result: a rerun takes its
