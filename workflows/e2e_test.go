@@ -32,10 +32,11 @@ func TestTrainSurvivesWorkerKill(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 
-	first := stack.StartWorker(t, bins, "first")
-	// 8 × 3 episodes on 4 slots: the collection lasts long enough that a
-	// progress poll sees it under way (with 4 × 3 a fast machine could
-	// finish it between two polls).
+	// The first worker holds each episode 1 s, so its collection of 8 × 3
+	// episodes on 4 slots lasts at least 6 s and a progress poll sees it
+	// under way: without the delay the toy can collect them all between two
+	// polls (CI, stop 20). The second worker runs at full speed.
+	first := stack.StartWorkerEnv(t, bins, "first", []string{"MINIMAL_EPISODE_DELAY=1s"})
 	const run, groups, attempts = "itest-kill", 8, 3
 	starter := stack.Starter(ctx, t, bins, "train",
 		"--config", filepath.Join(root, "harnesses/minimal/harness.yaml"), "--run", run,
