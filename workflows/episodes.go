@@ -25,7 +25,11 @@ func Episodes(ctx workflow.Context, in api.EpisodesInput) (api.Tally, error) {
 	// waited in the one rollout queue.
 	queue := api.RolloutQueue
 	routed := workflow.GetVersion(ctx, "weights-queues", workflow.DefaultVersion, 1) == 1
+	// The fleet spreads weights by the episodes left to run (design §10,
+	// rule 5); histories from before did not tell it.
+	backlog := routed && workflow.GetVersion(ctx, "backlog-to-fleet", workflow.DefaultVersion, 1) == 1
 	var demand api.DemandChange
+	var telling workflow.Future // a backlog update on its way to the fleet
 	if routed {
 		wk := fleet.Key(in.Run, in.Weights)
 		queue = api.WeightsQueue(wk)
@@ -41,6 +45,9 @@ func Episodes(ctx workflow.Context, in api.EpisodesInput) (api.Tally, error) {
 			// Also when the chunk is cancelled: the fleet must stop
 			// serving weights nobody waits for.
 			dctx, _ := workflow.NewDisconnectedContext(ctx)
+			if telling != nil {
+				_ = telling.Get(dctx, nil) // the fleet hears the update before the end
+			}
 			done := demand
 			done.Done, done.Again = true, in.Again
 			if err := tellFleet(dctx, done); err != nil {
@@ -87,9 +94,32 @@ func Episodes(ctx workflow.Context, in api.EpisodesInput) (api.Tally, error) {
 	// counts back before its new try is counted.
 	results := map[string]activities.EpisodeResult{}
 	var accepted []activities.AcceptedTry
+	// pending counts episodes scheduled and not finished. Each time it
+	// falls to three quarters of what the fleet was last told, the fleet
+	// is told again: a handful of updates per chunk keep its count within
+	// a third of the truth.
+	pending, told := 0, len(in.Cells)
+	tellLeft := func() {
+		if !backlog || telling != nil || pending <= 0 || pending > told*3/4 {
+			return
+		}
+		told = pending
+		left := demand
+		left.Left, left.Demand.Remaining = true, pending
+		f, set := workflow.NewFuture(ctx)
+		telling = f
+		workflow.Go(ctx, func(ctx workflow.Context) {
+			if err := tellFleet(ctx, left); err != nil {
+				workflow.GetLogger(ctx).Warn("fleet not told the episodes left; it spreads by the count it has", "error", err)
+			}
+			telling = nil
+			set.Set(nil, nil)
+		})
+	}
 	sel := workflow.NewSelector(ctx)
 	// run schedules one episode; retryBase > 0 is a rerun (RetryBase).
 	run := func(cell api.Cell, retryBase int32) {
+		pending++
 		id := schemas.EpisodeID(in.Round, in.Phase, cell.Group, cell.Attempt)
 		label := fmt.Sprintf("%s task %d %s init %d", id, cell.Task.ID, cell.Task.Name, cell.InitID)
 		if retryBase > 0 {
@@ -109,6 +139,8 @@ func Episodes(ctx workflow.Context, in api.EpisodesInput) (api.Tally, error) {
 			}
 			count(&t, r, 1)
 			results[id] = r
+			pending--
+			tellLeft()
 			if r.Try != "" && !r.Recorded && !r.Skipped {
 				accepted = append(accepted, activities.AcceptedTry{EpisodeID: r.EpisodeID, Try: r.Try})
 			}
@@ -159,7 +191,9 @@ func Episodes(ctx workflow.Context, in api.EpisodesInput) (api.Tally, error) {
 		details()
 		if routed && n > 0 {
 			// The reruns queue afresh: the fleet unparks the weights.
-			if err := tellFleet(ctx, demand); err != nil {
+			again := demand
+			again.Demand.Remaining, told = pending, pending
+			if err := tellFleet(ctx, again); err != nil {
 				return t, err
 			}
 		}
@@ -176,7 +210,10 @@ func Episodes(ctx workflow.Context, in api.EpisodesInput) (api.Tally, error) {
 func tellFleet(ctx workflow.Context, d api.DemandChange) error {
 	var control *activities.Control
 	what := "episodes wait for weights " + d.Demand.Weights
-	if d.Done {
+	switch {
+	case d.Left:
+		what = fmt.Sprintf("%d episodes left with weights %s", d.Demand.Remaining, d.Demand.Weights)
+	case d.Done:
 		what = "episodes done with weights " + d.Demand.Weights
 	}
 	if err := workflow.ExecuteActivity(summarized(controlContext(ctx), "fleet: "+what), control.Demand, d).Get(ctx, nil); err != nil {

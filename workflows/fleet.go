@@ -72,6 +72,13 @@ func Fleet(ctx workflow.Context, in api.FleetInput) error {
 			}
 			return
 		}
+		if c.Left {
+			if old, ok := s.Demands[d.Key]; ok {
+				old.Remaining = d.Remaining
+				s.Demands[d.Key] = old
+			}
+			return
+		}
 		if old, ok := s.Demands[d.Key]; ok {
 			d.Since = old.Since
 		} else {

@@ -154,8 +154,91 @@ func TestUnservableStopsEpisodes(t *testing.T) {
 	if tl.Lost != 2 || !strings.Contains(tl.Unservable, "weights w0 could not be loaded on any rollout host: h1: out of memory") {
 		t.Errorf("tally %+v", tl)
 	}
+	changes = slices.DeleteFunc(changes, func(c api.DemandChange) bool { return c.Left })
 	if len(changes) != 2 || changes[0].Done || !changes[1].Done || changes[0].Demand.Weights != "r/w0" || changes[0].Demand.Priority != fleet.TrainPriority || changes[0].Demand.Episodes != 2 {
 		t.Errorf("demand changes %+v", changes)
+	}
+}
+
+// A chunk tells the fleet how many episodes it has left each time the
+// count falls to three quarters of what it last told, before it ends;
+// the fleet takes the count for a standing demand only.
+func TestEpisodesTellWhatIsLeft(t *testing.T) {
+	env := bareEnv()
+	var ro *activities.Rollout
+	var ctrl *activities.Control
+	var cells []api.Cell
+	for i := range 12 {
+		cells = append(cells, api.Cell{Task: schemas.Task{ID: 0, Name: "a"}, InitID: 45, Group: int32(i)})
+		// Episode i ends after i+1 minutes of the test's clock.
+		env.OnActivity(ro.RunEpisode, mock.Anything, mock.MatchedBy(func(in activities.EpisodeInput) bool { return in.Group == int32(i) })).
+			Return(activities.EpisodeResult{Valid: true, Try: "try0-x"}, nil).After(time.Duration(i+1) * time.Minute)
+	}
+	env.OnActivity(ctrl.Publish, mock.Anything, mock.Anything).Return(activities.PublishResult{}, nil)
+	var changes []api.DemandChange
+	env.OnActivity(ctrl.Demand, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, d api.DemandChange) error {
+			changes = append(changes, d)
+			return nil
+		})
+	env.ExecuteWorkflow(Episodes, api.EpisodesInput{Run: "r", Round: 1, Phase: schemas.PhaseTrain, Weights: "w0",
+		Cells: cells, InfraTries: 1, StartToClose: time.Hour, Heartbeat: time.Minute})
+	if err := env.GetWorkflowError(); err != nil {
+		t.Fatal(err)
+	}
+	if len(changes) < 3 || changes[0].Left || changes[0].Done || !changes[len(changes)-1].Done {
+		t.Fatalf("demand changes %+v: want the demand, updates, then done", changes)
+	}
+	last := len(cells)
+	for _, c := range changes[1 : len(changes)-1] {
+		if !c.Left || c.Demand.Remaining <= 0 || c.Demand.Remaining > last*3/4 {
+			t.Errorf("update %+v after telling %d left", c, last)
+		}
+		last = c.Demand.Remaining
+	}
+	if last > 2 {
+		t.Errorf("the last update said %d left of 12", last)
+	}
+
+	// The fleet takes an update for a standing demand, keeping its
+	// Since, and ignores one that comes after the demand ended.
+	fenv, _ := fleetEnv()
+	var ctrl2 *activities.Control
+	fenv.OnActivity(ctrl2.ClosedWorkflows, mock.Anything, mock.Anything).Return([]string{}, nil).Maybe()
+	var before, during, after map[string]fleet.Demand
+	status := func() map[string]fleet.Demand {
+		v, err := fenv.QueryWorkflow(api.FleetStatusQuery)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st api.FleetStatus
+		if err := v.Get(&st); err != nil {
+			t.Fatal(err)
+		}
+		return st.State.Demands
+	}
+	fenv.RegisterDelayedCallback(func() {
+		fenv.SignalWorkflow(api.DemandSignal, changes[0])
+	}, time.Second)
+	fenv.RegisterDelayedCallback(func() { before = status() }, 2*time.Second)
+	fenv.RegisterDelayedCallback(func() {
+		fenv.SignalWorkflow(api.DemandSignal, changes[1])
+	}, 5*time.Second)
+	fenv.RegisterDelayedCallback(func() { during = status() }, 6*time.Second)
+	fenv.RegisterDelayedCallback(func() {
+		fenv.SignalWorkflow(api.DemandSignal, changes[len(changes)-1])
+		fenv.SignalWorkflow(api.DemandSignal, changes[1])
+	}, 7*time.Second)
+	fenv.RegisterDelayedCallback(func() { after = status() }, 8*time.Second)
+	fenv.RegisterDelayedCallback(fenv.CancelWorkflow, 9*time.Second)
+	fenv.ExecuteWorkflow(Fleet, api.FleetInput{})
+	key := changes[0].Demand.Key
+	d, ok := during[key]
+	if !ok || d.Remaining != changes[1].Demand.Remaining || d.Episodes != 12 || !d.Since.Equal(before[key].Since) {
+		t.Errorf("demand after the update: %+v (present %v)", d, ok)
+	}
+	if len(after) != 0 {
+		t.Errorf("an update after the end brought the demand back: %+v", after)
 	}
 }
 

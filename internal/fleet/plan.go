@@ -52,15 +52,27 @@ type Host struct {
 // Demand is a set of episodes waiting for one weights: an Episodes
 // workflow's, registered when it starts and removed when it ends.
 type Demand struct {
-	Key      string    `json:"key"` // the Episodes workflow id
-	Run      string    `json:"run"`
-	Weights  string    `json:"weights"` // weights key
-	Priority int       `json:"priority"`
-	Episodes int       `json:"episodes"`
-	Since    time.Time `json:"since"`
+	Key      string `json:"key"` // the Episodes workflow id
+	Run      string `json:"run"`
+	Weights  string `json:"weights"` // weights key
+	Priority int    `json:"priority"`
+	Episodes int    `json:"episodes"`
+	// Remaining is how many of Episodes had not finished when the
+	// workflow last said (it tells each time the count falls by a
+	// quarter); 0 is all of them.
+	Remaining int       `json:"remaining,omitempty"`
+	Since     time.Time `json:"since"`
 	// PerHost is how many model servers of its harness fit on one host
 	// (model_server.per_host; 0 is 1).
 	PerHost int `json:"per_host,omitempty"`
+}
+
+// Left is how many of d's episodes have not finished, at most.
+func (d Demand) Left() int {
+	if d.Remaining > 0 {
+		return min(d.Remaining, d.Episodes)
+	}
+	return d.Episodes
 }
 
 // Key names weights across runs: the same weights id in two runs are two
@@ -110,6 +122,7 @@ type weightsDemand struct {
 	priority int
 	perHost  int
 	episodes int
+	left     int       // episodes not finished, at most
 	since    time.Time // its first demand's
 	latest   time.Time // its latest demand's: episodes queued since
 }
@@ -132,8 +145,13 @@ type weightsDemand struct {
 //     waiting), take a free server — preferring a host that has them
 //     loaded already — or else the server of the least urgent weights
 //     that is strictly less urgent than they are.
-//  5. Weights whose every server is saturated (all slots busy) take free
-//     servers, or servers of less urgent weights that have several.
+//  5. Weights with more episodes left than their hosts run at once —
+//     enough to fill one more host's slots — take free servers, or
+//     servers of less urgent weights that have several; not while a host
+//     that has them loaded has a free slot (it would be polling their
+//     queue, so nothing of theirs is queued). A host still loading counts
+//     as the slots it will run, so a large phase loads on every host it
+//     needs at once rather than one after another.
 //
 // Weights that wait MaxWait unserved are Boosted until their demand ends,
 // so nothing waits without bound; a host where weights failed to load
@@ -186,6 +204,7 @@ func (p Policy) Plan(s *State, now time.Time) []Unservable {
 		w.perHost = min(w.perHost, max(d.PerHost, 1))
 		w.priority = min(w.priority, d.Priority)
 		w.episodes += d.Episodes
+		w.left += d.Left()
 		if d.Since.Before(w.since) {
 			w.since = d.Since
 		}
@@ -333,15 +352,18 @@ func (p Policy) Plan(s *State, now time.Time) []Unservable {
 	}
 	wait()
 
-	// 5. Saturated weights spread to more hosts.
+	// 5. Weights with a backlog spread to more hosts.
 	ws := make([]string, 0, len(byW))
 	for w := range byW {
 		ws = append(ws, w)
 	}
 	sort.Slice(ws, func(i, j int) bool { return p.before(s, byW, urgency, ws[i], ws[j]) })
 	for _, w := range ws {
+		if _, parked := s.Parked[w]; parked {
+			continue // nothing of theirs is queued
+		}
 		for range len(s.Hosts) {
-			if !p.saturated(s, w, served()[w]) {
+			if !s.backlogged(w, byW[w].left, served()[w]) {
 				break
 			}
 			name := p.place(s, now, w, urgency, failed, true, perHost)
@@ -461,20 +483,30 @@ func (p Policy) place(s *State, now time.Time, w string, urgency func(string) in
 	return victimHost
 }
 
-// saturated says whether every host assigned w has it loaded with all
-// its slots busy: episodes of w may be waiting in its queue.
-func (p Policy) saturated(s *State, w string, hosts []string) bool {
+// backlogged says whether weights w, served by hosts, have more episodes
+// left than those hosts run at once, by at least the slots of the
+// smallest live host: another host would have a full load of them. A
+// host with w loaded and a slot free says w's queue is empty: it polls
+// whenever a slot is free.
+func (s *State) backlogged(w string, left int, hosts []string) bool {
 	if len(hosts) == 0 {
 		return false
 	}
+	running := 0
 	for _, name := range hosts {
 		h := s.Hosts[name]
-		sv := h.server(w)
-		if sv == nil || sv.Busy < max(h.Slots, 1) {
+		if h.server(w) != nil && h.free() > 0 {
 			return false
 		}
+		running += max(h.Slots, 1)
 	}
-	return true
+	smallest := 0
+	for _, h := range s.Hosts {
+		if smallest == 0 || max(h.Slots, 1) < smallest {
+			smallest = max(h.Slots, 1)
+		}
+	}
+	return left-running >= smallest
 }
 
 func (p Policy) failedEverywhere(s *State, w string, failed func(*Host, string) bool) bool {
@@ -509,6 +541,15 @@ func (s *State) capacity(h *Host, ws []string, perHost func(string) int) int {
 		n = h.Servers
 	}
 	return max(n, 1)
+}
+
+// free is how many of h's slots no episode uses.
+func (h *Host) free() int {
+	busy := 0
+	for _, sv := range h.Loaded {
+		busy += sv.Busy
+	}
+	return max(h.Slots, 1) - busy
 }
 
 func (h *Host) server(w string) *Server {

@@ -27,6 +27,9 @@ func demand(key, weights string, prio int, since time.Time) Demand {
 	return Demand{Key: key, Run: strings.Split(weights, "/")[0], Weights: weights, Priority: prio, Episodes: 30, Since: since}
 }
 
+// few makes d a phase one host runs at once: it never spreads.
+func few(d Demand) Demand { d.Episodes = 4; return d }
+
 func state(hosts ...*Host) *State {
 	s := &State{Hosts: map[string]*Host{}, Demands: map[string]Demand{}}
 	for _, h := range hosts {
@@ -193,7 +196,7 @@ func TestSilentHostIsReplaced(t *testing.T) {
 	h2 := host("h2", 1, t0)
 	h3 := host("h3", 1, t0, Server{Weights: "tr/w0", IdleSince: t0.Add(-time.Hour)})
 	s := state(h1, h2, h3)
-	s.Demands["train"] = demand("train", "tr/w0", TrainPriority, t0)
+	s.Demands["train"] = few(demand("train", "tr/w0", TrainPriority, t0))
 	plan(s, t0)
 	wantAssign(t, s, map[string][]string{"h3": {"tr/w0"}})
 
@@ -210,7 +213,7 @@ func TestSilentHostIsReplaced(t *testing.T) {
 func TestFailedWeightsMoveThenStop(t *testing.T) {
 	h1, h2 := host("h1", 1, t0), host("h2", 1, t0)
 	s := state(h1, h2)
-	s.Demands["train"] = demand("train", "tr/w0", TrainPriority, t0)
+	s.Demands["train"] = few(demand("train", "tr/w0", TrainPriority, t0))
 	plan(s, t0)
 	wantAssign(t, s, map[string][]string{"h1": {"tr/w0"}})
 
@@ -232,26 +235,61 @@ func TestFailedWeightsMoveThenStop(t *testing.T) {
 	wantAssign(t, s, map[string][]string{"h1": {"tr/w0"}})
 }
 
-// Weights whose servers are all busy spread to free hosts, and to hosts
-// of less urgent weights that have more than one; not otherwise.
-func TestSaturatedWeightsSpread(t *testing.T) {
-	h1, h2, h3 := host("h1", 1, t0), host("h2", 1, t0), host("h3", 1, t0)
+// Weights with more episodes left than their hosts run at once spread to
+// as many hosts as the rest would fill, all at once while they load; not
+// while a host that has them loaded has a slot free, and not to take a
+// less urgent weights' only server.
+func TestBacklogSpreads(t *testing.T) {
+	h1, h2, h3, h4 := host("h1", 1, t0), host("h2", 1, t0), host("h3", 1, t0), host("h4", 1, t0)
 	s := state(h1, h2, h3)
-	s.Demands["train"] = demand("train", "tr/w0", TrainPriority, t0)
+	s.Demands["train"] = few(demand("train", "tr/w0", TrainPriority, t0))
 	plan(s, t0)
 	wantAssign(t, s, map[string][]string{"h1": {"tr/w0"}})
-
-	h1.Loaded = []Server{{Weights: "tr/w0", Busy: 3}}
+	// 9 episodes: 5 more than h1 runs at once fill h2's 4 slots.
+	d := s.Demands["train"]
+	d.Episodes = 9
+	s.Demands["train"] = d
 	plan(s, t0.Add(time.Second))
-	wantAssign(t, s, map[string][]string{"h1": {"tr/w0"}})
-
-	h1.Loaded = []Server{{Weights: "tr/w0", Busy: 4}}
-	plan(s, t0.Add(2*time.Second))
 	wantAssign(t, s, map[string][]string{"h1": {"tr/w0"}, "h2": {"tr/w0"}})
 
-	// A sweep arrives: it takes the free host, not a training server.
-	s.Demands["sweep-a"] = demand("sweep-a", "sw/a", EvalPriority, t0.Add(3*time.Second))
-	plan(s, t0.Add(3*time.Second))
+	// 30 episodes on hosts not loaded yet: every host at once.
+	s = state(h1, h2, h3)
+	s.Demands["train"] = demand("train", "tr/w0", TrainPriority, t0)
+	plan(s, t0)
+	wantAssign(t, s, map[string][]string{"h1": {"tr/w0"}, "h2": {"tr/w0"}, "h3": {"tr/w0"}})
+
+	// A fourth host comes while h1 has the weights loaded and a slot
+	// free: nothing of them is queued, h4 stays free.
+	s.Hosts["h4"] = h4
+	h1.Loaded = []Server{{Weights: "tr/w0", Busy: 3}}
+	plan(s, t0.Add(time.Second))
+	wantAssign(t, s, map[string][]string{"h1": {"tr/w0"}, "h2": {"tr/w0"}, "h3": {"tr/w0"}})
+	// h1 full, h2 and h3 still loading: 30 left fill h4 as well.
+	h1.Loaded = []Server{{Weights: "tr/w0", Busy: 4}}
+	plan(s, t0.Add(2*time.Second))
+	wantAssign(t, s, map[string][]string{"h1": {"tr/w0"}, "h2": {"tr/w0"}, "h3": {"tr/w0"}, "h4": {"tr/w0"}})
+
+	// Told 15 left with three hosts: 3 more than they run do not fill a
+	// fourth, which a new demand then takes.
+	s = state(h1, h2, h3, h4)
+	d = demand("train", "tr/w0", TrainPriority, t0)
+	d.Remaining = 15
+	s.Demands["train"] = d
+	h1.Loaded = []Server{{Weights: "tr/w0", Busy: 4}}
+	plan(s, t0)
+	wantAssign(t, s, map[string][]string{"h1": {"tr/w0"}, "h2": {"tr/w0"}, "h3": {"tr/w0"}})
+	s.Demands["sweep-a"] = demand("sweep-a", "sw/a", EvalPriority, t0.Add(time.Second))
+	plan(s, t0.Add(time.Second))
+	wantAssign(t, s, map[string][]string{"h1": {"tr/w0"}, "h2": {"tr/w0"}, "h3": {"tr/w0"}, "h4": {"sw/a"}})
+
+	// Training with 30 left takes a less urgent sweep's second server,
+	// never its only one.
+	h1.Loaded, h2.Loaded = nil, nil
+	s = state(h1, h2, h3)
+	s.Assign = map[string][]string{"h2": {"sw/a"}, "h3": {"sw/a"}}
+	s.Demands["sweep-a"] = demand("sweep-a", "sw/a", EvalPriority, t0)
+	s.Demands["train"] = demand("train", "tr/w0", TrainPriority, t0.Add(time.Second))
+	plan(s, t0.Add(time.Second))
 	wantAssign(t, s, map[string][]string{"h1": {"tr/w0"}, "h2": {"tr/w0"}, "h3": {"sw/a"}})
 }
 

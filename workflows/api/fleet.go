@@ -69,6 +69,10 @@ type DemandChange struct {
 	// weights again soon (a round's collection after its validation): the
 	// fleet keeps their server for them (fleet.Policy.ExpectFor).
 	Again bool `json:",omitempty"`
+	// Left updates a standing demand's Remaining, nothing else: not its
+	// Since, not its parking, since nothing new is queued. A demand the
+	// fleet no longer holds stays gone.
+	Left bool `json:",omitempty"`
 }
 
 // HostReport is a rollout host's state, sent when what it serves changes
