@@ -429,6 +429,12 @@ func runSharedFleet(b *testing.B, cfg fleetConfig) fleetResult {
 		}
 	}
 	r.Distinct = len(distinct)
+	if testing.Verbose() {
+		// What the fleet says of each host (loads, loading and idle time),
+		// where the code has it.
+		out, err := stack.Starter(ctx, b, bins, "status").CombinedOutput()
+		b.Logf("starter status (error: %v):\n%s", err, out)
+	}
 	return r
 }
 
