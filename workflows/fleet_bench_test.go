@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
 	"github.com/roundhouse-rl/roundhouse/internal/itest"
+	"github.com/roundhouse-rl/roundhouse/internal/rig"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/internal/weights"
 	"github.com/roundhouse-rl/roundhouse/schemas"
@@ -48,44 +50,99 @@ func BenchmarkSharedFleet(b *testing.B) {
 	for _, mode := range []string{"together", "sequential", "together-shared"} {
 		b.Run(mode, func(b *testing.B) {
 			itest.Slow(b)
-			cfg := fleetConfig{Hosts: 1, Slots: 4, Rounds: 2, Groups: 8, Sweep: 7, Parallel: 1, Together: mode != "sequential"}
+			cfg := fleetConfig{Hosts: 1, Slots: 4, Rounds: 2, Groups: 8, Sweeps: []int{7}, Parallel: 1, Together: mode != "sequential"}
 			if mode == "together-shared" {
 				// Two model servers per host, weights swapped in place.
 				cfg.Harness = "harnesses/minimal/shared.yaml"
 			}
-			var r fleetResult
-			for range b.N {
-				r = runSharedFleet(b, cfg)
-			}
-			b.ReportMetric(float64(r.Starts), "starts")
-			b.ReportMetric(float64(r.Reloads), "in-place")
-			b.ReportMetric(float64(r.Distinct), "distinct")
-			b.ReportMetric(r.LoadTime.Seconds(), "load-s")
-			b.ReportMetric(r.Train.Seconds(), "train-s")
-			b.ReportMetric(r.Sweep.Seconds(), "sweep-s")
-			b.ReportMetric(r.Wall.Seconds(), "wall-s")
-			delay := os.Getenv("MINIMAL_MODEL_START_DELAY")
-			if delay == "" {
-				delay = "0"
-			}
-			b.Logf("%s, %d rollout host(s) × %d slots, model start delay %ss: %d model-server starts (%d in place, %d failed) for %d distinct weights (%v starting them); "+
-				"training %v (%d episodes; started at +%v), sweep of %d weights (--parallel %d) %v (%d episodes; started at +%v), all %v",
-				mode, cfg.Hosts, cfg.Slots, delay, r.Starts, r.Reloads, r.Failed, r.Distinct, r.LoadTime.Round(100*time.Millisecond),
-				r.Train.Round(100*time.Millisecond), r.TrainEpisodes, r.TrainAt.Round(100*time.Millisecond),
-				cfg.Sweep, cfg.Parallel, r.Sweep.Round(100*time.Millisecond), r.SweepEpisodes, r.SweepAt.Round(100*time.Millisecond),
-				r.Wall.Round(100*time.Millisecond))
+			benchSharedFleet(b, mode, cfg)
 		})
 	}
 }
 
+// BenchmarkSharedFleetHosts is issue 15's 3-host measurement: a 2-round
+// training run (--groups 8: weights w0, r1, r2) and two sweeps, over 7
+// weights ids each under two s3 prefixes (fleet-ckpts/c1…c7 and
+// fleet-ckpts2/d1…d7, copies of w0), on a rig (internal/rig, root) of
+// three rollout hosts × 4 slots, each its own network namespace and
+// worker, plus a training and control host. `together` starts all three at
+// the same moment; `sequential` runs the training, then sweep 1, then
+// sweep 2, each after the last has closed.
+//
+// Besides BenchmarkSharedFleet's figures it reports pairs: the distinct
+// (host, weights) a model server was started for. distinct (17 here) is
+// the fewest starts that can serve every weights; pairs is the fewest for
+// where the weights were actually served, since a host that serves
+// weights another host serves too loads them once more. Run it with the
+// stand-in's start delay, as the README's table was:
+//
+//	MINIMAL_MODEL_START_DELAY=20 go test -run '^$' -bench SharedFleetHosts -benchtime 1x -timeout 120m -v ./workflows/
+func BenchmarkSharedFleetHosts(b *testing.B) {
+	for _, mode := range []string{"together", "sequential"} {
+		b.Run(mode, func(b *testing.B) {
+			itest.Slow(b)
+			benchSharedFleet(b, mode, fleetConfig{Hosts: 3, Slots: 4, Rounds: 2, Groups: 8, Sweeps: []int{7, 7}, Parallel: 1,
+				Together: mode == "together", Rig: true})
+		})
+	}
+}
+
+// benchSharedFleet runs cfg b.N times and reports the last run.
+func benchSharedFleet(b *testing.B, mode string, cfg fleetConfig) {
+	var r fleetResult
+	for range b.N {
+		r = runSharedFleet(b, cfg)
+	}
+	b.ReportMetric(float64(r.Starts), "starts")
+	b.ReportMetric(float64(r.Reloads), "in-place")
+	b.ReportMetric(float64(r.Distinct), "distinct")
+	b.ReportMetric(float64(r.Pairs), "pairs")
+	b.ReportMetric(r.LoadTime.Seconds(), "load-s")
+	b.ReportMetric(r.Train.Seconds(), "train-s")
+	for k, s := range r.Sweeps {
+		name := "sweep-s"
+		if len(r.Sweeps) > 1 {
+			name = fmt.Sprintf("sweep%d-s", k+1)
+		}
+		b.ReportMetric(s.Wall.Seconds(), name)
+	}
+	b.ReportMetric(r.Wall.Seconds(), "wall-s")
+	delay := os.Getenv("MINIMAL_MODEL_START_DELAY")
+	if delay == "" {
+		delay = "0"
+	}
+	var sweeps, hosts []string
+	for k, s := range r.Sweeps {
+		sweeps = append(sweeps, fmt.Sprintf("sweep %d of %d weights (--parallel %d) %v (%d episodes; started at +%v)",
+			k+1, cfg.Sweeps[k], cfg.Parallel, s.Wall.Round(100*time.Millisecond), s.Episodes, s.At.Round(100*time.Millisecond)))
+	}
+	for _, h := range r.Hosts {
+		hosts = append(hosts, fmt.Sprintf("%s %d starts of %d weights (%v)", h.Name, h.Starts, h.Pairs, h.LoadTime.Round(100*time.Millisecond)))
+	}
+	where := "worker processes"
+	if cfg.Rig {
+		where = "rig hosts"
+	}
+	b.Logf("%s, %d rollout host(s) × %d slots (%s), model start delay %ss: %d model-server starts (%d in place, %d failed) for %d distinct weights, %d distinct (host, weights) (%v starting them: %s); "+
+		"training %v (%d episodes; started at +%v), %s, all %v",
+		mode, cfg.Hosts, cfg.Slots, where, delay, r.Starts, r.Reloads, r.Failed, r.Distinct, r.Pairs, r.LoadTime.Round(100*time.Millisecond), strings.Join(hosts, ", "),
+		r.Train.Round(100*time.Millisecond), r.TrainEpisodes, r.TrainAt.Round(100*time.Millisecond),
+		strings.Join(sweeps, ", "), r.Wall.Round(100*time.Millisecond))
+}
+
 // fleetConfig is one shared-fleet scenario.
 type fleetConfig struct {
-	Hosts, Slots   int // rollout worker processes, and slots of each
-	Rounds, Groups int // of the training run
-	Sweep          int // weights ids the sweep evaluates
-	Parallel       int // the sweep's --parallel
-	Together       bool
-	Harness        string // of both; "" is harnesses/minimal/harness.yaml
+	Hosts, Slots   int   // rollout hosts, and slots of each
+	Rounds, Groups int   // of the training run
+	Sweeps         []int // per sweep, the weights ids it evaluates
+	Parallel       int   // each sweep's --parallel
+	// Together starts the training and the sweeps at once; otherwise each
+	// starts when the one before has closed.
+	Together bool
+	// Rig runs every worker on a host of its own (internal/rig), rather
+	// than as processes of this namespace.
+	Rig     bool
+	Harness string // of all runs; "" is harnesses/minimal/harness.yaml
 }
 
 type fleetResult struct {
@@ -93,27 +150,98 @@ type fleetResult struct {
 	Reloads  int           // of them, weights swapped into a running server
 	Failed   int           // model-server starts that did not
 	Distinct int           // distinct weights the hosts served: the fewest starts possible
+	Pairs    int           // distinct (host, weights) served: the fewest starts for where they were served
 	LoadTime time.Duration // fetching weights and starting model servers, summed
-	// Workflow start → close of the training and of the sweep, and the
-	// first start command → the last close.
-	Train, Sweep, Wall time.Duration
-	// When each workflow started, after the first start command: what
-	// `starter train` and `starter sweep trigger` took to start it.
-	TrainAt, SweepAt             time.Duration
-	TrainEpisodes, SweepEpisodes int
+	// Workflow start → close of the training, and the first start command
+	// → the last close.
+	Train, Wall time.Duration
+	// When the training started, after the first start command: what
+	// `starter train` took to start it.
+	TrainAt       time.Duration
+	TrainEpisodes int
+	Sweeps        []sweepResult
+	Hosts         []hostResult
 }
 
-// runSharedFleet starts a stack, a control+train worker and cfg.Hosts
-// rollout workers, publishes cfg.Sweep weights ids under a prefix, creates
-// a sweep over it, then runs the training and the sweep and measures.
+// sweepResult is one sweep's workflow: start → close, when it started
+// after the first start command, and the episodes of its evaluations.
+type sweepResult struct {
+	Wall, At time.Duration
+	Episodes int
+}
+
+// hostResult is one rollout host's model-server starts.
+type hostResult struct {
+	Name     string
+	Starts   int           // that became ready
+	Pairs    int           // distinct weights started
+	LoadTime time.Duration // fetching and starting, failed starts included
+}
+
+// fleetHost is a rollout host of a scenario: its worker's log, its work
+// directory, and its Prometheus endpoint with a client that reaches it.
+type fleetHost struct {
+	Name, Log, WorkDir, Metrics string
+	Client                      *http.Client
+}
+
+// fleetProcesses starts a stack, a control+train worker and cfg.Hosts
+// rollout workers, all processes of this machine's namespace.
+func fleetProcesses(ctx context.Context, b *testing.B, cfg fleetConfig, bins string, env []string) (itest.Stack, []fleetHost) {
+	b.Helper()
+	stack := itest.Start(b)
+	stack.StartWorker(b, bins, "control", "--roles", "control,train", "--workdir", filepath.Join(stack.Dir, "work-control"))
+	logs := []string{filepath.Join(stack.Dir, "worker-control.log")}
+	var hosts []fleetHost
+	for i := 1; i <= cfg.Hosts; i++ {
+		name := fmt.Sprintf("rollout%d", i)
+		// Each host's own counters, from its Prometheus exporter.
+		port := itest.Port(b)
+		h := fleetHost{Name: name, Log: filepath.Join(stack.Dir, "worker-"+name+".log"), WorkDir: filepath.Join(stack.Dir, "work-"+name),
+			Metrics: "http://127.0.0.1:" + strconv.Itoa(port) + "/metrics", Client: http.DefaultClient}
+		stack.StartWorkerEnv(b, bins, name, append([]string{"OTEL_METRICS_EXPORTER=prometheus",
+			"OTEL_EXPORTER_PROMETHEUS_HOST=127.0.0.1", "OTEL_EXPORTER_PROMETHEUS_PORT=" + strconv.Itoa(port)}, env...),
+			"--roles", "rollout", "--slots", strconv.Itoa(cfg.Slots), "--workdir", h.WorkDir)
+		hosts = append(hosts, h)
+		logs = append(logs, h.Log)
+	}
+	for _, l := range logs {
+		waitForLine(ctx, b, l, "worker running", 2*time.Minute)
+	}
+	return stack, hosts
+}
+
+// fleetRig builds a rig of a training and control host, t1, and cfg.Hosts
+// rollout hosts, r1…; rig.New returns once every worker is live.
+func fleetRig(b *testing.B, cfg fleetConfig, bins string, env []string) (itest.Stack, []fleetHost) {
+	b.Helper()
+	// Every host has its own loopback, so one port does for all.
+	const port = "9464"
+	specs := []rig.HostSpec{{Name: "t1", Roles: "train,control"}}
+	for i := 1; i <= cfg.Hosts; i++ {
+		specs = append(specs, rig.HostSpec{Name: fmt.Sprintf("r%d", i), Roles: "rollout", Slots: cfg.Slots,
+			Env: append([]string{"OTEL_METRICS_EXPORTER=prometheus", "OTEL_EXPORTER_PROMETHEUS_HOST=127.0.0.1",
+				"OTEL_EXPORTER_PROMETHEUS_PORT=" + port}, env...)})
+	}
+	rg := rig.New(b, rig.Config{Hosts: specs, Bins: bins})
+	var hosts []fleetHost
+	for _, h := range rg.Hosts[1:] {
+		hosts = append(hosts, fleetHost{Name: h.Name, Log: h.Log, WorkDir: h.WorkDir,
+			Metrics: "http://127.0.0.1:" + port + "/metrics", Client: h.HTTPClient()})
+	}
+	return rg.Stack(), hosts
+}
+
+// runSharedFleet brings up the workers (fleetProcesses or fleetRig),
+// publishes each sweep's weights ids under a prefix of its own, creates
+// the sweeps, then runs the training and the sweeps and measures.
 func runSharedFleet(b *testing.B, cfg fleetConfig) fleetResult {
 	b.Helper()
 	b.StopTimer()
 	defer b.StartTimer()
-	stack := itest.Start(b)
 	bins := itest.Binaries(b)
 	root := itest.Root(b)
-	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Minute)
 	defer cancel()
 
 	env := []string{}
@@ -122,42 +250,43 @@ func runSharedFleet(b *testing.B, cfg fleetConfig) fleetResult {
 			env = append(env, v+"="+d)
 		}
 	}
-	stack.StartWorker(b, bins, "control", "--roles", "control,train", "--workdir", filepath.Join(stack.Dir, "work-control"))
-	logs := []string{filepath.Join(stack.Dir, "worker-control.log")}
-	var metrics, workdirs []string
-	for i := 1; i <= cfg.Hosts; i++ {
-		name := fmt.Sprintf("rollout%d", i)
-		// Each host's own counters, from its Prometheus exporter.
-		port := itest.Port(b)
-		metrics = append(metrics, "http://127.0.0.1:"+strconv.Itoa(port)+"/metrics")
-		workdirs = append(workdirs, filepath.Join(stack.Dir, "work-"+name))
-		stack.StartWorkerEnv(b, bins, name, append([]string{"OTEL_METRICS_EXPORTER=prometheus",
-			"OTEL_EXPORTER_PROMETHEUS_HOST=127.0.0.1", "OTEL_EXPORTER_PROMETHEUS_PORT=" + strconv.Itoa(port)}, env...),
-			"--roles", "rollout", "--slots", strconv.Itoa(cfg.Slots), "--workdir", workdirs[i-1])
-		logs = append(logs, filepath.Join(stack.Dir, "worker-"+name+".log"))
-	}
-	for _, l := range logs {
-		waitForLine(ctx, b, l, "worker running", 2*time.Minute)
+	var stack itest.Stack
+	var hosts []fleetHost
+	if cfg.Rig {
+		stack, hosts = fleetRig(b, cfg, bins, env)
+	} else {
+		stack, hosts = fleetProcesses(ctx, b, cfg, bins, env)
 	}
 
-	// The sweep's weights: distinct ids of the same files.
+	// The sweeps' weights: distinct ids of the same files, c1… for the
+	// first sweep, d1… for the second.
 	files, err := weights.Dir(filepath.Join(root, "harnesses/minimal/weights/w0"))
 	if err != nil {
 		b.Fatal(err)
 	}
-	const prefix = "fleet-ckpts/"
-	for k := 1; k <= cfg.Sweep; k++ {
-		id := fmt.Sprintf("c%d", k)
-		if _, _, err := weights.Publish(ctx, stack.Store, prefix+id+"/", files, schemas.WeightsManifest{WeightsID: id}); err != nil {
-			b.Fatal(err)
-		}
-	}
 	config := filepath.Join(root, cmp.Or(cfg.Harness, "harnesses/minimal/harness.yaml"))
-	// A schedule that is not due during the benchmark (1 January, 03:00):
-	// the trigger below starts the sweep.
-	run(b, stack.Starter(ctx, b, bins, "sweep", "create", "--name", "fleet", "--cron", "0 3 1 1 *",
-		"--config", config, "--var", "bin="+bins, "--weights-prefix", "s3://"+stack.Store.Bucket+"/"+prefix,
-		"--parallel", strconv.Itoa(cfg.Parallel)))
+	names := make([]string, len(cfg.Sweeps))
+	for k, n := range cfg.Sweeps {
+		prefix := "fleet-ckpts/"
+		names[k] = "fleet"
+		if k > 0 {
+			names[k], prefix = fmt.Sprintf("fleet%d", k+1), fmt.Sprintf("fleet-ckpts%d/", k+1)
+		}
+		for j := 1; j <= n; j++ {
+			id := fmt.Sprintf("%c%d", 'c'+k, j)
+			if _, _, err := weights.Publish(ctx, stack.Store, prefix+id+"/", files, schemas.WeightsManifest{WeightsID: id}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		// A schedule that is not due during the benchmark (1 January,
+		// 03:00): the trigger below starts the sweep.
+		run(b, stack.Starter(ctx, b, bins, "sweep", "create", "--name", names[k], "--cron", "0 3 1 1 *",
+			"--config", config, "--var", "bin="+bins, "--weights-prefix", "s3://"+stack.Store.Bucket+"/"+prefix,
+			"--parallel", strconv.Itoa(cfg.Parallel)))
+	}
+	if b.Failed() {
+		b.FailNow()
+	}
 
 	c, err := connect.Temporal(ctx, stack.Endpoints, tlog.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
 	if err != nil {
@@ -165,6 +294,7 @@ func runSharedFleet(b *testing.B, cfg fleetConfig) fleetResult {
 	}
 	defer c.Close()
 
+	// train and sweep report with Errorf, so they may run in goroutines.
 	const trainRun = "fleet-train"
 	train := func() {
 		run(b, stack.Starter(ctx, b, bins, "train", "--config", config, "--run", trainRun,
@@ -172,14 +302,15 @@ func runSharedFleet(b *testing.B, cfg fleetConfig) fleetResult {
 			"--rounds", strconv.Itoa(cfg.Rounds), "--groups", strconv.Itoa(cfg.Groups),
 			"--var", "bin="+bins, "--detach"))
 	}
-	var sweepID string
-	sweep := func() {
-		out := run(b, stack.Starter(ctx, b, bins, "sweep", "trigger", "--name", "fleet"))
+	sweepIDs := make([]string, len(cfg.Sweeps))
+	sweep := func(k int) {
+		out := run(b, stack.Starter(ctx, b, bins, "sweep", "trigger", "--name", names[k]))
 		m := regexp.MustCompile(`started: workflow (\S+)`).FindStringSubmatch(out)
 		if m == nil {
-			b.Fatalf("sweep trigger started no workflow:\n%s", out)
+			b.Errorf("sweep trigger %s started no workflow:\n%s", names[k], out)
+			return
 		}
-		sweepID = m[1]
+		sweepIDs[k] = m[1]
 	}
 	var tres api.TrainResult
 	waitTrain := func() {
@@ -187,29 +318,50 @@ func runSharedFleet(b *testing.B, cfg fleetConfig) fleetResult {
 			b.Fatalf("training: %v", err)
 		}
 	}
+	sres := make([]api.SweepResult, len(cfg.Sweeps))
+	waitSweep := func(k int) {
+		if err := c.GetWorkflow(ctx, sweepIDs[k], "").Get(ctx, &sres[k]); err != nil {
+			b.Fatalf("sweep %s: %v", names[k], err)
+		}
+	}
 	b.StartTimer()
 	begin := time.Now()
 	if cfg.Together {
-		done := make(chan struct{})
-		go func() { defer close(done); train() }() // run reports with Errorf: safe here
-		sweep()
-		<-done
+		var wg sync.WaitGroup
+		wg.Go(train)
+		for k := range cfg.Sweeps {
+			wg.Go(func() { sweep(k) })
+		}
+		wg.Wait()
 		if b.Failed() {
 			b.FailNow()
 		}
 		waitTrain()
+		for k := range cfg.Sweeps {
+			waitSweep(k)
+		}
 	} else {
 		train()
+		if b.Failed() {
+			b.FailNow()
+		}
 		waitTrain()
-		sweep()
-	}
-	var sres api.SweepResult
-	if err := c.GetWorkflow(ctx, sweepID, "").Get(ctx, &sres); err != nil {
-		b.Fatalf("sweep: %v", err)
+		for k := range cfg.Sweeps {
+			sweep(k)
+			if b.Failed() {
+				b.FailNow()
+			}
+			waitSweep(k)
+		}
 	}
 	b.StopTimer()
-	if len(tres.Summaries) != cfg.Rounds || len(sres.Evaluated) != cfg.Sweep || len(sres.Failed) > 0 {
-		b.Fatalf("training %d rounds (want %d), sweep evaluated %v, failed %v", len(tres.Summaries), cfg.Rounds, sres.Evaluated, sres.Failed)
+	if len(tres.Summaries) != cfg.Rounds {
+		b.Fatalf("training %d rounds, want %d", len(tres.Summaries), cfg.Rounds)
+	}
+	for k, n := range cfg.Sweeps {
+		if len(sres[k].Evaluated) != n || len(sres[k].Failed) > 0 {
+			b.Fatalf("sweep %s evaluated %v (want %d), failed %v", names[k], sres[k].Evaluated, n, sres[k].Failed)
+		}
 	}
 
 	var r fleetResult
@@ -240,7 +392,13 @@ func runSharedFleet(b *testing.B, cfg fleetConfig) fleetResult {
 		*at = started.Sub(begin)
 		return closed.Sub(started)
 	}
-	r.Train, r.Sweep = span(api.WorkflowID(trainRun), &r.TrainAt), span(sweepID, &r.SweepAt)
+	r.Train = span(api.WorkflowID(trainRun), &r.TrainAt)
+	for k := range cfg.Sweeps {
+		var s sweepResult
+		s.Wall = span(sweepIDs[k], &s.At)
+		s.Episodes = sweepEpisodes(ctx, b, stack.Store, sres[k])
+		r.Sweeps = append(r.Sweeps, s)
+	}
 	r.Wall = last.Sub(begin)
 	for _, s := range tres.Summaries {
 		r.TrainEpisodes += s.Episodes
@@ -251,38 +409,51 @@ func runSharedFleet(b *testing.B, cfg fleetConfig) fleetResult {
 	if tres.FinalVal != nil {
 		r.TrainEpisodes += tres.FinalVal.Episodes
 	}
-	r.SweepEpisodes = sweepEpisodes(ctx, b, stack.Store, sres)
 
 	// Starts: the hosts' "service ready" lines for the model server (one
 	// per start that became ready; a failed start logs none), checked
 	// against each host's roundhouse.model.loads counter.
-	for i, l := range logs[1:] {
-		reloads := countLines(b, l, "model server reloaded in place")
-		n := countLines(b, l, "service ready", "service=model") + reloads
-		r.Starts += n
+	distinct := map[string]bool{}
+	for _, h := range hosts {
+		reloads := countLines(b, h.Log, "model server reloaded in place")
+		hr := hostResult{Name: h.Name, Starts: countLines(b, h.Log, "service ready", "service=model") + reloads}
 		r.Reloads += reloads
-		m := scrape(ctx, b, metrics[i])
-		loads, ok := m[`roundhouse_model_loads_total{ok="true"}`]
-		if !ok || int(loads) != n {
-			b.Errorf("%s: %d 'service ready' lines for the model server, but its counter says %v loads (%s)", filepath.Base(l), n, loads, metrics[i])
+		m := scrape(ctx, b, h.Client, h.Metrics)
+		// A host that started no model server has no such sample.
+		if loads := m[`roundhouse_model_loads_total{ok="true"}`]; int(loads) != hr.Starts {
+			b.Errorf("%s: %d 'service ready' or 'reloaded in place' lines for the model server, but its counter says %v loads (%s)", h.Name, hr.Starts, loads, h.Metrics)
 		}
 		r.Failed += int(m[`roundhouse_model_loads_total{ok="false"}`])
 		secs := m[`roundhouse_model_load_time_seconds_sum{ok="true"}`] + m[`roundhouse_model_load_time_seconds_sum{ok="false"}`]
-		r.LoadTime += time.Duration(secs * float64(time.Second))
+		hr.LoadTime = time.Duration(secs * float64(time.Second))
 		// A model server's log is named by its key (harness, run, weights,
 		// ETag) and replaced when the same key starts again: one per weights.
-		served, _ := filepath.Glob(filepath.Join(workdirs[i], "logs", "model-*.log"))
-		r.Distinct += len(served)
-		if testing.Verbose() {
-			timeline(b, l)
+		served, _ := filepath.Glob(filepath.Join(h.WorkDir, "logs", "model-*.log"))
+		hr.Pairs = len(served)
+		for _, s := range served {
+			distinct[filepath.Base(s)] = true
 		}
+		r.Starts += hr.Starts
+		r.Pairs += hr.Pairs
+		r.LoadTime += hr.LoadTime
+		r.Hosts = append(r.Hosts, hr)
+		if testing.Verbose() {
+			timeline(b, h.Name, h.Log)
+		}
+	}
+	r.Distinct = len(distinct)
+	if testing.Verbose() {
+		// What the fleet says of each host (loads, loading and idle time),
+		// where the code has it.
+		out, err := stack.Starter(ctx, b, bins, "status").CombinedOutput()
+		b.Logf("starter status (error: %v):\n%s", err, out)
 	}
 	return r
 }
 
 // timeline logs, under -v, when a host opened and shut weights queues
 // and when its model server became ready: where the starts went.
-func timeline(b *testing.B, path string) {
+func timeline(b *testing.B, name, path string) {
 	f, err := os.Open(path)
 	if err != nil {
 		b.Fatal(err)
@@ -296,7 +467,7 @@ func timeline(b *testing.B, path string) {
 			lines = append(lines, t)
 		}
 	}
-	b.Logf("%s:\n%s", filepath.Base(path), strings.Join(lines, "\n"))
+	b.Logf("%s (%s):\n%s", name, path, strings.Join(lines, "\n"))
 }
 
 // run runs a starter command and returns its output; a failure fails b.
@@ -371,7 +542,7 @@ next:
 // scrape reads a Prometheus endpoint's samples, keyed by name and labels
 // without the exporter's own (otel_scope_*); samples that differ only in
 // those are added up.
-func scrape(ctx context.Context, b *testing.B, url string) map[string]float64 {
+func scrape(ctx context.Context, b *testing.B, client *http.Client, url string) map[string]float64 {
 	b.Helper()
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -379,7 +550,7 @@ func scrape(ctx context.Context, b *testing.B, url string) map[string]float64 {
 	if err != nil {
 		b.Fatal(err)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		b.Fatalf("metrics %s: %v", url, err)
 	}
