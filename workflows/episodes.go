@@ -79,6 +79,9 @@ func Episodes(ctx workflow.Context, in api.EpisodesInput) (api.Tally, error) {
 	var fails *failures
 	var note *fleetNote
 	details := func() {
+		if note != nil {
+			t.Fleet = note.text
+		}
 		reruns := ""
 		if t.Reruns > 0 {
 			reruns = fmt.Sprintf(", %d rerun after a corrupt try", t.Reruns)
@@ -87,7 +90,10 @@ func Episodes(ctx workflow.Context, in api.EpisodesInput) (api.Tally, error) {
 			in.Phase, in.Round, t.Done, t.Total, t.Valid, t.Successes, t.Lost, t.Skipped, reruns, note.markdown()+fails.markdown()))
 	}
 	fails = watchFailures(ctx, details)
-	note = watchFleetNotes(ctx, details, false)
+	// Long waits reach the parent as they happen; histories from before
+	// passed nothing on.
+	toParent := routed && workflow.GetVersion(ctx, "fleet-waits-to-parent", workflow.DefaultVersion, 1) == 1
+	note = watchFleetNotes(ctx, details, toParent)
 	var rollout *activities.Rollout
 	cells := map[string]api.Cell{}
 	// results holds each episode's counted result: a rerun takes its

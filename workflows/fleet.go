@@ -212,10 +212,12 @@ func tellUnservable(ctx workflow.Context, s *fleet.State, bad []fleet.Unservable
 // when the assignment, the waiting or the run's loads do.
 func tellNotes(ctx workflow.Context, s *fleet.State, stats map[string][]schemas.SlotStats, sent map[string]string) {
 	by := s.ServedBy()
+	now := workflow.Now(ctx)
 	for _, key := range slices.Sorted(maps.Keys(s.Demands)) {
 		d := s.Demands[key]
 		where := fmt.Sprintf("weights `%s` (priority %d): ", d.Weights, d.Priority)
-		switch at, waiting := s.Waiting[d.Weights]; {
+		at, waiting := s.Waiting[d.Weights]
+		switch {
 		case len(by[d.Weights]) > 0:
 			where += "served by " + strings.Join(by[d.Weights], ", ")
 		case waiting:
@@ -226,7 +228,8 @@ func tellNotes(ctx workflow.Context, s *fleet.State, stats map[string][]schemas.
 		default:
 			where += "not assigned yet"
 		}
-		text, waitingNow := where, len(by[d.Weights]) == 0
+		long := len(by[d.Weights]) == 0 && waiting && now.Sub(at) >= api.LongWait
+		text := where
 		var run schemas.SlotStats
 		for _, h := range slices.Sorted(maps.Keys(stats)) {
 			for _, x := range stats[h] {
@@ -235,13 +238,14 @@ func tellNotes(ctx workflow.Context, s *fleet.State, stats map[string][]schemas.
 				}
 			}
 		}
-		text += fmt.Sprintf(" · run %s on the fleet: %d model-server loads (%s loading), %d episodes waited for a server", d.Run, run.Loads, run.LoadTime.Round(time.Second), run.Waits)
-		if sent[key] == text {
+		text += fmt.Sprintf(" · run %s on the fleet: %d model-server loads (%s loading, %s idle), %d episodes waited for a server",
+			d.Run, run.Loads, run.LoadTime.Round(time.Second), run.Idle.Round(time.Second), run.Waits)
+		if sent[key] == fmt.Sprint(text, long) {
 			continue
 		}
-		sent[key] = text
+		sent[key] = fmt.Sprint(text, long)
 		// Not waited on: a workflow that ended has nothing to show.
-		workflow.SignalExternalWorkflow(ctx, d.Key, "", api.FleetNoteSignal, api.FleetNote{Weights: d.Weights, Text: text, Where: where, Waiting: waitingNow})
+		workflow.SignalExternalWorkflow(ctx, d.Key, "", api.FleetNoteSignal, api.FleetNote{Weights: d.Weights, Text: text, Where: where, Waiting: long})
 	}
 	for key := range sent {
 		if _, ok := s.Demands[key]; !ok {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/mock"
 	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
 
 	"github.com/roundhouse-rl/roundhouse/activities"
 	"github.com/roundhouse-rl/roundhouse/internal/fleet"
@@ -31,7 +32,11 @@ func fleetEnv() (*testsuite.TestWorkflowEnvironment, map[string][]string) {
 		func(_, id, _, _ string, arg interface{}) error {
 			mu.Lock()
 			defer mu.Unlock()
-			notes[id] = append(notes[id], arg.(api.FleetNote).Text)
+			n := arg.(api.FleetNote)
+			if n.Waiting {
+				n.Text += " [long wait]"
+			}
+			notes[id] = append(notes[id], n.Text)
 			return nil
 		}).Maybe()
 	return env, notes
@@ -85,7 +90,8 @@ func TestFleetAssignsByPriority(t *testing.T) {
 	// Each Episodes workflow hears where its weights stand, once per change.
 	ev := notes["ep-eval"]
 	// It came first and was served, training took the host, and it was
-	// served again when training's demand went. (The test environment
+	// served again when training's demand went; the wait, past
+	// api.LongWait, was said again as long. (The test environment
 	// delivers signals from goroutines: their order is not kept.)
 	count := func(notes []string, part string) (n int) {
 		for _, x := range notes {
@@ -95,7 +101,7 @@ func TestFleetAssignsByPriority(t *testing.T) {
 		}
 		return n
 	}
-	if len(ev) != 3 || count(ev, "served by h1") != 2 || count(ev, "`ev/w3` (priority 3): waiting for a rollout host since") != 1 {
+	if len(ev) != 4 || count(ev, "served by h1") != 2 || count(ev, "`ev/w3` (priority 3): waiting for a rollout host since") != 2 || count(ev, "[long wait]") != 1 {
 		t.Errorf("the evaluation's notes: %q", ev)
 	}
 	if tr := notes["ep-train"]; len(tr) == 0 || !strings.Contains(tr[len(tr)-1], "`tr/w0` (priority 1): served by h1 · run tr on the fleet: 0 model-server loads") {
@@ -286,5 +292,73 @@ func TestDemandEndsWithAgain(t *testing.T) {
 	fenv.ExecuteWorkflow(Fleet, api.FleetInput{})
 	if _, ok := expected["r/w0"]; !ok {
 		t.Errorf("fleet expects %v, want r/w0", expected)
+	}
+}
+
+// notesParent runs one chunk of episodes the way Train and Eval do and
+// answers, by query, the fleet line its details would show.
+func notesParent(ctx workflow.Context, cells []api.Cell) (string, error) {
+	note := watchFleetNotes(ctx, func() {}, false)
+	if err := workflow.SetQueryHandler(ctx, "note", func() (string, error) { return note.text, nil }); err != nil {
+		return "", err
+	}
+	runEpisodes(ctx, phaseRun{Run: "r", Round: 1, Phase: schemas.PhaseTrain, Weights: "w0", Harness: testHarness(),
+		OnProgress: func(tl api.Tally) { note.fromChunk(tl) }}, cells, map[string]bool{})
+	return note.text, nil
+}
+
+// A run's details show where its weights stand on the fleet without a
+// signal to the run in the usual case: the chunk returns the fleet's last
+// note. Only a wait of api.LongWait or more is passed on as it happens,
+// and its end once.
+func TestFleetNotesReachTheRun(t *testing.T) {
+	env := bareEnv()
+	env.RegisterWorkflow(notesParent)
+	var ro *activities.Rollout
+	var ctrl *activities.Control
+	env.OnActivity(ro.RunEpisode, mock.Anything, mock.Anything).Return(activities.EpisodeResult{Valid: true, Try: "try0-x"}, nil).After(2 * time.Minute)
+	env.OnActivity(ctrl.Publish, mock.Anything, mock.Anything).Return(activities.PublishResult{}, nil)
+	env.OnActivity(ctrl.Demand, mock.Anything, mock.Anything).Return(nil)
+	child := api.ChildID("default-test-workflow-id", 1, schemas.PhaseTrain, 0) // the test environment's workflow id
+	const where = "weights `r/w0` (priority 1): "
+	wait := api.FleetNote{Weights: "r/w0", Where: where + "waiting for a rollout host since 12:00:00 UTC"}
+	wait.Text = wait.Where + " · run r on the fleet: 0 model-server loads"
+	served := api.FleetNote{Weights: "r/w0", Where: where + "served by h1"}
+	served.Text = served.Where + " · run r on the fleet: 1 model-server loads"
+	signal := func(n api.FleetNote) {
+		if err := env.SignalWorkflowByID(child, api.FleetNoteSignal, n); err != nil {
+			t.Error(err)
+		}
+	}
+	var seen []string
+	look := func() {
+		v, err := env.QueryWorkflow("note")
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		var s string
+		if err := v.Get(&s); err != nil {
+			t.Error(err)
+		}
+		seen = append(seen, s)
+	}
+	env.RegisterDelayedCallback(func() { signal(wait) }, 5*time.Second)
+	env.RegisterDelayedCallback(look, 10*time.Second)
+	env.RegisterDelayedCallback(func() { long := wait; long.Waiting = true; signal(long) }, 40*time.Second)
+	env.RegisterDelayedCallback(look, 45*time.Second)
+	env.RegisterDelayedCallback(func() { signal(served) }, 60*time.Second)
+	env.RegisterDelayedCallback(look, 65*time.Second)
+	env.ExecuteWorkflow(notesParent, []api.Cell{{Task: schemas.Task{ID: 0, Name: "a"}, InitID: 11}})
+	var final string
+	if err := env.GetWorkflowResult(&final); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"", wait.Where, served.Where}
+	if !reflect.DeepEqual(seen, want) {
+		t.Errorf("the run's fleet line over time %q, want %q", seen, want)
+	}
+	if final != served.Text {
+		t.Errorf("after the chunk: %q, want the chunk's last note %q", final, served.Text)
 	}
 }

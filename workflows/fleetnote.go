@@ -16,10 +16,11 @@ type fleetNote struct {
 }
 
 // watchFleetNotes starts receiving the fleet's notes; onChange runs after
-// each. With toParent, weights that wait are passed on to the parent
-// workflow (an Episodes chunk to its Train or Eval), where the user looks
-// first, and once more when they are served; the run's loads are in the
-// chunk's note and `starter status`.
+// each. With toParent, weights that have waited api.LongWait are passed on
+// to the parent workflow (an Episodes chunk to its Train or Eval), where
+// the user looks first, and once more when they are served. Otherwise the
+// parent shows the note the chunk returns (api.Tally.Fleet), which costs
+// its history nothing.
 func watchFleetNotes(ctx workflow.Context, onChange func(), toParent bool) *fleetNote {
 	n := &fleetNote{}
 	ch := workflow.GetSignalChannel(ctx, api.FleetNoteSignal)
@@ -29,12 +30,9 @@ func watchFleetNotes(ctx workflow.Context, onChange func(), toParent bool) *flee
 			if !ch.Receive(ctx, &note) {
 				return
 			}
-			if note.Text == n.text {
-				continue
-			}
 			n.text = note.Text
 			if p := workflow.GetInfo(ctx).ParentWorkflowExecution; toParent && p != nil && note.Where != n.where && (note.Waiting || n.waiting) {
-				// Only while the weights wait, and once when they are
+				// Only after a long wait, and once when the weights are
 				// served again: each signal is a few events of the
 				// parent's history. Not waited on: a parent that ended
 				// has nothing to show.
@@ -45,6 +43,14 @@ func watchFleetNotes(ctx workflow.Context, onChange func(), toParent bool) *flee
 		}
 	})
 	return n
+}
+
+// fromChunk takes the note a finished chunk returned, unless a wait
+// passed on since says more.
+func (n *fleetNote) fromChunk(t api.Tally) {
+	if t.Fleet != "" && !n.waiting {
+		n.text = t.Fleet
+	}
 }
 
 func (n *fleetNote) markdown() string {

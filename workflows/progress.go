@@ -81,7 +81,7 @@ func (t *tracker) episodes(phase string, round int32, weights string, cells []ap
 	t.epPhase = phase
 	t.prog.Episodes = api.Tally{Total: len(cells)}
 	return runEpisodes(t.ctx, phaseRun{Run: t.in.Run, Round: round, Phase: phase, Weights: weights, Harness: t.in.Harness,
-		Heartbeat: t.in.HeartbeatTimeout, Priority: cmp.Or(t.in.Priority, fleet.TrainPriority), Again: again, OnProgress: func(tl api.Tally) { t.prog.Episodes = tl; t.update() }}, cells, t.running)
+		Heartbeat: t.in.HeartbeatTimeout, Priority: cmp.Or(t.in.Priority, fleet.TrainPriority), Again: again, OnProgress: func(tl api.Tally) { t.prog.Episodes = tl; t.fleet.fromChunk(tl); t.update() }}, cells, t.running)
 }
 
 func (t *tracker) upsert(u ...temporal.SearchAttributeUpdate) {

@@ -66,6 +66,10 @@ type Tally struct {
 	// Unservable says why the episodes stopped: no rollout host could load
 	// their weights. The run stops with it.
 	Unservable string `json:",omitempty"`
+	// Fleet is the fleet's latest note on the episodes' weights (which
+	// hosts serve them, the run's model-server loads): carried in the
+	// result, it reaches the parent's details without a signal.
+	Fleet string `json:",omitempty"`
 }
 
 // Add sums o into t.
@@ -79,5 +83,8 @@ func (t *Tally) Add(o Tally) {
 	t.Reruns += o.Reruns
 	if t.Unservable == "" {
 		t.Unservable = o.Unservable
+	}
+	if o.Fleet != "" {
+		t.Fleet = o.Fleet
 	}
 }

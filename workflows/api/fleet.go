@@ -41,12 +41,18 @@ type FleetNote struct {
 	Weights string
 	Text    string
 	// Where is Text's first part, where the weights stand (served by, or
-	// waiting since). A parent is sent it only while its weights wait and
-	// once when they are served again: each signal is a few events of the
-	// run's history.
+	// waiting since). A parent is sent it only once its weights have
+	// waited LongWait, and once more when they are served again: each
+	// signal is a few events of the run's history, and a wait of a few
+	// seconds while a host loads is no news.
 	Where   string `json:",omitempty"`
-	Waiting bool   `json:",omitempty"`
+	Waiting bool   `json:",omitempty"` // for LongWait or longer
+
 }
+
+// LongWait is how long weights wait unserved before the fleet's note
+// says so to the run (FleetNote.Waiting).
+const LongWait = 30 * time.Second
 
 // Queries the fleet answers.
 const (
