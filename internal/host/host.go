@@ -58,8 +58,16 @@ type Host struct {
 	// by fleet key, until they load.
 	loadFailed map[string]fleet.Failure
 	// assigned holds the weights the fleet has this host serve (nil: no
-	// fleet yet), for Acquire to refuse strays.
+	// fleet yet), for Acquire to refuse strays. Under assignMu, not mu: a
+	// model server's start holds mu for as long as it takes, and the
+	// fleet's agent must not wait for it.
+	assignMu sync.Mutex
 	assigned map[string]bool
+	// view is what Models and SlotStats last answered, given again while
+	// mu is held (a model server starting): the host's report to the
+	// fleet is its lease, so it never waits out a start.
+	viewMu sync.Mutex
+	view   hostView
 }
 
 // Start opens the spool, serves the recording proxy and stores what earlier

@@ -396,3 +396,67 @@ func publishPolicy(t *testing.T, s *store.Store, dir, run, id string, body []byt
 		t.Fatal(err)
 	}
 }
+
+// While a model server starts (which holds the host's lock for as long as
+// it takes), the host still answers what it serves, its figures and a new
+// assignment: its report to the fleet is its lease.
+func TestReportsWhileAServerStarts(t *testing.T) {
+	stack := itest.Start(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	for _, w := range []string{"w0", "w1"} {
+		publishPolicy(t, stack.Store, dir, "r", w, []byte(`{"w":"`+w+`"}`))
+	}
+	hr := schemas.Harness{Name: "toy", Dir: dir, Digest: "d"}
+	hr.Model.Command = []string{"sh", "-c", "sleep 3; echo ready; exec sleep 60"}
+	hr.Model.Ready = schemas.Ready{Log: "ready"}
+	h, err := Start(ctx, Config{Store: stack.Store, WorkDir: filepath.Join(dir, "host"), ProxyListen: "127.0.0.1:0", Name: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	_, release, err := h.Acquire(ctx, hr, "r", "w0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	release()
+	// The agent asks every second; the answers given are kept.
+	before, _ := h.Models()
+	h.SlotStats()
+	done := make(chan error, 1)
+	go func() {
+		_, release, err := h.Acquire(ctx, hr, "r", "w1")
+		if err == nil {
+			release()
+		}
+		done <- err
+	}()
+	// Wait until the switch to w1 holds the lock (bounded: 100 × 10 ms).
+	for i := 0; ; i++ {
+		if !h.mu.TryLock() {
+			break
+		}
+		h.mu.Unlock()
+		if i == 100 {
+			t.Fatal("the switch to w1 never took the host's lock")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	loaded, _ := h.Models()
+	stats := h.SlotStats()
+	h.SetAssigned([]string{"r/w1"})
+	select {
+	case err := <-done:
+		t.Fatalf("the host answered only after the start ended (%v)", err)
+	default:
+	}
+	if len(loaded) != 1 || loaded[0].Weights != before[0].Weights || len(stats) != 1 || stats[0].Loads != 1 {
+		t.Errorf("during the start: models %+v, stats %+v; want the last answer (r/w0, 1 load)", loaded, stats)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if loaded, _ := h.Models(); len(loaded) != 1 || loaded[0].Weights != "r/w1" {
+		t.Errorf("after the start: models %+v, want r/w1", loaded)
+	}
+}

@@ -126,7 +126,7 @@ func (h *Host) Acquire(ctx context.Context, hr schemas.Harness, run, weightsID s
 				break
 			}
 		}
-		if m == nil && routed(ctx) && h.assigned != nil && !h.assigned[wk] {
+		if m == nil && routed(ctx) && !h.isAssigned(wk) {
 			// Taken by a poll that was waiting when the fleet moved these
 			// weights away: loading them would undo the fleet's switch.
 			endWait()
@@ -357,12 +357,20 @@ func (e *MovedError) Error() string {
 // serve; episodes of others, taken from a weights queue, are refused with
 // a MovedError unless their weights are loaded anyway.
 func (h *Host) SetAssigned(keys []string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	h.assignMu.Lock()
+	defer h.assignMu.Unlock()
 	h.assigned = map[string]bool{}
 	for _, k := range keys {
 		h.assigned[k] = true
 	}
+}
+
+// isAssigned says whether the fleet has this host serve weights key wk;
+// before the fleet has said anything, every weights is.
+func (h *Host) isAssigned(wk string) bool {
+	h.assignMu.Lock()
+	defer h.assignMu.Unlock()
+	return h.assigned == nil || h.assigned[wk]
 }
 
 type routedKey struct{}

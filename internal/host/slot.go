@@ -2,6 +2,8 @@ package host
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"sort"
 	"time"
 
@@ -76,7 +78,11 @@ func (l *slotLog) busy(slot string, now time.Time) {
 // SlotStats returns the model slot's figures per run, runs in name order,
 // with the idle stretch still going counted up to now.
 func (h *Host) SlotStats() []SlotStats {
-	h.mu.Lock()
+	if !h.lockSoon() {
+		h.viewMu.Lock()
+		defer h.viewMu.Unlock()
+		return slices.Clone(h.view.stats)
+	}
 	defer h.mu.Unlock()
 	var out []SlotStats
 	for _, s := range h.slots.runs {
@@ -89,14 +95,41 @@ func (h *Host) SlotStats() []SlotStats {
 		out = append(out, c)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Run < out[j].Run })
+	h.viewMu.Lock()
+	h.view.stats = slices.Clone(out)
+	h.viewMu.Unlock()
 	return out
+}
+
+// hostView is what Models and SlotStats last answered.
+type hostView struct {
+	servers []fleet.Server
+	failed  map[string]fleet.Failure
+	stats   []SlotStats
+}
+
+// lockSoon takes h.mu if it comes free within 200 ms. A model server's
+// start holds it for as long as the start takes, and the fleet must hear
+// from the host meanwhile: the callers then answer from h.view.
+func (h *Host) lockSoon() bool {
+	for range 20 {
+		if h.mu.TryLock() {
+			return true
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return false
 }
 
 // Models says what the host's model servers serve, how many episodes use
 // each and since when an unused one has been idle, and which weights
 // failed to load here: what the host reports to the fleet.
 func (h *Host) Models() ([]fleet.Server, map[string]fleet.Failure) {
-	h.mu.Lock()
+	if !h.lockSoon() {
+		h.viewMu.Lock()
+		defer h.viewMu.Unlock()
+		return slices.Clone(h.view.servers), maps.Clone(h.view.failed)
+	}
 	defer h.mu.Unlock()
 	var out []fleet.Server
 	for name, m := range h.services {
@@ -114,5 +147,8 @@ func (h *Host) Models() ([]fleet.Server, map[string]fleet.Failure) {
 	for k, f := range h.loadFailed {
 		failed[k] = f
 	}
+	h.viewMu.Lock()
+	h.view.servers, h.view.failed = slices.Clone(out), maps.Clone(failed)
+	h.viewMu.Unlock()
 	return out, failed
 }
