@@ -138,7 +138,9 @@ type weightsDemand struct {
 //     waits for it, after IdleGrace or as long as loading it took
 //     (whichever is longer) if its demand stands — idling as long as a
 //     reload would take costs at most twice what the best choice in
-//     hindsight would — and not while it is Expected again (a training
+//     hindsight would; after IdleGrace alone when another host has them
+//     loaded, since nothing would be loaded again — and not while it is
+//     Expected again (a training
 //     round validates, then collects, with the same weights seconds
 //     apart), for at most ExpectFor.
 //  4. Unserved weights, most urgent first (priority, then longest
@@ -308,7 +310,13 @@ func (p Policy) Plan(s *State, now time.Time) []Unservable {
 				if byW[w].latest.After(from) {
 					from = byW[w].latest
 				}
-				idle := now.Sub(from) >= max(p.IdleGrace, sv.Load)
+				// Ski rental guards against loading w again; with w
+				// loaded on another host of its, nothing is loaded again.
+				grace := max(p.IdleGrace, sv.Load)
+				if s.loadedElsewhere(w, name) {
+					grace = p.IdleGrace
+				}
+				idle := now.Sub(from) >= grace
 				if idle {
 					s.Parked[w] = now
 				}
@@ -541,6 +549,17 @@ func (s *State) capacity(h *Host, ws []string, perHost func(string) int) int {
 		n = h.Servers
 	}
 	return max(n, 1)
+}
+
+// loadedElsewhere says whether a host other than name is assigned w and
+// has it loaded.
+func (s *State) loadedElsewhere(w, name string) bool {
+	for other, ws := range s.Assign {
+		if other != name && slices.Contains(ws, w) && s.Hosts[other].server(w) != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // free is how many of h's slots no episode uses.

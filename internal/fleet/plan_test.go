@@ -144,6 +144,20 @@ func TestIdleServerGivesWay(t *testing.T) {
 	plan(slow, t0.Add(20*time.Second))
 	wantAssign(t, slow, map[string][]string{"h1": {"sw/a"}})
 
+	// Loaded on a second host, it gives way after IdleGrace alone: its
+	// next episodes go to that host, nothing is loaded again. The last
+	// server of it keeps the ski-rental wait.
+	two := state(host("h1", 1, t0, Server{Weights: "tr/w0", IdleSince: t0, Load: 20 * time.Second}),
+		host("h2", 1, t0, Server{Weights: "tr/w0", IdleSince: t0, Load: 20 * time.Second}))
+	two.Assign = map[string][]string{"h1": {"tr/w0"}, "h2": {"tr/w0"}}
+	two.Demands["train"] = demand("train", "tr/w0", TrainPriority, t0)
+	two.Demands["sweep-a"] = demand("sweep-a", "sw/a", EvalPriority, t0)
+	plan(two, t0.Add(3*time.Second))
+	wantAssign(t, two, map[string][]string{"h1": {"sw/a"}, "h2": {"tr/w0"}})
+	two.Demands["sweep-b"] = demand("sweep-b", "sw/b", EvalPriority, t0)
+	plan(two, t0.Add(19*time.Second))
+	wantAssign(t, two, map[string][]string{"h1": {"sw/a"}, "h2": {"tr/w0"}})
+
 	// Training's demand stands but nothing of it is queued: parked, it
 	// preempts nobody for ParkFor, then it does (a retry may wait).
 	h.Loaded = []Server{{Weights: "sw/a", Busy: 2}}
