@@ -104,7 +104,10 @@ func Episodes(ctx workflow.Context, in api.EpisodesInput) (api.Tally, error) {
 	// falls to three quarters of what the fleet was last told, the fleet
 	// is told again: a handful of updates per chunk keep its count within
 	// a third of the truth.
-	pending, told := 0, len(in.Cells)
+	// With it goes the pace: the time between completions since the
+	// first, which leaves the model server's load out.
+	pending, told, finished := 0, len(in.Cells), 0
+	var firstDone time.Time
 	tellLeft := func() {
 		if !backlog || telling != nil || pending <= 0 || pending > told*3/4 {
 			return
@@ -112,6 +115,9 @@ func Episodes(ctx workflow.Context, in api.EpisodesInput) (api.Tally, error) {
 		told = pending
 		left := demand
 		left.Left, left.Demand.Remaining = true, pending
+		if finished > 1 {
+			left.Demand.Pace = workflow.Now(ctx).Sub(firstDone) / time.Duration(finished-1)
+		}
 		f, set := workflow.NewFuture(ctx)
 		telling = f
 		workflow.Go(ctx, func(ctx workflow.Context) {
@@ -146,6 +152,9 @@ func Episodes(ctx workflow.Context, in api.EpisodesInput) (api.Tally, error) {
 			count(&t, r, 1)
 			results[id] = r
 			pending--
+			if finished++; finished == 1 {
+				firstDone = workflow.Now(ctx)
+			}
 			tellLeft()
 			if r.Try != "" && !r.Recorded && !r.Skipped {
 				accepted = append(accepted, activities.AcceptedTry{EpisodeID: r.EpisodeID, Try: r.Try})

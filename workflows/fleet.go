@@ -74,7 +74,7 @@ func Fleet(ctx workflow.Context, in api.FleetInput) error {
 		}
 		if c.Left {
 			if old, ok := s.Demands[d.Key]; ok {
-				old.Remaining = d.Remaining
+				old.Remaining, old.Pace = d.Remaining, d.Pace
 				s.Demands[d.Key] = old
 			}
 			return

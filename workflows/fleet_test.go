@@ -200,6 +200,10 @@ func TestEpisodesTellWhatIsLeft(t *testing.T) {
 		if !c.Left || c.Demand.Remaining <= 0 || c.Demand.Remaining > last*3/4 {
 			t.Errorf("update %+v after telling %d left", c, last)
 		}
+		// Episodes end a minute apart on the test's clock.
+		if c.Demand.Pace != time.Minute {
+			t.Errorf("update %+v: pace %v, want 1m0s", c, c.Demand.Pace)
+		}
 		last = c.Demand.Remaining
 	}
 	if last > 2 {
@@ -240,7 +244,7 @@ func TestEpisodesTellWhatIsLeft(t *testing.T) {
 	fenv.ExecuteWorkflow(Fleet, api.FleetInput{})
 	key := changes[0].Demand.Key
 	d, ok := during[key]
-	if !ok || d.Remaining != changes[1].Demand.Remaining || d.Episodes != 12 || !d.Since.Equal(before[key].Since) {
+	if !ok || d.Remaining != changes[1].Demand.Remaining || d.Pace != time.Minute || d.Episodes != 12 || !d.Since.Equal(before[key].Since) {
 		t.Errorf("demand after the update: %+v (present %v)", d, ok)
 	}
 	if len(after) != 0 {

@@ -60,8 +60,11 @@ type Demand struct {
 	// Remaining is how many of Episodes had not finished when the
 	// workflow last said (it tells each time the count falls by a
 	// quarter); 0 is all of them.
-	Remaining int       `json:"remaining,omitempty"`
-	Since     time.Time `json:"since"`
+	Remaining int `json:"remaining,omitempty"`
+	// Pace is the time between episode completions so far, told with
+	// Remaining; 0 is not known yet.
+	Pace  time.Duration `json:"pace,omitempty"`
+	Since time.Time     `json:"since"`
 	// PerHost is how many model servers of its harness fit on one host
 	// (model_server.per_host; 0 is 1).
 	PerHost int `json:"per_host,omitempty"`
@@ -123,6 +126,7 @@ type weightsDemand struct {
 	perHost  int
 	episodes int
 	left     int       // episodes not finished, at most
+	rate     float64   // episodes finished per second, all its demands; 0: not known
 	since    time.Time // its first demand's
 	latest   time.Time // its latest demand's: episodes queued since
 }
@@ -153,7 +157,11 @@ type weightsDemand struct {
 //     that has them loaded has a free slot (it would be polling their
 //     queue, so nothing of theirs is queued). A host still loading counts
 //     as the slots it will run, so a large phase loads on every host it
-//     needs at once rather than one after another.
+//     needs at once rather than one after another. Past the phase's
+//     first IdleGrace, a new server only pays if it is ready before the
+//     episodes left are done where they run: they spread only when the
+//     pace their workflow measured says the rest takes longer than the
+//     slowest load the fleet has seen.
 //
 // Weights that wait MaxWait unserved are Boosted until their demand ends,
 // so nothing waits without bound; a host where weights failed to load
@@ -207,6 +215,9 @@ func (p Policy) Plan(s *State, now time.Time) []Unservable {
 		w.priority = min(w.priority, d.Priority)
 		w.episodes += d.Episodes
 		w.left += d.Left()
+		if d.Pace > 0 {
+			w.rate += float64(time.Second) / float64(d.Pace)
+		}
 		if d.Since.Before(w.since) {
 			w.since = d.Since
 		}
@@ -361,6 +372,12 @@ func (p Policy) Plan(s *State, now time.Time) []Unservable {
 	wait()
 
 	// 5. Weights with a backlog spread to more hosts.
+	var slowest time.Duration // the longest load any server took
+	for _, h := range s.Hosts {
+		for _, sv := range h.Loaded {
+			slowest = max(slowest, sv.Load)
+		}
+	}
 	ws := make([]string, 0, len(byW))
 	for w := range byW {
 		ws = append(ws, w)
@@ -371,7 +388,7 @@ func (p Policy) Plan(s *State, now time.Time) []Unservable {
 			continue // nothing of theirs is queued
 		}
 		for range len(s.Hosts) {
-			if !s.backlogged(w, byW[w].left, served()[w]) {
+			if !p.backlogged(s, byW[w], served()[w], now, slowest) {
 				break
 			}
 			name := p.place(s, now, w, urgency, failed, true, perHost)
@@ -495,10 +512,20 @@ func (p Policy) place(s *State, now time.Time, w string, urgency func(string) in
 // left than those hosts run at once, by at least the slots of the
 // smallest live host: another host would have a full load of them. A
 // host with w loaded and a slot free says w's queue is empty: it polls
-// whenever a slot is free.
-func (s *State) backlogged(w string, left int, hosts []string) bool {
+// whenever a slot is free. Past the first IdleGrace of w's latest demand,
+// the rest must also take longer at w's pace than a load (slowest).
+func (p Policy) backlogged(s *State, wd *weightsDemand, hosts []string, now time.Time, slowest time.Duration) bool {
 	if len(hosts) == 0 {
 		return false
+	}
+	w, left := wd.key, wd.left
+	if now.Sub(wd.latest) >= p.IdleGrace {
+		if wd.rate == 0 {
+			return false // no pace yet: a server ready in time is a guess
+		}
+		if rest := time.Duration(float64(left) / wd.rate * float64(time.Second)); rest <= slowest {
+			return false
+		}
 	}
 	running := 0
 	for _, name := range hosts {

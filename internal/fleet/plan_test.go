@@ -251,8 +251,9 @@ func TestFailedWeightsMoveThenStop(t *testing.T) {
 
 // Weights with more episodes left than their hosts run at once spread to
 // as many hosts as the rest would fill, all at once while they load; not
-// while a host that has them loaded has a slot free, and not to take a
-// less urgent weights' only server.
+// while a host that has them loaded has a slot free, not to take a less
+// urgent weights' only server, and later in the phase only if a new server
+// would be ready before the rest is done.
 func TestBacklogSpreads(t *testing.T) {
 	h1, h2, h3, h4 := host("h1", 1, t0), host("h2", 1, t0), host("h3", 1, t0), host("h4", 1, t0)
 	s := state(h1, h2, h3)
@@ -305,6 +306,27 @@ func TestBacklogSpreads(t *testing.T) {
 	s.Demands["train"] = demand("train", "tr/w0", TrainPriority, t0.Add(time.Second))
 	plan(s, t0.Add(time.Second))
 	wantAssign(t, s, map[string][]string{"h1": {"tr/w0"}, "h2": {"tr/w0"}, "h3": {"sw/a"}})
+
+	// Past the phase's first IdleGrace a new server must be ready before
+	// the rest is done where it runs: not without a pace, not when 30
+	// left at 0.5 s each take less than the 20 s load h1 took, and yes
+	// at 1 s each.
+	h1.Loaded = []Server{{Weights: "tr/w0", Busy: 4, Load: 20 * time.Second}}
+	h2.Loaded = nil
+	s = state(h1, h2)
+	s.Assign = map[string][]string{"h1": {"tr/w0"}}
+	d = demand("train", "tr/w0", TrainPriority, t0)
+	s.Demands["train"] = d
+	plan(s, t0.Add(time.Minute))
+	wantAssign(t, s, map[string][]string{"h1": {"tr/w0"}})
+	d.Pace = 500 * time.Millisecond
+	s.Demands["train"] = d
+	plan(s, t0.Add(time.Minute))
+	wantAssign(t, s, map[string][]string{"h1": {"tr/w0"}})
+	d.Pace = time.Second
+	s.Demands["train"] = d
+	plan(s, t0.Add(time.Minute))
+	wantAssign(t, s, map[string][]string{"h1": {"tr/w0"}, "h2": {"tr/w0"}})
 }
 
 // A host keeps as many weights loaded as their harnesses allow
