@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	sdkpb "go.temporal.io/api/sdk/v1"
 	tlog "go.temporal.io/sdk/log"
 
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
@@ -138,6 +139,8 @@ func TestUITellsTheStory(t *testing.T) {
 			return fmt.Errorf("no Current Details iframe yet")
 		}
 		if err := uiWantAll(details, fmt.Sprintf("**Run %s** · round 1/1 · weights %s · done", run, sum.WeightsOut),
+			// The fleet line, from the last chunk's result: no signal.
+			"**fleet**: weights `"+run+"/", ": served by ", " · run "+run+" on the fleet: ",
 			"| batch | value |", "| round | val success [95% CI] | collection success / valid | success / attempted | invalid + lost | samples | loss | logprob Δ mean / max | weights |"); err != nil {
 			return err
 		}
@@ -153,6 +156,30 @@ func TestUITellsTheStory(t *testing.T) {
 		return uiWantAll(html.UnescapeString(dom), "<strong>Run "+run+"</strong>", "<table>",
 			"<th>round</th>", "<td>w0 → "+sum.WeightsOut+"</td>")
 	})
+
+	// The fleet's current details, as the UI renders them. The fleet
+	// never closes, and headless Chromium's virtual time never settles on
+	// a running workflow's page (the UI keeps a long poll open), so the
+	// markdown is read with the same query the UI sends and loaded in the
+	// UI's own /render page, which the User Metadata tab frames.
+	mv, err := c.QueryWorkflow(ctx, api.FleetID, "", "__temporal_workflow_metadata")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var md sdkpb.WorkflowMetadata
+	if err := mv.Get(&md); err != nil {
+		t.Fatal(err)
+	}
+	fleetDetails := md.GetCurrentDetails()
+	if err := uiWantAll(fleetDetails, "**fleet**: 1 rollout hosts", "| host | assigned | loaded (busy) | loads | loading | idle | waited |"); err != nil {
+		t.Fatalf("fleet details: %v\n%s", err, fleetDetails)
+	}
+	fleetPage := ui + "/render?content=" + url.QueryEscape(fleetDetails)
+	br.until(fleetPage, "rendered fleet details", func(dom string) error {
+		return uiWantAll(html.UnescapeString(dom), "<strong>fleet</strong>", "<table>", "<th>host</th>", "<th>loads</th>")
+	})
+	br.screenshot(fleetPage, filepath.Join(shots, "fleet-details.png"))
+	t.Logf("the fleet's current details:\n%s", fleetDetails)
 
 	// The Search Attributes tab lists Roundhouse's attributes as upserted.
 	br.until(fmt.Sprintf("%s/namespaces/default/workflows/%s/%s/search-attributes", ui, id, runID), "Search Attributes tab",
@@ -217,7 +244,7 @@ func TestUITellsTheStory(t *testing.T) {
 	if os.Getenv("ROUNDHOUSE_UI_SHOTS") == "" {
 		keep = "removed when the test ends; set ROUNDHOUSE_UI_SHOTS=<dir> to keep them"
 	}
-	t.Logf("screenshots in %s (workflow.png, user-metadata.png, episodes-child.png, list-filtered.png): %s", shots, keep)
+	t.Logf("screenshots in %s (workflow.png, user-metadata.png, fleet-details.png, episodes-child.png, list-filtered.png): %s", shots, keep)
 }
 
 // findChromium returns Chromium's path. Without it the test is skipped,
