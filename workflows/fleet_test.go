@@ -139,14 +139,8 @@ func TestFleetTellsUnservable(t *testing.T) {
 func TestUnservableStopsEpisodes(t *testing.T) {
 	env := bareEnv()
 	var ro *activities.Rollout
-	var ctrl *activities.Control
 	env.OnActivity(ro.RunEpisode, mock.Anything, mock.Anything).Return(activities.EpisodeResult{}, nil).After(time.Hour)
-	var changes []api.DemandChange
-	env.OnActivity(ctrl.Demand, mock.Anything, mock.Anything).Return(
-		func(_ context.Context, d api.DemandChange) error {
-			changes = append(changes, d)
-			return nil
-		})
+	demands := recordDemands(env)
 	env.RegisterDelayedCallback(func() {
 		env.SignalWorkflow(api.UnservableSignal, api.Unservable{Weights: "r/w0", Cause: "h1: out of memory"})
 	}, time.Minute)
@@ -160,7 +154,7 @@ func TestUnservableStopsEpisodes(t *testing.T) {
 	if tl.Lost != 2 || !strings.Contains(tl.Unservable, "weights w0 could not be loaded on any rollout host: h1: out of memory") {
 		t.Errorf("tally %+v", tl)
 	}
-	changes = slices.DeleteFunc(changes, func(c api.DemandChange) bool { return c.Left })
+	changes := slices.DeleteFunc(demands(), func(c api.DemandChange) bool { return c.Left })
 	if len(changes) != 2 || changes[0].Done || !changes[1].Done || changes[0].Demand.Weights != "r/w0" || changes[0].Demand.Priority != fleet.TrainPriority || changes[0].Demand.Episodes != 2 {
 		t.Errorf("demand changes %+v", changes)
 	}
@@ -181,17 +175,13 @@ func TestEpisodesTellWhatIsLeft(t *testing.T) {
 			Return(activities.EpisodeResult{Valid: true, Try: "try0-x"}, nil).After(time.Duration(i+1) * time.Minute)
 	}
 	env.OnActivity(ctrl.Publish, mock.Anything, mock.Anything).Return(activities.PublishResult{}, nil)
-	var changes []api.DemandChange
-	env.OnActivity(ctrl.Demand, mock.Anything, mock.Anything).Return(
-		func(_ context.Context, d api.DemandChange) error {
-			changes = append(changes, d)
-			return nil
-		})
+	demands := recordDemands(env)
 	env.ExecuteWorkflow(Episodes, api.EpisodesInput{Run: "r", Round: 1, Phase: schemas.PhaseTrain, Weights: "w0",
 		Cells: cells, InfraTries: 1, StartToClose: time.Hour, Heartbeat: time.Minute})
 	if err := env.GetWorkflowError(); err != nil {
 		t.Fatal(err)
 	}
+	changes := demands()
 	if len(changes) < 3 || changes[0].Left || changes[0].Done || !changes[len(changes)-1].Done {
 		t.Fatalf("demand changes %+v: want the demand, updates, then done", changes)
 	}
@@ -216,17 +206,7 @@ func TestEpisodesTellWhatIsLeft(t *testing.T) {
 	var ctrl2 *activities.Control
 	fenv.OnActivity(ctrl2.ClosedWorkflows, mock.Anything, mock.Anything).Return([]string{}, nil).Maybe()
 	var before, during, after map[string]fleet.Demand
-	status := func() map[string]fleet.Demand {
-		v, err := fenv.QueryWorkflow(api.FleetStatusQuery)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var st api.FleetStatus
-		if err := v.Get(&st); err != nil {
-			t.Fatal(err)
-		}
-		return st.State.Demands
-	}
+	status := func() map[string]fleet.Demand { return fleetStatus(t, fenv).State.Demands }
 	fenv.RegisterDelayedCallback(func() {
 		fenv.SignalWorkflow(api.DemandSignal, changes[0])
 	}, time.Second)
@@ -260,17 +240,13 @@ func TestDemandEndsWithAgain(t *testing.T) {
 	var ctrl *activities.Control
 	env.OnActivity(ro.RunEpisode, mock.Anything, mock.Anything).Return(activities.EpisodeResult{Valid: true, Try: "try0-x"}, nil)
 	env.OnActivity(ctrl.Publish, mock.Anything, mock.Anything).Return(activities.PublishResult{}, nil)
-	var changes []api.DemandChange
-	env.OnActivity(ctrl.Demand, mock.Anything, mock.Anything).Return(
-		func(_ context.Context, d api.DemandChange) error {
-			changes = append(changes, d)
-			return nil
-		})
+	demands := recordDemands(env)
 	env.ExecuteWorkflow(Episodes, api.EpisodesInput{Run: "r", Round: 1, Phase: schemas.PhaseVal, Weights: "w0",
 		Cells: []api.Cell{{Task: schemas.Task{ID: 0, Name: "a"}, InitID: 45}}, InfraTries: 1, StartToClose: time.Hour, Heartbeat: time.Minute, Again: true})
 	if err := env.GetWorkflowError(); err != nil {
 		t.Fatal(err)
 	}
+	changes := demands()
 	if len(changes) != 2 || !changes[1].Done || !changes[1].Again {
 		t.Fatalf("demand changes %+v, want the last Done and Again", changes)
 	}
@@ -281,21 +257,45 @@ func TestDemandEndsWithAgain(t *testing.T) {
 		fenv.SignalWorkflow(api.DemandSignal, changes[0])
 		fenv.SignalWorkflow(api.DemandSignal, changes[1])
 	}, time.Second)
-	fenv.RegisterDelayedCallback(func() {
-		v, err := fenv.QueryWorkflow(api.FleetStatusQuery)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var st api.FleetStatus
-		if err := v.Get(&st); err != nil {
-			t.Fatal(err)
-		}
-		expected = st.State.Expected
-	}, 3*time.Second)
+	fenv.RegisterDelayedCallback(func() { expected = fleetStatus(t, fenv).State.Expected }, 3*time.Second)
 	fenv.RegisterDelayedCallback(fenv.CancelWorkflow, 5*time.Second)
 	fenv.ExecuteWorkflow(Fleet, api.FleetInput{})
 	if _, ok := expected["r/w0"]; !ok {
 		t.Errorf("fleet expects %v, want r/w0", expected)
+	}
+}
+
+// fleetStatus asks the fleet under test for its status.
+func fleetStatus(t *testing.T, env *testsuite.TestWorkflowEnvironment) api.FleetStatus {
+	t.Helper()
+	var st api.FleetStatus
+	v, err := env.QueryWorkflow(api.FleetStatusQuery)
+	if err == nil {
+		err = v.Get(&st)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// recordDemands records the demand changes an Episodes workflow sends the
+// fleet; the func returns them so far.
+func recordDemands(env *testsuite.TestWorkflowEnvironment) func() []api.DemandChange {
+	var mu sync.Mutex
+	var changes []api.DemandChange
+	var ctrl *activities.Control
+	env.OnActivity(ctrl.Demand, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, d api.DemandChange) error {
+			mu.Lock()
+			defer mu.Unlock()
+			changes = append(changes, d)
+			return nil
+		})
+	return func() []api.DemandChange {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(changes)
 	}
 }
 
