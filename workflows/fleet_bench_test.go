@@ -428,10 +428,25 @@ func runSharedFleet(b *testing.B, cfg fleetConfig) fleetResult {
 		hr.LoadTime = time.Duration(secs * float64(time.Second))
 		// A model server's log is named by its key (harness, run, weights,
 		// ETag) and replaced when the same key starts again: one per weights.
-		served, _ := filepath.Glob(filepath.Join(h.WorkDir, "logs", "model-*.log"))
-		hr.Pairs = len(served)
+		// Weights swapped in place start no log: they are named by the
+		// host's reload lines.
+		served, _ := filepath.Glob(filepath.Join(h.WorkDir, "logs", "model*.log")) // model-…, model#1-…
+		here := map[string]bool{}
 		for _, s := range served {
-			distinct[filepath.Base(s)] = true
+			here[filepath.Base(s)] = true
+		}
+	reloaded:
+		for _, w := range reloadedWeights(b, h.Log) {
+			for name := range here {
+				if strings.Contains(name, strings.ReplaceAll(w, "/", "-")) {
+					continue reloaded
+				}
+			}
+			here["reloaded "+w] = true
+		}
+		hr.Pairs = len(here)
+		for name := range here {
+			distinct[name] = true
 		}
 		r.Starts += hr.Starts
 		r.Pairs += hr.Pairs
@@ -514,6 +529,28 @@ func waitForLine(ctx context.Context, b *testing.B, path, want string, d time.Du
 }
 
 // countLines counts the lines of the file at path that hold every one of want.
+// reloadedWeights returns the weights keys a host's log says it swapped
+// into a running model server.
+func reloadedWeights(b *testing.B, path string) []string {
+	b.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var out []string
+	for _, line := range strings.Split(string(data), "\n") {
+		if !strings.Contains(line, "model server reloaded in place") {
+			continue
+		}
+		for _, f := range strings.Fields(line) {
+			if w, ok := strings.CutPrefix(f, "weights="); ok {
+				out = append(out, w)
+			}
+		}
+	}
+	return out
+}
+
 func countLines(b *testing.B, path string, want ...string) int {
 	b.Helper()
 	f, err := os.Open(path)
