@@ -253,7 +253,18 @@ func (s *Store) CheckWritable(ctx context.Context) error {
 	key := fmt.Sprintf(".roundhouse-probe/%s-%d-%s", host, os.Getpid(), hex.EncodeToString(rnd[:]))
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	_, err := s.c.PutObject(pctx, &s3.PutObjectInput{Bucket: &s.Bucket, Key: &key, Body: strings.NewReader("roundhouse write probe\n")})
+	// Three tries, 300 ms apart: versitygw's posix backend can refuse a put
+	// while another host's probe delete removes the emptied folder
+	// (ExistingObjectIsDirectory, seen in CI when rig hosts start at once).
+	var err error
+	for try := range 3 {
+		if try > 0 {
+			time.Sleep(300 * time.Millisecond)
+		}
+		if _, err = s.c.PutObject(pctx, &s3.PutObjectInput{Bucket: &s.Bucket, Key: &key, Body: strings.NewReader("roundhouse write probe\n")}); err == nil || pctx.Err() != nil {
+			break
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("S3 bucket %q at %s is not writable (put %s): %s: %w", s.Bucket, s.cfg.endpointName(), key, bucketHint(err), err)
 	}

@@ -238,3 +238,22 @@ func TestPutIfAbsent(t *testing.T) {
 		t.Errorf("stored %q (%v), want the first writer's", b, err)
 	}
 }
+
+// Hosts starting together probe the bucket at once, each with its own key
+// under one folder that their deletes empty: every probe passes (CI saw
+// versitygw refuse one with ExistingObjectIsDirectory).
+func TestProbesAtOnce(t *testing.T) {
+	stack := itest.Start(t)
+	ctx := context.Background()
+	for round := range 20 {
+		errs := make(chan error, 8)
+		for range 8 {
+			go func() { errs <- stack.Store.CheckWritable(ctx) }()
+		}
+		for range 8 {
+			if err := <-errs; err != nil {
+				t.Fatalf("round %d: %v", round, err)
+			}
+		}
+	}
+}
