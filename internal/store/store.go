@@ -253,16 +253,19 @@ func (s *Store) CheckWritable(ctx context.Context) error {
 	key := fmt.Sprintf(".roundhouse-probe/%s-%d-%s", host, os.Getpid(), hex.EncodeToString(rnd[:]))
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	// Three tries, 300 ms apart: versitygw's posix backend can refuse a put
-	// while another host's probe delete removes the emptied folder
-	// (ExistingObjectIsDirectory, seen in CI when rig hosts start at once).
+	// Up to three tries, 300 ms apart, on ExistingObjectIsDirectory only:
+	// versitygw's posix backend gave it to one of several rig hosts
+	// probing at once (CI), likely as another's delete removed the
+	// emptied folder.
 	var err error
 	for try := range 3 {
 		if try > 0 {
 			time.Sleep(300 * time.Millisecond)
 		}
-		if _, err = s.c.PutObject(pctx, &s3.PutObjectInput{Bucket: &s.Bucket, Key: &key, Body: strings.NewReader("roundhouse write probe\n")}); err == nil || pctx.Err() != nil {
-			break
+		_, err = s.c.PutObject(pctx, &s3.PutObjectInput{Bucket: &s.Bucket, Key: &key, Body: strings.NewReader("roundhouse write probe\n")})
+		var api smithy.APIError
+		if err == nil || pctx.Err() != nil || !errors.As(err, &api) || api.ErrorCode() != "ExistingObjectIsDirectory" {
+			break // done, or a refusal that a retry will not change
 		}
 	}
 	if err != nil {
