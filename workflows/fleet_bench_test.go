@@ -415,9 +415,9 @@ func runSharedFleet(b *testing.B, cfg fleetConfig) fleetResult {
 	// against each host's roundhouse.model.loads counter.
 	distinct := map[string]bool{}
 	for _, h := range hosts {
-		reloads := countLines(b, h.Log, "model server reloaded in place")
-		hr := hostResult{Name: h.Name, Starts: countLines(b, h.Log, "service ready", "service=model") + reloads}
-		r.Reloads += reloads
+		reloaded := reloadedWeights(b, h.Log)
+		hr := hostResult{Name: h.Name, Starts: len(linesWith(b, h.Log, "service ready", "service=model")) + len(reloaded)}
+		r.Reloads += len(reloaded)
 		m := scrape(ctx, b, h.Client, h.Metrics)
 		// A host that started no model server has no such sample.
 		if loads := m[`roundhouse_model_loads_total{ok="true"}`]; int(loads) != hr.Starts {
@@ -435,11 +435,11 @@ func runSharedFleet(b *testing.B, cfg fleetConfig) fleetResult {
 		for _, s := range served {
 			here[filepath.Base(s)] = true
 		}
-	reloaded:
-		for _, w := range reloadedWeights(b, h.Log) {
+	swapped:
+		for _, w := range reloaded {
 			for name := range here {
 				if strings.Contains(name, strings.ReplaceAll(w, "/", "-")) {
-					continue reloaded
+					continue swapped
 				}
 			}
 			here["reloaded "+w] = true
@@ -528,20 +528,12 @@ func waitForLine(ctx context.Context, b *testing.B, path, want string, d time.Du
 	}
 }
 
-// countLines counts the lines of the file at path that hold every one of want.
 // reloadedWeights returns the weights keys a host's log says it swapped
-// into a running model server.
+// into a running model server, one per reload.
 func reloadedWeights(b *testing.B, path string) []string {
 	b.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		b.Fatal(err)
-	}
 	var out []string
-	for _, line := range strings.Split(string(data), "\n") {
-		if !strings.Contains(line, "model server reloaded in place") {
-			continue
-		}
+	for _, line := range linesWith(b, path, "model server reloaded in place") {
 		for _, f := range strings.Fields(line) {
 			if w, ok := strings.CutPrefix(f, "weights="); ok {
 				out = append(out, w)
@@ -551,14 +543,16 @@ func reloadedWeights(b *testing.B, path string) []string {
 	return out
 }
 
-func countLines(b *testing.B, path string, want ...string) int {
+// linesWith returns the lines of the file at path that hold every one of
+// want.
+func linesWith(b *testing.B, path string, want ...string) []string {
 	b.Helper()
 	f, err := os.Open(path)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer f.Close()
-	n := 0
+	var out []string
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 next:
@@ -568,12 +562,12 @@ next:
 				continue next
 			}
 		}
-		n++
+		out = append(out, sc.Text())
 	}
 	if err := sc.Err(); err != nil {
 		b.Fatal(err)
 	}
-	return n
+	return out
 }
 
 // scrape reads a Prometheus endpoint's samples, keyed by name and labels
