@@ -240,10 +240,11 @@ func tellNotes(ctx workflow.Context, s *fleet.State, stats map[string][]schemas.
 		}
 		text += fmt.Sprintf(" · run %s on the fleet: %d model-server loads (%s loading, %s idle), %d episodes waited for a server",
 			d.Run, run.Loads, run.LoadTime.Round(time.Second), run.Idle.Round(time.Second), run.Waits)
-		if sent[key] == fmt.Sprint(text, long) {
+		said := fmt.Sprint(text, long)
+		if sent[key] == said {
 			continue
 		}
-		sent[key] = fmt.Sprint(text, long)
+		sent[key] = said
 		// Not waited on: a workflow that ended has nothing to show.
 		workflow.SignalExternalWorkflow(ctx, d.Key, "", api.FleetNoteSignal, api.FleetNote{Weights: d.Weights, Text: text, Where: where, Waiting: long})
 	}

@@ -45,10 +45,10 @@ func watchFleetNotes(ctx workflow.Context, onChange func(), toParent bool) *flee
 	return n
 }
 
-// fromChunk takes the note a finished chunk returned, unless a wait
-// passed on since says more.
+// fromChunk takes the note a finished chunk returned: the parent's line
+// until a long wait is passed on.
 func (n *fleetNote) fromChunk(t api.Tally) {
-	if t.Fleet != "" && !n.waiting {
+	if t.Fleet != "" {
 		n.text = t.Fleet
 	}
 }

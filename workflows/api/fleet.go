@@ -47,7 +47,6 @@ type FleetNote struct {
 	// seconds while a host loads is no news.
 	Where   string `json:",omitempty"`
 	Waiting bool   `json:",omitempty"` // for LongWait or longer
-
 }
 
 // LongWait is how long weights wait unserved before the fleet's note
