@@ -136,7 +136,7 @@ type planned struct {
 
 // PlanBatch is the samples and summary BuildBatch would make from the
 // round's tables in s now, without writing anything. A reader that
-// verifies a trained batch (internal/drill) compares it with the round's
+// verifies a trained batch (deploy/drill) compares it with the round's
 // samples table. (A function, not a method: Control's methods are its
 // activities.)
 func PlanBatch(ctx context.Context, s *store.Store, in BatchInput) ([]schemas.Sample, schemas.BatchSummary, error) {

@@ -5,8 +5,8 @@ import (
 	"testing"
 
 	"github.com/roundhouse-rl/roundhouse/activities"
-	"github.com/roundhouse-rl/roundhouse/internal/itest"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
+	"github.com/roundhouse-rl/roundhouse/internal/testkit/itest"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 )
 

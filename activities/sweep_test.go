@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/roundhouse-rl/roundhouse/activities"
-	"github.com/roundhouse-rl/roundhouse/internal/itest"
+	"github.com/roundhouse-rl/roundhouse/internal/testkit/itest"
 	"github.com/roundhouse-rl/roundhouse/internal/weights"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 )

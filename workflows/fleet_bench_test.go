@@ -21,9 +21,9 @@ import (
 	tlog "go.temporal.io/sdk/log"
 
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
-	"github.com/roundhouse-rl/roundhouse/internal/itest"
-	"github.com/roundhouse-rl/roundhouse/internal/rig"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
+	"github.com/roundhouse-rl/roundhouse/internal/testkit/itest"
+	"github.com/roundhouse-rl/roundhouse/internal/testkit/rig"
 	"github.com/roundhouse-rl/roundhouse/internal/weights"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 	"github.com/roundhouse-rl/roundhouse/workflows/api"
@@ -63,7 +63,7 @@ func BenchmarkSharedFleet(b *testing.B) {
 // BenchmarkSharedFleetHosts is issue 15's 3-host measurement: a 2-round
 // training run (--groups 8: weights w0, r1, r2) and two sweeps, over 7
 // weights ids each under two s3 prefixes (fleet-ckpts/c1…c7 and
-// fleet-ckpts2/d1…d7, copies of w0), on a rig (internal/rig, root) of
+// fleet-ckpts2/d1…d7, copies of w0), on a rig (internal/testkit/rig, root) of
 // three rollout hosts × 4 slots, each its own network namespace and
 // worker, plus a training and control host. `together` starts all three at
 // the same moment; `sequential` runs the training, then sweep 1, then
@@ -139,7 +139,7 @@ type fleetConfig struct {
 	// Together starts the training and the sweeps at once; otherwise each
 	// starts when the one before has closed.
 	Together bool
-	// Rig runs every worker on a host of its own (internal/rig), rather
+	// Rig runs every worker on a host of its own (internal/testkit/rig), rather
 	// than as processes of this namespace.
 	Rig     bool
 	Harness string // of all runs; "" is harnesses/minimal/harness.yaml

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/roundhouse-rl/roundhouse/internal/itest"
-	"github.com/roundhouse-rl/roundhouse/internal/rig"
+	"github.com/roundhouse-rl/roundhouse/internal/testkit/itest"
+	"github.com/roundhouse-rl/roundhouse/internal/testkit/rig"
 )
 
 // BenchmarkRolloutHosts runs one collection round of the instant stand-in

@@ -22,11 +22,11 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
-	"github.com/roundhouse-rl/roundhouse/internal/devstack"
 	"github.com/roundhouse-rl/roundhouse/internal/harness"
-	"github.com/roundhouse-rl/roundhouse/internal/prereq"
 	"github.com/roundhouse-rl/roundhouse/internal/proc"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
+	"github.com/roundhouse-rl/roundhouse/internal/testkit/devstack"
+	"github.com/roundhouse-rl/roundhouse/internal/testkit/prereq"
 )
 
 // Fixed dev ports; override with the environment of the same names.

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/roundhouse-rl/roundhouse/internal/itest"
 	"github.com/roundhouse-rl/roundhouse/internal/rl"
+	"github.com/roundhouse-rl/roundhouse/internal/testkit/itest"
 )
 
 // hfEval is what trainer.py --model hf --eval-out writes.

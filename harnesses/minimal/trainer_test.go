@@ -18,9 +18,9 @@ import (
 	"github.com/roundhouse-rl/roundhouse/harnesses/minimal/env"
 	"github.com/roundhouse-rl/roundhouse/harnesses/minimal/episode"
 	"github.com/roundhouse-rl/roundhouse/harnesses/minimal/policy"
-	"github.com/roundhouse-rl/roundhouse/internal/itest"
 	"github.com/roundhouse-rl/roundhouse/internal/npz"
 	"github.com/roundhouse-rl/roundhouse/internal/rl"
+	"github.com/roundhouse-rl/roundhouse/internal/testkit/itest"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 )
 

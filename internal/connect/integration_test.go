@@ -17,7 +17,7 @@ import (
 
 	"github.com/roundhouse-rl/roundhouse/internal/codec"
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
-	"github.com/roundhouse-rl/roundhouse/internal/itest"
+	"github.com/roundhouse-rl/roundhouse/internal/testkit/itest"
 )
 
 func echoWorkflow(_ workflow.Context, in string) (string, error) { return "echo: " + in, nil }

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/roundhouse-rl/roundhouse/internal/proxy/proxybench"
+	"github.com/roundhouse-rl/roundhouse/internal/testkit/proxybench"
 )
 
 // BenchmarkProxy compares chat completions sent straight to a vLLM-shaped
@@ -20,7 +20,7 @@ import (
 //     time-bound here (b.N/200 s), so use -benchtime=3s or more for a p99.
 //
 // All of it shares the machine's cores, so compare paths, not absolute
-// numbers; `go run ./internal/proxy/loadgen` prints the same as one table
+// numbers; `go run ./internal/testkit/loadgen` prints the same as one table
 // with the ratios.
 func BenchmarkProxy(b *testing.B) {
 	for _, mode := range []string{"saturated", "fixed200"} {

@@ -21,7 +21,7 @@ import (
 const nodeDir = "node"
 
 // fixCmd is what a developer runs by hand when the automatic install fails.
-const fixCmd = "cd internal/proxy/clienttest/node && npm ci --no-audit --no-fund"
+const fixCmd = "cd internal/testkit/clienttest/node && npm ci --no-audit --no-fund"
 
 const (
 	npmCITimeout   = 5 * time.Minute

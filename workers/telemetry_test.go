@@ -1,4 +1,4 @@
-package telemetry_test
+package workers_test
 
 import (
 	"context"
@@ -24,8 +24,8 @@ import (
 
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
 	"github.com/roundhouse-rl/roundhouse/internal/harness"
-	"github.com/roundhouse-rl/roundhouse/internal/itest"
 	"github.com/roundhouse-rl/roundhouse/internal/telemetry/instr"
+	"github.com/roundhouse-rl/roundhouse/internal/testkit/itest"
 	"github.com/roundhouse-rl/roundhouse/internal/weights"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 	"github.com/roundhouse-rl/roundhouse/workers"

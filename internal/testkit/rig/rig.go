@@ -88,10 +88,10 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
-	"github.com/roundhouse-rl/roundhouse/internal/devstack"
-	"github.com/roundhouse-rl/roundhouse/internal/itest"
 	"github.com/roundhouse-rl/roundhouse/internal/proc"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
+	"github.com/roundhouse-rl/roundhouse/internal/testkit/devstack"
+	"github.com/roundhouse-rl/roundhouse/internal/testkit/itest"
 )
 
 // Fixed ports are fine: every rig has a hub namespace of its own.

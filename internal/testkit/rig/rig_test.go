@@ -19,8 +19,7 @@ import (
 
 	"go.temporal.io/api/enums/v1"
 
-	"github.com/roundhouse-rl/roundhouse/internal/itest"
-	"github.com/roundhouse-rl/roundhouse/workflows/api"
+	"github.com/roundhouse-rl/roundhouse/internal/testkit/itest"
 )
 
 func TestMain(m *testing.M) {
@@ -171,9 +170,12 @@ func TestRig(t *testing.T) {
 	t.Run("workers register", func(t *testing.T) {
 		// Temporal names a poller "<pid>@<hostname>@": the rollout queue
 		// must show the three rollout workers, the train queue t1's.
+		// The queue names are workflows/api's RolloutQueue and TrainQueue,
+		// spelled out: internal/ never imports upward (design §2). A
+		// renamed queue shows here as a queue without pollers.
 		want := map[string][]int{
-			api.RolloutQueue: sorted(r1.PID(), r2.PID(), r3.PID()),
-			api.TrainQueue:   {t1.PID()},
+			"roundhouse-rollout": sorted(r1.PID(), r2.PID(), r3.PID()),
+			"roundhouse-train":   {t1.PID()},
 		}
 		waitFor(t, 30*time.Second, func() error {
 			for queue, pids := range want {

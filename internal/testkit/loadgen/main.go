@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/roundhouse-rl/roundhouse/internal/proxy/proxybench"
+	"github.com/roundhouse-rl/roundhouse/internal/testkit/proxybench"
 )
 
 func main() {

@@ -2,7 +2,7 @@
 // bare httputil.ReverseProxy and against no proxy at all, all three in front
 // of the same fast vLLM-shaped stub (issue 3, "Performance"). It is used by
 // BenchmarkProxy in internal/proxy and by the table printer
-// internal/proxy/loadgen (`go tool task bench`).
+// internal/testkit/loadgen (`go tool task bench`).
 package proxybench
 
 import (

@@ -20,9 +20,9 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"gopkg.in/yaml.v3"
 
-	"github.com/roundhouse-rl/roundhouse/internal/itest"
-	"github.com/roundhouse-rl/roundhouse/internal/rig"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
+	"github.com/roundhouse-rl/roundhouse/internal/testkit/itest"
+	"github.com/roundhouse-rl/roundhouse/internal/testkit/rig"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 	"github.com/roundhouse-rl/roundhouse/workflows/api"
 )
