@@ -74,7 +74,7 @@ func BenchmarkSharedFleet(b *testing.B) {
 // the fewest starts that can serve every weights; pairs is the fewest for
 // where the weights were actually served, since a host that serves
 // weights another host serves too loads them once more. Run it with the
-// stand-in's start delay, as the README's table was:
+// stand-in's start delay, as docs/performance.md's table of a shared fleet was:
 //
 //	MINIMAL_MODEL_START_DELAY=20 go test -run '^$' -bench SharedFleetHosts -benchtime 1x -timeout 120m -v ./workflows/
 func BenchmarkSharedFleetHosts(b *testing.B) {
