@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"sort"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -18,7 +17,6 @@ import (
 	"github.com/roundhouse-rl/roundhouse/internal/stats"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/schemas"
-	"github.com/roundhouse-rl/roundhouse/workflows/api"
 )
 
 type compareFlags struct {
@@ -260,11 +258,7 @@ func compare(ctx context.Context, out io.Writer, s *store.Store, run, tagA, tagB
 		if rep.IsShard() {
 			return rep, nil, fmt.Errorf("report %s is one shard: merge the shards first (`starter report merge --run %s --tag %s`)", tag, run, tag)
 		}
-		phase := api.EvalPhase(tag)
-		if strings.HasPrefix(tag, "val-r") {
-			phase = schemas.PhaseVal
-		}
-		eps, err := store.ReadTable(ctx, s, l.EpisodesDir(rep.Round, phase), func(e schemas.Episode) string { return e.EpisodeID })
+		eps, err := store.ReadTable(ctx, s, l.EpisodesDir(rep.Round, schemas.TagPhase(tag)), func(e schemas.Episode) string { return e.EpisodeID })
 		if err != nil {
 			return rep, nil, fmt.Errorf("episodes of report %s: %w", tag, err)
 		}
