@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/roundhouse-rl/roundhouse/internal/chart"
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
 	"github.com/roundhouse-rl/roundhouse/internal/report"
 	"github.com/roundhouse-rl/roundhouse/internal/runs"
@@ -71,7 +72,7 @@ To compare the demo's starting weights with its final ones:
 			if err != nil || f.chart == "" {
 				return err
 			}
-			b, err := renderCompareChart(f.chart, c)
+			b, err := chart.Comparison(f.chart, c)
 			if err != nil {
 				return err
 			}
@@ -104,7 +105,7 @@ func checkCompareFlags(f compareFlags, changed func(string) bool) error {
 		return fmt.Errorf("--run %q: give the name of a run (see `starter status`)", f.run)
 	}
 	if f.chart != "" {
-		if _, err := chartFormat(f.chart); err != nil {
+		if err := checkChartFile(f.chart); err != nil {
 			return err
 		}
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/roundhouse-rl/roundhouse/internal/chart"
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
 	"github.com/roundhouse-rl/roundhouse/internal/report"
 	"github.com/roundhouse-rl/roundhouse/internal/runs"
@@ -33,7 +34,7 @@ the last round), as a table and a chart (SVG or PNG, by the file's extension).`,
 			if chartFile == "" {
 				chartFile = "runs-" + run + "-success.svg"
 			}
-			if _, err := chartFormat(chartFile); err != nil {
+			if err := checkChartFile(chartFile); err != nil {
 				return err
 			}
 			ro := *e
@@ -87,7 +88,7 @@ func showReport(ctx context.Context, out io.Writer, s *store.Store, run, chartFi
 			fmt.Fprintln(out, w)
 		}
 	}
-	b, err := renderChart(chartFile, run, rs, final)
+	b, err := chart.Success(chartFile, run, rs, final)
 	if err != nil {
 		return err
 	}
