@@ -148,6 +148,7 @@ func checkCompareFlags(f compareFlags, changed func(string) bool) error {
 // the two reports are compared as tags are.
 func compareWeights(ctx context.Context, out io.Writer, e *connect.Endpoints, f compareFlags) (schemas.Comparison, error) {
 	var ts [2]evalTarget
+	names := [2]string{"A", "B"}
 	for i, w := range []string{f.weightsA, f.weightsB} {
 		t, err := resolveEval(evalFlags{config: f.config, run: f.run, weights: w, initKey: f.initKey, vars: f.vars, heartbeat: f.heartbeat}, runs.Shard{I: 0, N: 1})
 		if err != nil {
@@ -184,7 +185,7 @@ func compareWeights(ctx context.Context, out io.Writer, e *connect.Endpoints, f 
 	}
 	var tags, ids [2]string // the reports compared; the evaluations run for them
 	for i, r := range reuse {
-		name, wid := string(rune('A'+i)), ts[i].wid
+		name, wid := names[i], ts[i].wid
 		if r.Tag != "" {
 			tags[i] = r.Tag
 			fmt.Fprintf(out, "%s: weights %s — reusing report %s (%s, all %d cells, harness digest %s)\n", name, wid, r.Tag, f.initKey, len(cells), h.Digest)
@@ -201,7 +202,7 @@ func compareWeights(ctx context.Context, out io.Writer, e *connect.Endpoints, f 
 	for i := range ts {
 		if tags[i] == "" {
 			if ids[i], err = startEval(ctx, out, c, s, e, &ts[i]); err != nil {
-				return schemas.Comparison{}, fmt.Errorf("evaluate weights %s (%s) for the comparison: %w", ts[i].wid, string(rune('A'+i)), err)
+				return schemas.Comparison{}, fmt.Errorf("evaluate weights %s (%s) for the comparison: %w", ts[i].wid, names[i], err)
 			}
 		}
 	}
@@ -217,7 +218,7 @@ func compareWeights(ctx context.Context, out io.Writer, e *connect.Endpoints, f 
 		tags[i] = rep.Tag
 		o := rep.Overall
 		fmt.Fprintf(out, "%s: weights %s evaluated under tag %s: %s over %d valid of %d attempted episodes\n",
-			string(rune('A'+i)), rep.WeightsID, rep.Tag, stats.Rate(o.Successes, o.Valid), o.Valid, o.Attempted())
+			names[i], rep.WeightsID, rep.Tag, stats.Rate(o.Successes, o.Valid), o.Valid, o.Attempted())
 		if report.OverInvalidLimit(rep) {
 			fmt.Fprintf(out, "!! %s: %.1f%% of its episodes were invalid or lost (%s), over the limit of %.0f%% (collect.max_invalid_share): the pairs leave those cells out\n",
 				rep.Tag, 100*o.InvalidShare(), report.Causes(o), 100*report.InvalidLimit(rep))
