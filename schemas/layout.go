@@ -82,9 +82,6 @@ func (l Layout) Staged(round int32, phase, episode, try string) string {
 	return fmt.Sprintf("%sstaged/round=%d/phase=%s/%s/%s/", l.Prefix(), round, phase, episode, try)
 }
 
-// ValTag is the report tag of the validation that opens a round.
-func ValTag(round int32) string { return fmt.Sprintf("val-r%d", round) }
-
 // Harness is the resolved harness file the run was started with (JSON);
 // activities read it from here so workflow history carries no copy per episode.
 func (l Layout) Harness() string { return l.Prefix() + "harness.json" }

@@ -5,20 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sort"
-	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/roundhouse-rl/roundhouse/internal/chart"
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
 	"github.com/roundhouse-rl/roundhouse/internal/report"
 	"github.com/roundhouse-rl/roundhouse/internal/runs"
 	"github.com/roundhouse-rl/roundhouse/internal/stats"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/schemas"
-	"github.com/roundhouse-rl/roundhouse/workflows/api"
 )
 
 type compareFlags struct {
@@ -73,7 +71,7 @@ To compare the demo's starting weights with its final ones:
 			if err != nil || f.chart == "" {
 				return err
 			}
-			b, err := renderCompareChart(f.chart, c)
+			b, err := chart.Comparison(f.chart, c)
 			if err != nil {
 				return err
 			}
@@ -106,7 +104,7 @@ func checkCompareFlags(f compareFlags, changed func(string) bool) error {
 		return fmt.Errorf("--run %q: give the name of a run (see `starter status`)", f.run)
 	}
 	if f.chart != "" {
-		if _, err := chartFormat(f.chart); err != nil {
+		if err := checkChartFile(f.chart); err != nil {
 			return err
 		}
 	}
@@ -144,42 +142,25 @@ func checkCompareFlags(f compareFlags, changed func(string) bool) error {
 	return nil
 }
 
-// cmpTag is the tag compare evaluates weights under: named by weights,
-// split and harness digest, so a rerun finds (or joins) its own
-// evaluation, and one under another harness configuration never collides
-// with it.
-func cmpTag(weightsID, initKey, config string) string {
-	split := "val"
-	if initKey == finalKey {
-		split = "eval"
-	}
-	return fmt.Sprintf("cmp-%s-%s-%.8s", weightsID, split, config)
-}
-
 // compareWeights compares two weights on the cells of an init key: each
 // side reuses a report of the run that stands for its evaluation, or is
 // evaluated as `starter eval` does. Both evaluations run at once; then
 // the two reports are compared as tags are.
 func compareWeights(ctx context.Context, out io.Writer, e *connect.Endpoints, f compareFlags) (schemas.Comparison, error) {
-	type side struct {
-		name string
-		t    evalTarget
-		tag  string // the report compared; "" until known
-		id   string // the evaluation workflow, when one runs
-	}
-	var sides [2]side
+	var ts [2]evalTarget
+	names := [2]string{"A", "B"}
 	for i, w := range []string{f.weightsA, f.weightsB} {
 		t, err := resolveEval(evalFlags{config: f.config, run: f.run, weights: w, initKey: f.initKey, vars: f.vars, heartbeat: f.heartbeat}, runs.Shard{I: 0, N: 1})
 		if err != nil {
 			return schemas.Comparison{}, err
 		}
 		t.flag = []string{"--weights-a", "--weights-b"}[i]
-		sides[i] = side{name: string(rune('A' + i)), t: t}
+		ts[i] = t
 	}
-	if a, b := sides[0].t.wid, sides[1].t.wid; a == b {
+	if a, b := ts[0].wid, ts[1].wid; a == b {
 		return schemas.Comparison{}, fmt.Errorf("--weights-a %s and --weights-b %s are the same weights (%s): compare two different ones", f.weightsA, f.weightsB, a)
 	}
-	h := sides[0].t.h
+	h := ts[0].h
 	cells, err := report.SplitCellIDs(h, f.initKey)
 	if err != nil {
 		return schemas.Comparison{}, err
@@ -191,100 +172,71 @@ func compareWeights(ctx context.Context, out io.Writer, e *connect.Endpoints, f 
 	}
 	defer c.Close()
 	// Both sides are checked against the run before either evaluation starts.
-	for i := range sides {
-		if _, err := checkRun(ctx, s, &sides[i].t); err != nil {
+	want := make([]report.Wanted, len(ts))
+	for i := range ts {
+		if _, err := checkRun(ctx, s, &ts[i]); err != nil {
 			return schemas.Comparison{}, err
 		}
+		want[i] = report.Wanted{WeightsID: ts[i].wid, WeightsDigest: ts[i].digest, Config: h.Digest, InitKey: f.initKey, Cells: cells}
 	}
-	reps, err := runs.Reports(ctx, s, f.run)
+	reuse, err := runs.ReuseReports(ctx, s, f.run, want)
 	if err != nil {
 		return schemas.Comparison{}, err
 	}
-	for i := range sides {
-		sd := &sides[i]
-		rep, ok, why := report.Reusable(reps, report.Wanted{WeightsID: sd.t.wid, WeightsDigest: sd.t.digest, Config: h.Digest, InitKey: f.initKey, Cells: cells})
-		if ok {
-			sd.tag = rep.Tag
-			fmt.Fprintf(out, "%s: weights %s — reusing report %s (%s, all %d cells, harness digest %s)\n", sd.name, sd.t.wid, rep.Tag, f.initKey, len(cells), h.Digest)
+	var tags, ids [2]string // the reports compared; the evaluations run for them
+	for i, r := range reuse {
+		name, wid := names[i], ts[i].wid
+		if r.Tag != "" {
+			tags[i] = r.Tag
+			fmt.Fprintf(out, "%s: weights %s — reusing report %s (%s, all %d cells, harness digest %s)\n", name, wid, r.Tag, f.initKey, len(cells), h.Digest)
 			continue
 		}
-		sd.t.f.tag = cmpTag(sd.t.wid, f.initKey, h.Digest)
+		ts[i].f.tag = runs.CompareTag(wid, f.initKey, h.Digest)
+		why := r.Why
 		if why != "" {
 			why = "; " + why
 		}
 		fmt.Fprintf(out, "%s: weights %s — no report covers its %d cells of %s with harness digest %s%s: evaluating under tag %s\n",
-			sd.name, sd.t.wid, len(cells), f.initKey, h.Digest, why, sd.t.f.tag)
+			name, wid, len(cells), f.initKey, h.Digest, why, ts[i].f.tag)
 	}
-	for i := range sides {
-		if sd := &sides[i]; sd.tag == "" {
-			if sd.id, err = startEval(ctx, out, c, s, e, &sd.t); err != nil {
-				return schemas.Comparison{}, fmt.Errorf("evaluate weights %s (%s) for the comparison: %w", sd.t.wid, sd.name, err)
+	for i := range ts {
+		if tags[i] == "" {
+			if ids[i], err = startEval(ctx, out, c, s, e, &ts[i]); err != nil {
+				return schemas.Comparison{}, fmt.Errorf("evaluate weights %s (%s) for the comparison: %w", ts[i].wid, names[i], err)
 			}
 		}
 	}
-	for i := range sides {
-		sd := &sides[i]
-		if sd.id == "" {
+	for i, id := range ids {
+		if id == "" {
 			continue
 		}
-		printEvalLinks(out, s, e, sd.id, f.run)
-		rep, err := waitEval(ctx, out, c, sd.id)
+		printEvalLinks(out, s, e, id, f.run)
+		rep, err := waitEval(ctx, out, c, id)
 		if err != nil {
 			return schemas.Comparison{}, err
 		}
-		sd.tag = rep.Tag
+		tags[i] = rep.Tag
 		o := rep.Overall
 		fmt.Fprintf(out, "%s: weights %s evaluated under tag %s: %s over %d valid of %d attempted episodes\n",
-			sd.name, rep.WeightsID, rep.Tag, stats.Rate(o.Successes, o.Valid), o.Valid, o.Attempted())
+			names[i], rep.WeightsID, rep.Tag, stats.Rate(o.Successes, o.Valid), o.Valid, o.Attempted())
 		if report.OverInvalidLimit(rep) {
 			fmt.Fprintf(out, "!! %s: %.1f%% of its episodes were invalid or lost (%s), over the limit of %.0f%% (collect.max_invalid_share): the pairs leave those cells out\n",
 				rep.Tag, 100*o.InvalidShare(), report.Causes(o), 100*report.InvalidLimit(rep))
 		}
 	}
 	fmt.Fprintln(out)
-	return compare(ctx, out, s, f.run, sides[0].tag, sides[1].tag)
+	return compare(ctx, out, s, f.run, tags[0], tags[1])
 }
 
 // compare pairs two reports of a run, prints and stores the comparison.
 func compare(ctx context.Context, out io.Writer, s *store.Store, run, tagA, tagB string) (schemas.Comparison, error) {
-	l := schemas.Layout{Run: run}
-	load := func(tag string) (schemas.Report, []schemas.Episode, error) {
-		var rep schemas.Report
-		if err := store.GetJSON(ctx, s, l.Report(tag), &rep); err != nil {
-			if store.IsNotFound(err) {
-				return rep, nil, fmt.Errorf("run %s has no report %s (s3://%s/%s): see its reports with `starter report --run %s`, or evaluate with `starter eval --tag %s`",
-					run, tag, s.Bucket, l.Report(tag), run, tag)
-			}
-			return rep, nil, err
-		}
-		if rep.IsShard() {
-			return rep, nil, fmt.Errorf("report %s is one shard: merge the shards first (`starter report merge --run %s --tag %s`)", tag, run, tag)
-		}
-		phase := api.EvalPhase(tag)
-		if strings.HasPrefix(tag, "val-r") {
-			phase = schemas.PhaseVal
-		}
-		eps, err := store.ReadTable(ctx, s, l.EpisodesDir(rep.Round, phase), func(e schemas.Episode) string { return e.EpisodeID })
-		if err != nil {
-			return rep, nil, fmt.Errorf("episodes of report %s: %w", tag, err)
-		}
-		return rep, eps, nil
-	}
-	repA, epsA, err := load(tagA)
-	if err != nil {
-		return schemas.Comparison{}, err
-	}
-	repB, epsB, err := load(tagB)
-	if err != nil {
-		return schemas.Comparison{}, err
-	}
-	c, err := report.Compare(repA, repB, epsA, epsB)
+	c, err := runs.Compare(ctx, s, run, tagA, tagB)
 	if err != nil {
 		return c, err
 	}
 	printComparison(out, c)
-	key := l.Comparison(tagA, tagB)
-	if err := store.PutJSON(ctx, s, key, c); err != nil {
+	key, err := runs.PutComparison(ctx, s, run, tagA, tagB, c)
+	if err != nil {
 		return c, err
 	}
 	fmt.Fprintf(out, "\nstored: s3://%s/%s\n", s.Bucket, key)
@@ -313,36 +265,14 @@ func printComparison(out io.Writer, c schemas.Comparison) {
 		fmt.Fprintln(out, "\nno discordant cell: A and B succeeded on exactly the same pairs")
 		return
 	}
-	// Grouped by how the losing side ended: where one weights fails and
-	// the other does not is what a person looks at first.
-	type group struct{ winner, termination string }
-	groups := map[group][]schemas.DiscordantCell{}
-	for _, d := range c.Discordant {
-		loser := d.A
-		if d.Winner == "a" {
-			loser = d.B
-		}
-		g := group{d.Winner, loser.Termination}
-		groups[g] = append(groups[g], d)
-	}
-	keys := make([]group, 0, len(groups))
-	for g := range groups {
-		keys = append(keys, g)
-	}
-	sort.Slice(keys, func(i, j int) bool {
-		if keys[i].winner != keys[j].winner {
-			return keys[i].winner > keys[j].winner // B's wins first
-		}
-		return len(groups[keys[i]]) > len(groups[keys[j]])
-	})
 	fmt.Fprintf(out, "\ndiscordant cells: %d\n", len(c.Discordant))
-	for _, g := range keys {
+	for _, g := range report.GroupDiscordant(c.Discordant) {
 		won, lost := "B", "A"
-		if g.winner == "a" {
+		if g.Winner == "a" {
 			won, lost = "A", "B"
 		}
-		fmt.Fprintf(out, "\n%s solved, %s did not (%s ended: %s): %d\n", won, lost, lost, g.termination, len(groups[g]))
-		for _, d := range groups[g] {
+		fmt.Fprintf(out, "\n%s solved, %s did not (%s ended: %s): %d\n", won, lost, lost, g.Termination, len(g.Cells))
+		for _, d := range g.Cells {
 			fmt.Fprintf(out, "  task %d init %d  A %s %s\n                B %s %s\n", d.Task, d.InitID, d.A.EpisodeID, d.A.Artifacts, d.B.EpisodeID, d.B.Artifacts)
 		}
 	}

@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/roundhouse-rl/roundhouse/internal/runs"
 )
 
 func TestCheckCompareFlags(t *testing.T) {
@@ -41,11 +43,12 @@ func TestCheckCompareFlags(t *testing.T) {
 	}
 }
 
-func TestCmpTag(t *testing.T) {
-	if got := cmpTag("r2", valKey, "0123456789abcdef"); got != "cmp-r2-val-01234567" {
-		t.Errorf("cmpTag = %s", got)
+// A tag compare evaluates under is one `starter eval --tag` would take.
+func TestCompareTag(t *testing.T) {
+	if got := runs.CompareTag("r2", valKey, "0123456789abcdef"); got != "cmp-r2-val-01234567" {
+		t.Errorf("CompareTag = %s", got)
 	}
-	if got := cmpTag("ext-0123456789ab", finalKey, "fedcba9876543210"); got != "cmp-ext-0123456789ab-eval-fedcba98" || !runName.MatchString(got) {
-		t.Errorf("cmpTag = %s", got)
+	if got := runs.CompareTag("ext-0123456789ab", finalKey, "fedcba9876543210"); got != "cmp-ext-0123456789ab-eval-fedcba98" || !runName.MatchString(got) {
+		t.Errorf("CompareTag = %s", got)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"regexp"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -32,10 +31,6 @@ const (
 	valKey   = report.ValKey
 	finalKey = report.FinalKey
 )
-
-// valTag is the tag shape of a training run's validations (val-r<R>): an
-// evaluation under it would collide with them.
-var valTag = regexp.MustCompile(`^val-r[0-9]+$`)
 
 type evalFlags struct {
 	config, run, weights, tag, initKey, shard string
@@ -100,7 +95,7 @@ func checkEvalFlags(f evalFlags) (runs.Shard, error) {
 	if !runName.MatchString(f.tag) {
 		return runs.Shard{}, fmt.Errorf("--tag %q: give a tag of letters, digits, '.', '_' or '-', e.g. --tag sft_val", f.tag)
 	}
-	if valTag.MatchString(f.tag) {
+	if schemas.IsValTag(f.tag) {
 		return runs.Shard{}, fmt.Errorf("--tag %s is the shape of a training run's validation tags (val-r<R>): choose another tag", f.tag)
 	}
 	if f.initKey != valKey && f.initKey != finalKey {
@@ -257,7 +252,7 @@ func startEval(ctx context.Context, out io.Writer, c client.Client, s *store.Sto
 		return "", err
 	}
 	if plan.Wipe {
-		n, err := runs.WipeTag(ctx, s, f.run, f.tag, api.EvalPhase(f.tag))
+		n, err := runs.WipeTag(ctx, s, f.run, f.tag, schemas.TagPhase(f.tag))
 		if err != nil {
 			return "", err
 		}

@@ -104,7 +104,7 @@ func TestZombieTryNeverReplacesTheAcceptedOne(t *testing.T) {
 	if stale == 0 {
 		t.Fatalf("no episode was retried: the partition did not take A's episodes away (accepted %v)", accepted)
 	}
-	phase := api.EvalPhase(tag)
+	phase := schemas.TagPhase(tag)
 	checkAccepted(ctx, t, stack.Store, run, 0, phase, accepted)
 }
 

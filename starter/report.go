@@ -4,12 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"sort"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
+	"github.com/roundhouse-rl/roundhouse/internal/chart"
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
 	"github.com/roundhouse-rl/roundhouse/internal/report"
 	"github.com/roundhouse-rl/roundhouse/internal/runs"
@@ -33,7 +33,7 @@ the last round), as a table and a chart (SVG or PNG, by the file's extension).`,
 			if chartFile == "" {
 				chartFile = "runs-" + run + "-success.svg"
 			}
-			if _, err := chartFormat(chartFile); err != nil {
+			if err := checkChartFile(chartFile); err != nil {
 				return err
 			}
 			ro := *e
@@ -52,42 +52,27 @@ the last round), as a table and a chart (SVG or PNG, by the file's extension).`,
 }
 
 func showReport(ctx context.Context, out io.Writer, s *store.Store, run, chartFile string) error {
-	l := schemas.Layout{Run: run}
-	hist, err := runs.ReadHistory(ctx, s, run)
+	r, err := runs.ReadRounds(ctx, s, run)
 	if err != nil {
 		return err
 	}
-	sums, st := hist.Summaries, hist.State
-	rs, err := runs.Success(ctx, s, run)
-	if err != nil {
-		return err
-	}
-	if len(sums) == 0 && len(rs) == 0 {
-		return fmt.Errorf("run %s has no finished round and no episode yet under s3://%s/%s: wait for its first episodes (`starter status --run %s`)", run, s.Bucket, l.Prefix(), run)
-	}
-	if len(sums) > 0 {
-		printDiagnostics(out, sums, st)
+	if len(r.Summaries) > 0 {
+		printDiagnostics(out, r.Summaries, r.State)
 	} else {
+		l := schemas.Layout{Run: run}
 		fmt.Fprintf(out, "run %s has no finished round yet (no summary under s3://%s/%srounds/)\n", run, s.Bucket, l.Prefix())
 	}
-	if len(rs) == 0 {
+	if len(r.Success) == 0 {
 		return nil
 	}
-	// Round N+1 holds the final validation once the run has done its N rounds.
-	var final int32
-	if st.Rounds > 0 && st.RoundsDone == st.Rounds {
-		final = st.Rounds + 1
-	}
-	vals := valResults(ctx, s, run, rs, sums)
-	addLost(rs, sums, vals)
 	fmt.Fprintln(out)
-	printSuccess(out, rs, final)
-	if v, ok := vals[final]; ok && final > 0 {
-		if w := finalValWarning(v, lastLimit(sums)); w != "" {
+	printSuccess(out, r.Success, r.Final)
+	if r.FinalVal != nil {
+		if w := finalValWarning(*r.FinalVal, lastLimit(r.Summaries)); w != "" {
 			fmt.Fprintln(out, w)
 		}
 	}
-	b, err := renderChart(chartFile, run, rs, final)
+	b, err := chart.Success(chartFile, run, r.Success, r.Final)
 	if err != nil {
 		return err
 	}
@@ -102,15 +87,6 @@ func printDiagnostics(out io.Writer, sums []schemas.RoundSummary, st schemas.Sta
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "round\tgroups w/o signal\tinvalid by cause\tzero-weight\ttoken capture\timages\tlogprob Δ mean\tmax\tdrift share\tloss\tclip frac\tsteps\t")
 	for _, r := range sums {
-		causes := "-"
-		if len(r.InvalidByCause) > 0 {
-			var parts []string
-			for k, v := range r.InvalidByCause {
-				parts = append(parts, fmt.Sprintf("%s:%d", k, v))
-			}
-			sort.Strings(parts)
-			causes = strings.Join(parts, " ")
-		}
 		capture := "-"
 		if r.Calls > 0 {
 			capture = fmt.Sprintf("%.1f%%", 100*float64(r.Calls-r.UntrainableCalls)/float64(r.Calls))
@@ -120,9 +96,9 @@ func printDiagnostics(out io.Writer, sums []schemas.RoundSummary, st schemas.Sta
 		if r.ImageRefs > 0 {
 			images = fmt.Sprintf("%d (%d uses)", r.Images, r.ImageRefs)
 		}
-		fmt.Fprintf(tw, "%d\t%d\t%s\t%d\t%s\t%s\t%.2g\t%.2g\t%.1f%%\t%.4f\t%.3f\t%d\t\n", r.Round, r.Groups-r.GroupsWithSignal, causes,
-			r.ZeroWeightSamples, capture, images, r.Trainer.LogprobMismatch, r.Trainer.LogprobMismatchMax, 100*r.Trainer.DriftShare,
-			r.Trainer.Loss, r.Trainer.ClipFraction, r.Trainer.Steps)
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%d\t%s\t%s\t%.2g\t%.2g\t%.1f%%\t%.4f\t%.3f\t%d\t\n", r.Round, r.Groups-r.GroupsWithSignal,
+			report.CauseList(r.InvalidByCause), r.ZeroWeightSamples, capture, images, r.Trainer.LogprobMismatch, r.Trainer.LogprobMismatchMax,
+			100*r.Trainer.DriftShare, r.Trainer.Loss, r.Trainer.ClipFraction, r.Trainer.Steps)
 	}
 	tw.Flush()
 	// How the collection's task failures ended: a planner that loops to its
@@ -130,15 +106,9 @@ func printDiagnostics(out io.Writer, sums []schemas.RoundSummary, st schemas.Sta
 	// for different fixes.
 	var reasons []string
 	for _, r := range sums {
-		if len(r.TaskFailuresByReason) == 0 {
-			continue
+		if len(r.TaskFailuresByReason) > 0 {
+			reasons = append(reasons, fmt.Sprintf("r%d %s", r.Round, report.CauseList(r.TaskFailuresByReason)))
 		}
-		var parts []string
-		for k, v := range r.TaskFailuresByReason {
-			parts = append(parts, fmt.Sprintf("%s:%d", k, v))
-		}
-		sort.Strings(parts)
-		reasons = append(reasons, fmt.Sprintf("r%d %s", r.Round, strings.Join(parts, " ")))
 	}
 	if len(reasons) > 0 {
 		fmt.Fprintf(out, "\ntask failures by reason: %s\n", strings.Join(reasons, " · "))
@@ -154,43 +124,6 @@ func printDiagnostics(out io.Writer, sums []schemas.RoundSummary, st schemas.Sta
 	}
 	if len(trend) > 0 {
 		fmt.Fprintf(out, "\nvalidation success: %s\n", strings.Join(trend, " → "))
-	}
-}
-
-// valResults is each validation's overall result, from the round's
-// summary or else its report (val-r<R>, as for the final validation);
-// rounds with neither are left out: their lost episodes stay unknown.
-func valResults(ctx context.Context, s *store.Store, run string, rs []runs.RoundSuccess, sums []schemas.RoundSummary) map[int32]schemas.TaskResult {
-	out := map[int32]schemas.TaskResult{}
-	for _, r := range sums {
-		if r.Val != nil {
-			out[r.Round] = *r.Val
-		}
-	}
-	l := schemas.Layout{Run: run}
-	for _, r := range rs {
-		if _, ok := out[r.Round]; ok || r.Val.Episodes == 0 {
-			continue
-		}
-		var rep schemas.Report
-		if err := store.GetJSON(ctx, s, l.Report(schemas.ValTag(r.Round)), &rep); err == nil {
-			out[r.Round] = rep.Overall
-		}
-	}
-	return out
-}
-
-// addLost adds the lost episodes, which have no row to count, to the
-// success counts: the collection's from the round summaries, the
-// validations' from their results.
-func addLost(rs []runs.RoundSuccess, sums []schemas.RoundSummary, vals map[int32]schemas.TaskResult) {
-	lost := map[int32]int{}
-	for _, r := range sums {
-		lost[r.Round] = r.InvalidByCause["lost"]
-	}
-	for i := range rs {
-		rs[i].Train.Lost = lost[rs[i].Round]
-		rs[i].Val.Lost = vals[rs[i].Round].Lost
 	}
 }
 

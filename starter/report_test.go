@@ -3,17 +3,12 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"image"
-	"image/png"
-	"maps"
-	"os"
-	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
 	"github.com/wcharczuk/go-chart/v2/drawing"
 
+	"github.com/roundhouse-rl/roundhouse/internal/chart"
 	"github.com/roundhouse-rl/roundhouse/internal/runs"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 )
@@ -66,86 +61,27 @@ func TestPrintDiagnostics(t *testing.T) {
 // svgColor is a colour as go-chart writes it into SVG styles.
 func svgColor(c drawing.Color) string { return c.String() }
 
+// The success chart's series, by which the end-to-end test finds them in
+// the chart `starter report` draws.
+var (
+	seriesTrain, seriesVal = chart.SeriesTrain, chart.SeriesVal
+	colorTrain, colorVal   = chart.ColorTrain, chart.ColorVal
+)
+
 var testSuccess = []runs.RoundSuccess{
 	{Round: 1, Train: runs.Counts{Episodes: 4, Valid: 4, Successes: 2}, Val: runs.Counts{Episodes: 30, Valid: 30, Successes: 9}},
 	{Round: 2, Train: runs.Counts{Episodes: 36, Valid: 35, Successes: 20}, Val: runs.Counts{Episodes: 30, Valid: 29, Successes: 14}},
 	{Round: 3, Val: runs.Counts{Episodes: 30, Valid: 30, Successes: 21}},
 }
 
-func TestChartSVG(t *testing.T) {
-	file := filepath.Join(t.TempDir(), "c.svg")
-	b, err := renderChart(file, "demo", testSuccess, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(file, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	svg := readSVG(t, file)
-	// Title, axis on 0–100 %, round labels, and the legend naming each
-	// series with its latest value and interval; no per-point value labels
-	// (they collided), the table has those.
-	for _, s := range []string{"run demo: success per round", "round", "1", "2", "3 (final)", "0%", "100%",
-		seriesTrain + " — round 2: 57.1% [40–73]", seriesVal + " — round 3 (final): 70.0% [52–84]"} {
-		if !svg.texts[s] {
-			t.Errorf("chart lacks the text %q", s)
-		}
-	}
-	for _, s := range []string{"50.0%", "48.3%", "120%"} {
-		if svg.texts[s] {
-			t.Errorf("chart has the text %q: no point labels, and the axis ends at 100%%", s)
-		}
-	}
-	// Each point has its dot and its error bar, in its series' colour.
-	if svg.dots[svgColor(colorTrain)] != 2 || svg.dots[svgColor(colorVal)] != 3 {
-		t.Errorf("dots by colour %v: want 2 collection and 3 validation points", svg.dots)
-	}
-	if svg.bars[svgColor(colorTrain)] != 2 || svg.bars[svgColor(colorVal)] != 3 {
-		t.Errorf("error bars by colour %v: want 2 collection and 3 validation bars", svg.bars)
-	}
-	// A round without validation has no validation point; one without valid
-	// episodes has none at all, and a run without any is an error.
-	b, err = renderChart(file, "x", []runs.RoundSuccess{{Round: 1, Train: runs.Counts{Episodes: 4, Valid: 4, Successes: 1}}, {Round: 2, Train: runs.Counts{Episodes: 4}}}, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	os.WriteFile(file, b, 0o644)
-	if svg := readSVG(t, file); svg.dots[svgColor(colorTrain)] != 1 || svg.dots[svgColor(colorVal)] != 0 || svg.bars[svgColor(colorTrain)] != 1 ||
-		!svg.texts[seriesTrain+" — round 1: 25.0% [4–70]"] || slices.ContainsFunc(slices.Collect(maps.Keys(svg.texts)), func(s string) bool { return strings.HasPrefix(s, seriesVal) }) {
-		t.Errorf("one valid collection point only: dots %v", svg.dots)
-	}
-	if _, err := renderChart(file, "x", []runs.RoundSuccess{{Round: 1, Train: runs.Counts{Episodes: 4}}}, 0); err == nil || !strings.Contains(err.Error(), "no valid episode") {
-		t.Errorf("chart of no valid episode: %v", err)
-	}
-}
-
-func TestChartPNG(t *testing.T) {
-	b, err := renderChart("out.PNG", "demo", testSuccess[:1], 0) // one round: the x range still has a width
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := png.Decode(bytes.NewReader(b))
-	if err != nil {
-		t.Fatalf("not a PNG: %v", err)
-	}
-	if s := img.Bounds().Size(); s.X != 640 || s.Y != 420 {
-		t.Errorf("size %v, want 640×420", s)
-	}
-	// Both series are drawn: pixels of each series' colour exist.
-	found := pixels(img, colorTrain, colorVal)
-	if found[colorTrain] < 20 || found[colorVal] < 20 {
-		t.Errorf("series pixels: %d collection, %d validation; want both drawn", found[colorTrain], found[colorVal])
-	}
-}
-
 func TestChartFormat(t *testing.T) {
 	for _, f := range []string{"a.svg", "b.PNG", "dir/c.png"} {
-		if _, err := chartFormat(f); err != nil {
+		if err := checkChartFile(f); err != nil {
 			t.Errorf("%s: %v", f, err)
 		}
 	}
 	for _, f := range []string{"a.pdf", "chart", "a.svg.gz"} {
-		if _, err := chartFormat(f); err == nil || !strings.Contains(err.Error(), "--chart "+f) || !strings.Contains(err.Error(), ".svg or .png") {
+		if err := checkChartFile(f); err == nil || !strings.Contains(err.Error(), "--chart "+f) || !strings.Contains(err.Error(), ".svg or .png") {
 			t.Errorf("%s: error %v, want one naming the flag and the formats", f, err)
 		}
 	}
@@ -154,8 +90,7 @@ func TestChartFormat(t *testing.T) {
 func TestPrintSuccess(t *testing.T) {
 	var out bytes.Buffer
 	rs := append([]runs.RoundSuccess(nil), testSuccess...)
-	addLost(rs, []schemas.RoundSummary{{Round: 2, BatchSummary: schemas.BatchSummary{InvalidByCause: map[string]int{"lost": 2, "timeout": 1}}}},
-		map[int32]schemas.TaskResult{2: {Lost: 0}})
+	rs[1].Train.Lost = 2 // as runs.ReadRounds adds them from round 2's summary
 	printSuccess(&out, rs, 3)
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	want := [][]string{
@@ -226,20 +161,4 @@ func TestFinalValWarning(t *testing.T) {
 	if w := finalValWarning(v, 0.1); !strings.Contains(w, "6 of 30 attempted episodes invalid or lost (lost:2 timeout:4), over the limit of 10%") {
 		t.Errorf("20%% over a 10%% limit: %q", w)
 	}
-}
-
-// pixels counts the pixels of img in each of colors.
-func pixels(img image.Image, colors ...drawing.Color) map[drawing.Color]int {
-	found := map[drawing.Color]int{}
-	for y := 0; y < img.Bounds().Dy(); y++ {
-		for x := 0; x < img.Bounds().Dx(); x++ {
-			r, g, b, _ := img.At(x, y).RGBA()
-			for _, c := range colors {
-				if uint8(r>>8) == c.R && uint8(g>>8) == c.G && uint8(b>>8) == c.B {
-					found[c]++
-				}
-			}
-		}
-	}
-	return found
 }

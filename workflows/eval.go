@@ -31,7 +31,7 @@ func Eval(ctx workflow.Context, in api.EvalInput) (schemas.Report, error) {
 		// never write the same keys.
 		cells[i] = api.Cell{Task: c.Task, InitID: c.InitID, Group: int32(c.Index)}
 	}
-	phase := api.EvalPhase(in.Tag)
+	phase := schemas.TagPhase(in.Tag)
 	prog := api.EvalProgress{Run: in.Run, Tag: in.Tag, WeightsID: in.WeightsID, InitKey: in.InitKey, Shard: in.Shard, Shards: shards,
 		Phase: "episodes", Episodes: api.Tally{Total: len(cells)}}
 	running := map[string]bool{}

@@ -143,7 +143,7 @@ func evaluateWeights(ctx workflow.Context, in api.SweepInput, w activities.Sweep
 			TaskQueue:     api.ControlQueue,
 			StaticSummary: fmt.Sprintf("sweep %s: weights %s of %s on %s", in.Name, w.ID, in.Source, in.InitKey),
 			TypedSearchAttributes: temporal.NewSearchAttributes(api.RunAttr.ValueSet(in.Run), api.KindAttr.ValueSet("eval"),
-				api.WeightsAttr.ValueSet(runID), api.PhaseAttr.ValueSet(api.EvalPhase(tag))),
+				api.WeightsAttr.ValueSet(runID), api.PhaseAttr.ValueSet(schemas.TagPhase(tag))),
 		})
 		rep = schemas.Report{}
 		err := workflow.ExecuteChildWorkflow(cctx, Eval, api.EvalInput{

@@ -11,6 +11,8 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
+
+	"github.com/roundhouse-rl/roundhouse/schemas"
 )
 
 // This file is the client side of the contract: what a starter or a worker
@@ -71,7 +73,7 @@ func StartEval(ctx context.Context, c client.Client, in EvalInput) (client.Workf
 		ID: EvalWorkflowID(in.Run, in.Tag, in.Shard, shards), TaskQueue: ControlQueue,
 		StaticSummary: fmt.Sprintf("eval %s of run %s: weights %s on %s, shard %d/%d", in.Tag, in.Run, in.WeightsID, in.InitKey, in.Shard, shards),
 		TypedSearchAttributes: temporal.NewSearchAttributes(RunAttr.ValueSet(in.Run), KindAttr.ValueSet("eval"),
-			PhaseAttr.ValueSet(EvalPhase(in.Tag)), WeightsAttr.ValueSet(in.WeightsID)),
+			PhaseAttr.ValueSet(schemas.TagPhase(in.Tag)), WeightsAttr.ValueSet(in.WeightsID)),
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 	}, EvalWorkflow, in)
 }

@@ -21,10 +21,6 @@ func EvalWorkflowID(run, tag string, shard, shards int) string {
 	return fmt.Sprintf("eval-%s-%s", run, tag)
 }
 
-// EvalPhase is the partition an evaluation's records go to: one per tag,
-// so evaluations never mix their episodes.
-func EvalPhase(tag string) string { return "eval-" + tag }
-
 // EvalProgressQuery returns an evaluation's EvalProgress.
 const EvalProgressQuery = "eval-progress"
 

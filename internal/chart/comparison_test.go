@@ -1,4 +1,4 @@
-package main
+package chart
 
 import (
 	"bytes"
@@ -28,9 +28,9 @@ var testComparison = schemas.Comparison{Run: "vis1", A: "val-r1", B: "val-r4", W
 	Overall: schemas.PairedResult{Task: -1, Pairs: 35, SuccessA: 15, SuccessB: 25, OnlyA: 2, OnlyB: 12, PValue: 0.0129},
 }
 
-func TestCompareChartSVG(t *testing.T) {
+func TestComparisonSVG(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "cmp.svg")
-	b, err := renderCompareChart(file, testComparison)
+	b, err := Comparison(file, testComparison)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func TestCompareChartSVG(t *testing.T) {
 	odd := testComparison
 	odd.Tasks = []schemas.PairedResult{{Task: 9, Name: "cup & <saucer>", Pairs: 70, SuccessA: 16, SuccessB: 48, OnlyA: 1, OnlyB: 33, PValue: 4.07e-9}}
 	odd.Overall = odd.Tasks[0]
-	b, err = renderCompareChart(file, odd)
+	b, err = Comparison(file, odd)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,16 +79,16 @@ func TestCompareChartSVG(t *testing.T) {
 
 	none := testComparison
 	none.Tasks, none.Overall = nil, schemas.PairedResult{Task: -1}
-	if _, err := renderCompareChart(file, none); err == nil || !strings.Contains(err.Error(), "no pair") {
+	if _, err := Comparison(file, none); err == nil || !strings.Contains(err.Error(), "no pair") {
 		t.Errorf("chart of no pair: %v", err)
 	}
-	if _, err := renderCompareChart("cmp.pdf", testComparison); err == nil || !strings.Contains(err.Error(), "--chart cmp.pdf") {
+	if _, err := Comparison("cmp.pdf", testComparison); err == nil || !strings.Contains(err.Error(), "cmp.pdf: give a file name ending in .svg or .png") {
 		t.Errorf("chart to a .pdf: %v", err)
 	}
 }
 
-func TestCompareChartPNG(t *testing.T) {
-	b, err := renderCompareChart("cmp.png", testComparison)
+func TestComparisonPNG(t *testing.T) {
+	b, err := Comparison("cmp.png", testComparison)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +128,7 @@ func TestWrapLabel(t *testing.T) {
 
 // A protocol's comparison (here 20 tasks of two suites) is drawn per suite:
 // a bar pair per suite and one over all, never one per task.
-func TestCompareChartPerSuite(t *testing.T) {
+func TestComparisonPerSuite(t *testing.T) {
 	c := testComparison
 	c.Tasks = nil
 	for i := range 20 {
@@ -144,7 +144,7 @@ func TestCompareChartPerSuite(t *testing.T) {
 	}
 	c.Overall = schemas.PairedResult{Task: -1, Pairs: 200, SuccessA: 60, SuccessB: 120, OnlyB: 60, PValue: 1e-18}
 	file := filepath.Join(t.TempDir(), "cmp.svg")
-	b, err := renderCompareChart(file, c)
+	b, err := Comparison(file, c)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package main
+package chart
 
 import (
 	"fmt"
@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	chart "github.com/wcharczuk/go-chart/v2"
+	gochart "github.com/wcharczuk/go-chart/v2"
 	"github.com/wcharczuk/go-chart/v2/drawing"
 
 	"github.com/roundhouse-rl/roundhouse/internal/stats"
@@ -52,15 +52,16 @@ func compareLabel(side, tag, weights string, successes, pairs int) string {
 // pText is a McNemar p-value as the chart prints it: as the table does.
 func pText(p float64) string { return fmt.Sprintf("p = %.3g", p) }
 
-// renderCompareChart draws a comparison: per task and over all tasks, A's
-// and B's success over the paired cells side by side, each bar with its
-// 95 % Wilson interval, on a 0–100 % axis. Under each pair: the task, its
+// Comparison draws a comparison, in the format file's extension names:
+// per task and over all tasks, A's and B's success over the paired cells
+// side by side, each bar with its 95 % Wilson interval, on a 0–100 %
+// axis. Under each pair: the task, its
 // name, and the exact McNemar p with the number of pairs. The legend,
 // above the plot, names each side with its overall rate; the printed
 // table has every number.
-func renderCompareChart(file string, c schemas.Comparison) ([]byte, error) {
+func Comparison(file string, c schemas.Comparison) ([]byte, error) {
 	const maxChartTasks = 16
-	format, err := chartFormat(file)
+	format, err := renderer(file)
 	if err != nil {
 		return nil, err
 	}
@@ -131,26 +132,26 @@ func renderCompareChart(file string, c schemas.Comparison) ([]byte, error) {
 	}
 	// Tick marks at each pair, and unlabelled ticks half a unit beyond the
 	// ends: go-chart takes the x range from the ticks.
-	ticks := []chart.Tick{{Value: -0.5}}
+	ticks := []gochart.Tick{{Value: -0.5}}
 	for _, g := range groups {
-		ticks = append(ticks, chart.Tick{Value: g.x})
+		ticks = append(ticks, gochart.Tick{Value: g.x})
 	}
-	ticks = append(ticks, chart.Tick{Value: last + 0.5})
+	ticks = append(ticks, gochart.Tick{Value: last + 0.5})
 	title := fmt.Sprintf("run %s: B against A on %d paired cells", c.Run, c.Overall.Pairs)
-	g := chart.Chart{
+	g := gochart.Chart{
 		Width:  width,
 		Height: 460 + labelLine*lines,
 		// The top padding holds the title and the legend; the bottom one
 		// the labels under each pair and the x axis name.
-		Background: chart.Style{Padding: chart.Box{Top: 44 + 18*len(legend), Left: 20, Right: 28, Bottom: 36 + labelLine*lines}},
-		XAxis:      chart.XAxis{Ticks: ticks},
+		Background: gochart.Style{Padding: gochart.Box{Top: 44 + 18*len(legend), Left: 20, Right: 28, Bottom: 36 + labelLine*lines}},
+		XAxis:      gochart.XAxis{Ticks: ticks},
 		YAxis:      percentAxis("success over paired cells (whiskers: 95% interval)"),
 		// Hidden, or go-chart draws an empty secondary axis off the canvas.
-		YAxisSecondary: chart.YAxis{Style: chart.Hidden()},
-		Series:         []chart.Series{barsA, barsB, whisk, groupLabels{groups: groups, lines: lines, esc: esc}},
+		YAxisSecondary: gochart.YAxis{Style: gochart.Hidden()},
+		Series:         []gochart.Series{barsA, barsB, whisk, groupLabels{groups: groups, lines: lines, esc: esc}},
 	}
-	g.Elements = []chart.Renderable{header(title, g.Width, legend)}
-	return drawChart(g, format, fmt.Sprintf("comparison %s vs %s", c.A, c.B))
+	g.Elements = []gochart.Renderable{header(title, g.Width, legend)}
+	return draw(g, format, fmt.Sprintf("comparison %s vs %s", c.A, c.B))
 }
 
 // column is one filled bar from 0 to y, centred on x (chart units).
@@ -163,11 +164,11 @@ type columns struct {
 	bars  []column
 }
 
-func (b columns) GetName() string           { return "" }
-func (b columns) GetYAxis() chart.YAxisType { return chart.YAxisPrimary }
-func (b columns) GetStyle() chart.Style     { return chart.Style{FillColor: b.color} }
-func (b columns) Validate() error           { return nil }
-func (b columns) Render(r chart.Renderer, cb chart.Box, xr, yr chart.Range, _ chart.Style) {
+func (b columns) GetName() string             { return "" }
+func (b columns) GetYAxis() gochart.YAxisType { return gochart.YAxisPrimary }
+func (b columns) GetStyle() gochart.Style     { return gochart.Style{FillColor: b.color} }
+func (b columns) Validate() error             { return nil }
+func (b columns) Render(r gochart.Renderer, cb gochart.Box, xr, yr gochart.Range, _ gochart.Style) {
 	r.SetFillColor(b.color)
 	r.SetStrokeColor(b.color)
 	r.SetStrokeWidth(1)
@@ -196,15 +197,15 @@ type groupLabels struct {
 	esc    func(string) string // makes a text safe for the format
 }
 
-func (l groupLabels) GetName() string           { return "" }
-func (l groupLabels) GetYAxis() chart.YAxisType { return chart.YAxisPrimary }
-func (l groupLabels) GetStyle() chart.Style     { return chart.Style{} }
-func (l groupLabels) Validate() error           { return nil }
-func (l groupLabels) Render(r chart.Renderer, cb chart.Box, xr, _ chart.Range, s chart.Style) {
+func (l groupLabels) GetName() string             { return "" }
+func (l groupLabels) GetYAxis() gochart.YAxisType { return gochart.YAxisPrimary }
+func (l groupLabels) GetStyle() gochart.Style     { return gochart.Style{} }
+func (l groupLabels) Validate() error             { return nil }
+func (l groupLabels) Render(r gochart.Renderer, cb gochart.Box, xr, _ gochart.Range, s gochart.Style) {
 	// The SVG renderer keeps the y axis name's rotation.
 	r.ClearTextRotation()
 	r.SetFont(s.GetFont())
-	r.SetFontColor(chart.DefaultTextColor)
+	r.SetFontColor(gochart.DefaultTextColor)
 	r.SetFontSize(labelFont)
 	for _, g := range l.groups {
 		x := cb.Left + xr.Translate(g.x)
@@ -225,11 +226,11 @@ func (l groupLabels) Render(r chart.Renderer, cb chart.Box, xr, _ chart.Range, s
 // labelMeasure measures text as the labels under the axis are drawn, so
 // names can be wrapped before the chart's size is fixed.
 func labelMeasure() (func(string) int, error) {
-	font, err := chart.GetDefaultFont()
+	font, err := gochart.GetDefaultFont()
 	if err != nil {
 		return nil, fmt.Errorf("chart font: %w", err)
 	}
-	r, err := chart.PNG(1, 1)
+	r, err := gochart.PNG(1, 1)
 	if err != nil {
 		return nil, fmt.Errorf("chart font: %w", err)
 	}
