@@ -2,9 +2,11 @@ package activities
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
-	"go.temporal.io/sdk/activity"
 	"time"
+
+	"go.temporal.io/sdk/activity"
 
 	"github.com/roundhouse-rl/roundhouse/internal/report"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
@@ -150,5 +152,18 @@ func (c *Control) WriteReport(ctx context.Context, in ReportInput) (schemas.Repo
 	}
 	// The cell lists stay in S3: workflow history gets the counts only.
 	rep.Cells, rep.Missing = nil, nil
+	return rep, nil
+}
+
+// ReadReport loads a report (e.g. a --pool-report) stored in the bucket.
+func (c *Control) ReadReport(ctx context.Context, key string) (schemas.Report, error) {
+	var rep schemas.Report
+	b, err := c.Store.Get(ctx, key)
+	if err != nil {
+		return rep, err
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		return rep, fmt.Errorf("report %s: %w", key, err)
+	}
 	return rep, nil
 }
