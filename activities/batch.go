@@ -39,7 +39,7 @@ type BatchInput struct {
 // Memory follows the selected batch, not the round: advantages and
 // selection read only the calls' ids and token counts; token arrays are
 // then read for the selected calls only and streamed to a temp file.
-func (c *Control) BuildBatch(ctx context.Context, in BatchInput) (schemas.BatchSummary, error) {
+func (c *Records) BuildBatch(ctx context.Context, in BatchInput) (schemas.BatchSummary, error) {
 	samples, sum, err := c.planBatch(ctx, in)
 	if err == nil && sum.Valid > 0 {
 		instr.RoundSuccess(ctx, in.Run, in.Round, schemas.PhaseTrain, float64(sum.Successes)/float64(sum.Valid))
@@ -81,16 +81,16 @@ type planned struct {
 // PlanBatch is the samples and summary BuildBatch would make from the
 // round's tables in s now, without writing anything. A reader that
 // verifies a trained batch (deploy/drill) compares it with the round's
-// samples table. (A function, not a method: Control's methods are its
+// samples table. (A function, not a method: Records' methods are its
 // activities.)
 func PlanBatch(ctx context.Context, s *store.Store, in BatchInput) ([]schemas.Sample, schemas.BatchSummary, error) {
-	return (&Control{Store: s}).planBatch(ctx, in)
+	return (&Records{Store: s}).planBatch(ctx, in)
 }
 
 // planBatch is advantages and selection: the samples in batch order (group,
 // then episode id, then call index) and the summary, from episode rows and
 // the calls' CallCounts projection.
-func (c *Control) planBatch(ctx context.Context, in BatchInput) ([]schemas.Sample, schemas.BatchSummary, error) {
+func (c *Records) planBatch(ctx context.Context, in BatchInput) ([]schemas.Sample, schemas.BatchSummary, error) {
 	var sum schemas.BatchSummary
 	eps, err := c.readEpisodes(ctx, in.Run, in.Round, schemas.PhaseTrain)
 	if err != nil {
@@ -216,7 +216,7 @@ func indexOf(calls []schemas.CallCounts, idx int32) int {
 // (schemas/batch.go) to w. Array lengths come from the samples' counts,
 // checked against the arrays read. It returns the distinct images and the
 // image references of the samples.
-func (c *Control) writeBatch(ctx context.Context, in BatchInput, samples []schemas.Sample, w io.Writer) (int, int, error) {
+func (c *Records) writeBatch(ctx context.Context, in BatchInput, samples []schemas.Sample, w io.Writer) (int, int, error) {
 	type key struct {
 		ep  string
 		idx int32
@@ -276,7 +276,7 @@ func (c *Control) writeBatch(ctx context.Context, in BatchInput, samples []schem
 // checkVision refuses the refs images of toks for a harness that declares
 // a text-only model: training it on the prompt without them would teach it
 // from input it never saw, silently.
-func (c *Control) checkVision(ctx context.Context, run string, toks []schemas.CallTokens, refs int) error {
+func (c *Records) checkVision(ctx context.Context, run string, toks []schemas.CallTokens, refs int) error {
 	h, err := c.harnesses.get(ctx, c.Store, run)
 	if err != nil {
 		return err

@@ -52,9 +52,9 @@ func TestBuildBatch(t *testing.T) {
 	put(schemas.Episode{Group: 1, Attempt: 0, Valid: true}, []schemas.Call{call(50, 5)})
 	put(schemas.Episode{Group: 1, Attempt: 1, Valid: true}, []schemas.Call{call(60, 5)})
 
-	aenv := controlEnv(s)
-	var ctrl *activities.Control
-	v, err := aenv.ExecuteActivity(ctrl.BuildBatch, activities.BatchInput{Run: "b", Round: 1, MaxCallsPerEpisode: 2, Seed: 1})
+	aenv := recordsEnv(s)
+	var rec *activities.Records
+	v, err := aenv.ExecuteActivity(rec.BuildBatch, activities.BatchInput{Run: "b", Round: 1, MaxCallsPerEpisode: 2, Seed: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,11 +142,11 @@ func TestBuildBatchFilters(t *testing.T) {
 	put(schemas.Episode{Group: 0, Attempt: 1, SuccessCall: -1},
 		[]schemas.Call{{PromptTokenIDs: short}, {PromptTokenIDs: long}, {PromptTokenIDs: short}})
 
-	aenv := controlEnv(s)
-	var ctrl *activities.Control
+	aenv := recordsEnv(s)
+	var rec *activities.Records
 	build := func(f schemas.Filters) (schemas.BatchSummary, []schemas.Sample) {
 		t.Helper()
-		v, err := aenv.ExecuteActivity(ctrl.BuildBatch, activities.BatchInput{Run: "f", Round: round, MaxCallsPerEpisode: 16, Seed: 1, Filters: f})
+		v, err := aenv.ExecuteActivity(rec.BuildBatch, activities.BatchInput{Run: "f", Round: round, MaxCallsPerEpisode: 16, Seed: 1, Filters: f})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -249,11 +249,11 @@ func TestBuildBatchImages(t *testing.T) {
 			}
 		}
 	}
-	aenv := controlEnv(s)
-	var ctrl *activities.Control
+	aenv := recordsEnv(s)
+	var rec *activities.Records
 
 	store1("vlm", true)
-	v, err := aenv.ExecuteActivity(ctrl.BuildBatch, activities.BatchInput{Run: "vlm", Round: 1, MaxCallsPerEpisode: 16, Selection: "first", Seed: 1})
+	v, err := aenv.ExecuteActivity(rec.BuildBatch, activities.BatchInput{Run: "vlm", Round: 1, MaxCallsPerEpisode: 16, Selection: "first", Seed: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -281,7 +281,7 @@ func TestBuildBatchImages(t *testing.T) {
 	}
 
 	store1("text", false)
-	_, err = aenv.ExecuteActivity(ctrl.BuildBatch, activities.BatchInput{Run: "text", Round: 1, MaxCallsPerEpisode: 16, Selection: "first", Seed: 1})
+	_, err = aenv.ExecuteActivity(rec.BuildBatch, activities.BatchInput{Run: "text", Round: 1, MaxCallsPerEpisode: 16, Selection: "first", Seed: 1})
 	if err == nil || !strings.Contains(err.Error(), "text-only") || !strings.Contains(err.Error(), "model_server.vision: true") ||
 		!strings.Contains(err.Error(), schemas.EpisodeID(1, schemas.PhaseTrain, 0, 0)) {
 		t.Fatalf("text-only harness with images: %v", err)

@@ -59,7 +59,7 @@ type CorruptTry struct {
 // Publish copies the same bytes however often it runs, so retries and
 // replays publish the same thing; a try's records missing from staging
 // cannot be recovered by retrying and stop it.
-func (c *Control) Publish(ctx context.Context, in PublishInput) (PublishResult, error) {
+func (c *Records) Publish(ctx context.Context, in PublishInput) (PublishResult, error) {
 	l := schemas.Layout{Run: in.Run}
 	reasons := make([]string, len(in.Tries))
 	var done atomic.Int64
@@ -121,7 +121,7 @@ func missingStaged(t AcceptedTry, key string, err error) error {
 // checkStaged reads a staged try and returns why it cannot be published,
 // or "" when it can. An error is storage failing (retried) or the records
 // missing (not retried).
-func (c *Control) checkStaged(ctx context.Context, staged string, t AcceptedTry) (string, error) {
+func (c *Records) checkStaged(ctx context.Context, staged string, t AcceptedTry) (string, error) {
 	rows, reason, err := readStaged[schemas.Episode](ctx, c.Store, staged+StagedRow, t)
 	if err != nil || reason != "" {
 		return reason, err

@@ -54,10 +54,10 @@ func TestPublishRefusesCorruptTries(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	aenv := controlEnv(s)
-	var ctrl *activities.Control
+	aenv := recordsEnv(s)
+	var rec *activities.Records
 	in := activities.PublishInput{Run: "p", Round: 1, Phase: schemas.PhaseTrain, Tries: []activities.AcceptedTry{good, short, mixed, truncated}, Rerun: true}
-	v, err := aenv.ExecuteActivity(ctrl.Publish, in)
+	v, err := aenv.ExecuteActivity(rec.Publish, in)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +91,7 @@ func TestPublishRefusesCorruptTries(t *testing.T) {
 
 	in.Rerun = false
 	in.Tries = []activities.AcceptedTry{truncated}
-	if _, err := aenv.ExecuteActivity(ctrl.Publish, in); err == nil || !strings.Contains(err.Error(), truncated.EpisodeID) || !strings.Contains(err.Error(), "CorruptStaged") {
+	if _, err := aenv.ExecuteActivity(rec.Publish, in); err == nil || !strings.Contains(err.Error(), truncated.EpisodeID) || !strings.Contains(err.Error(), "CorruptStaged") {
 		t.Errorf("without Rerun a corrupt try must fail Publish naming it, got %v", err)
 	}
 }

@@ -10,10 +10,13 @@ import (
 	"github.com/roundhouse-rl/roundhouse/schemas"
 )
 
-// Control holds the activities that read and write the run's data in S3
-// without running harness code: batches, reports and state; and the one
-// that tells the fleet workflow what episodes wait for (fleet.go).
-type Control struct {
+// Records holds the activities of the control queue: they keep a run's
+// records in S3 without running harness code (batches, publishing, state,
+// reports, sweeps), and tell the fleet workflow what episodes wait for
+// (demand.go). Workers register the struct, so its exported methods are
+// exactly the activities, named by method alone: renaming one breaks
+// running workflows and the recorded histories.
+type Records struct {
 	Store    *store.Store
 	Temporal client.Client // for Demand; nil where no fleet runs
 
@@ -21,7 +24,7 @@ type Control struct {
 }
 
 // readEpisodes reads every episode row of a round's phase, compacted or not.
-func (c *Control) readEpisodes(ctx context.Context, run string, round int32, phase string) ([]schemas.Episode, error) {
+func (c *Records) readEpisodes(ctx context.Context, run string, round int32, phase string) ([]schemas.Episode, error) {
 	out, err := store.ReadTable(ctx, c.Store, schemas.Layout{Run: run}.EpisodesDir(round, phase), episodeID)
 	if err != nil {
 		return nil, err

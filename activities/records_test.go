@@ -7,11 +7,11 @@ import (
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 )
 
-// controlEnv is an activity environment running the control activities
+// recordsEnv is an activity environment running the Records activities
 // against s.
-func controlEnv(s *store.Store) *testsuite.TestActivityEnvironment {
+func recordsEnv(s *store.Store) *testsuite.TestActivityEnvironment {
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestActivityEnvironment()
-	env.RegisterActivity(&activities.Control{Store: s})
+	env.RegisterActivity(&activities.Records{Store: s})
 	return env
 }

@@ -33,7 +33,7 @@ type ReportInput struct {
 // eval/<tag>/report.json, or a shard's report. When the init key names a
 // split, only episodes of the report's cells and of its weights count, and
 // cells without a record are listed as missing (lost episodes).
-func (c *Control) WriteReport(ctx context.Context, in ReportInput) (schemas.Report, error) {
+func (c *Records) WriteReport(ctx context.Context, in ReportInput) (schemas.Report, error) {
 	h, err := c.harnesses.get(ctx, c.Store, in.Run)
 	if err != nil {
 		return schemas.Report{}, err
@@ -156,7 +156,7 @@ func (c *Control) WriteReport(ctx context.Context, in ReportInput) (schemas.Repo
 }
 
 // ReadReport loads a report (e.g. a --pool-report) stored in the bucket.
-func (c *Control) ReadReport(ctx context.Context, key string) (schemas.Report, error) {
+func (c *Records) ReadReport(ctx context.Context, key string) (schemas.Report, error) {
 	var rep schemas.Report
 	b, err := c.Store.Get(ctx, key)
 	if err != nil {

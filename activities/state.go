@@ -17,7 +17,7 @@ type RoundDoneInput struct {
 }
 
 // FinishRound writes the round's summary.json and the run's state.json.
-func (c *Control) FinishRound(ctx context.Context, in RoundDoneInput) error {
+func (c *Records) FinishRound(ctx context.Context, in RoundDoneInput) error {
 	l := schemas.Layout{Run: in.State.Run}
 	if in.Summary.Round > 0 {
 		if err := store.PutJSON(ctx, c.Store, l.Summary(in.Summary.Round), in.Summary); err != nil {
@@ -29,7 +29,7 @@ func (c *Control) FinishRound(ctx context.Context, in RoundDoneInput) error {
 }
 
 // SaveState writes the run's state.json alone (a stopped run's).
-func (c *Control) SaveState(ctx context.Context, st schemas.State) error {
+func (c *Records) SaveState(ctx context.Context, st schemas.State) error {
 	st.UpdatedAtMS = time.Now().UnixMilli()
 	return store.PutJSON(ctx, c.Store, schemas.Layout{Run: st.Run}.State(), st)
 }
@@ -42,7 +42,7 @@ type StopMarker struct {
 
 // MarkStop writes the run's STOP marker, which episodes not yet started
 // check before they run. Idempotent: a second stop rewrites the marker.
-func (c *Control) MarkStop(ctx context.Context, run, reason string) error {
+func (c *Records) MarkStop(ctx context.Context, run, reason string) error {
 	return store.PutJSON(ctx, c.Store, schemas.Layout{Run: run}.Stop(), StopMarker{Reason: reason, AtMS: time.Now().UnixMilli()})
 }
 
@@ -55,7 +55,7 @@ type CompactInput struct {
 
 // Compact folds a phase's per-episode calls and episodes files into one
 // part file each, once the round no longer writes them.
-func (c *Control) Compact(ctx context.Context, in CompactInput) (store.CompactStats, error) {
+func (c *Records) Compact(ctx context.Context, in CompactInput) (store.CompactStats, error) {
 	l := schemas.Layout{Run: in.Run}
 	calls, err := store.Compact(ctx, c.Store, l.CallsDir(in.Round, in.Phase), callEpisode)
 	if err != nil {

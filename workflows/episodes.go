@@ -223,7 +223,7 @@ func Episodes(ctx workflow.Context, in api.EpisodesInput) (api.Tally, error) {
 // activity: episodes scheduled in a weights queue no host is told to
 // serve would wait without end.
 func tellFleet(ctx workflow.Context, d api.DemandChange) error {
-	var control *activities.Control
+	var records *activities.Records
 	what := "episodes wait for weights " + d.Demand.Weights
 	switch {
 	case d.Left:
@@ -231,7 +231,7 @@ func tellFleet(ctx workflow.Context, d api.DemandChange) error {
 	case d.Done:
 		what = "episodes done with weights " + d.Demand.Weights
 	}
-	if err := workflow.ExecuteActivity(summarized(controlContext(ctx), "fleet: "+what), control.Demand, d).Get(ctx, nil); err != nil {
+	if err := workflow.ExecuteActivity(summarized(controlContext(ctx), "fleet: "+what), records.Demand, d).Get(ctx, nil); err != nil {
 		return fmt.Errorf("tell the fleet %s: %w", what, err)
 	}
 	return nil
@@ -274,8 +274,8 @@ func publish(ctx workflow.Context, in api.EpisodesInput, accepted []activities.A
 		RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, MaximumInterval: time.Minute},
 	})
 	pctx = summarized(pctx, fmt.Sprintf("publish %d episodes of round %d %s", len(accepted), in.Round, in.Phase))
-	var control *activities.Control
-	f := workflow.ExecuteActivity(pctx, control.Publish, activities.PublishInput{Run: in.Run, Round: in.Round, Phase: in.Phase, Tries: accepted, Rerun: rerun})
+	var records *activities.Records
+	f := workflow.ExecuteActivity(pctx, records.Publish, activities.PublishInput{Run: in.Run, Round: in.Round, Phase: in.Phase, Tries: accepted, Rerun: rerun})
 	// Older histories returned a count, which they never read.
 	var err error
 	if rerun {

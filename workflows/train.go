@@ -37,12 +37,12 @@ func Train(ctx workflow.Context, in api.TrainInput) (api.TrainResult, error) {
 	l := schemas.Layout{Run: in.Run}
 	result := api.TrainResult{Run: in.Run, Prefix: l.Prefix(), Summaries: in.Summaries}
 	ctrl := controlContext(ctx)
-	var control *activities.Control
+	var records *activities.Records
 	stopped := func(phase string) (api.TrainResult, error) {
 		state := schemas.State{Run: in.Run, Harness: h.Name, InitialWeights: in.InitialWeights, Weights: in.Weights,
 			RoundsDone: in.Round - 1, Rounds: in.Rounds, Summaries: in.Summaries, FinalValSuccess: -1,
 			Stopped: true, StoppedPhase: phase}
-		if err := workflow.ExecuteActivity(ctrl, control.SaveState, state).Get(ctx, nil); err != nil {
+		if err := workflow.ExecuteActivity(ctrl, records.SaveState, state).Get(ctx, nil); err != nil {
 			return result, fmt.Errorf("round %d state after stop: %w", in.Round, err)
 		}
 		t.phase("stopped")
@@ -57,7 +57,7 @@ func Train(ctx workflow.Context, in api.TrainInput) (api.TrainResult, error) {
 		MaxInvalidShare: in.Harness.Collect.InvalidLimit()}
 	switch {
 	case in.Round == 1 && in.PoolReport != "":
-		if err := workflow.ExecuteActivity(ctrl, control.ReadReport, in.PoolReport).Get(ctx, &report); err != nil {
+		if err := workflow.ExecuteActivity(ctrl, records.ReadReport, in.PoolReport).Get(ctx, &report); err != nil {
 			return result, fmt.Errorf("pool report %s: %w", in.PoolReport, err)
 		}
 	case in.Round == 1 || c.ValidateEveryRound:
@@ -108,7 +108,7 @@ func Train(ctx workflow.Context, in api.TrainInput) (api.TrainResult, error) {
 	// 4. Advantages and selection.
 	t.phase("advantages")
 	var batch schemas.BatchSummary
-	if err := workflow.ExecuteActivity(summarized(ctrl, fmt.Sprintf("round %d: advantages and selection over %d episodes", in.Round, len(eps))), control.BuildBatch, activities.BatchInput{
+	if err := workflow.ExecuteActivity(summarized(ctrl, fmt.Sprintf("round %d: advantages and selection over %d episodes", in.Round, len(eps))), records.BuildBatch, activities.BatchInput{
 		Run: in.Run, Round: in.Round, MaxCallsPerEpisode: c.MaxCallsPerEpisode, Selection: c.Selection, Seed: c.Seed, Filters: c.Filters,
 	}).Get(ctx, &batch); err != nil {
 		return result, fmt.Errorf("round %d batch: %w", in.Round, err)
@@ -175,7 +175,7 @@ func Train(ctx workflow.Context, in api.TrainInput) (api.TrainResult, error) {
 	state := schemas.State{Run: in.Run, Harness: h.Name, InitialWeights: in.InitialWeights, Weights: summary.WeightsOut,
 		RoundsDone: in.Round, Rounds: in.Rounds, Summaries: summaries, FinalValSuccess: -1}
 	if in.Round < in.Rounds {
-		if err := workflow.ExecuteActivity(summarized(ctrl, fmt.Sprintf("round %d: summary and state", in.Round)), control.FinishRound, activities.RoundDoneInput{Summary: summary, State: state}).Get(ctx, nil); err != nil {
+		if err := workflow.ExecuteActivity(summarized(ctrl, fmt.Sprintf("round %d: summary and state", in.Round)), records.FinishRound, activities.RoundDoneInput{Summary: summary, State: state}).Get(ctx, nil); err != nil {
 			return result, fmt.Errorf("round %d state: %w", in.Round, err)
 		}
 		if t.stopping {
@@ -200,7 +200,7 @@ func Train(ctx workflow.Context, in api.TrainInput) (api.TrainResult, error) {
 		compact(ctx, in.Run, in.Round+1, schemas.PhaseVal)
 	}
 	state.FinalValSuccess = result.FinalValSuccess
-	if err := workflow.ExecuteActivity(ctrl, control.FinishRound, activities.RoundDoneInput{Summary: summary, State: state}).Get(ctx, nil); err != nil {
+	if err := workflow.ExecuteActivity(ctrl, records.FinishRound, activities.RoundDoneInput{Summary: summary, State: state}).Get(ctx, nil); err != nil {
 		return result, fmt.Errorf("round %d state: %w", in.Round, err)
 	}
 	t.phase("done")
@@ -229,8 +229,8 @@ func validate(ctx workflow.Context, in api.TrainInput, t *tracker, round int32, 
 	}
 	t.phase("report")
 	ctrl := controlContext(ctx)
-	var control *activities.Control
-	err = workflow.ExecuteActivity(summarized(ctrl, fmt.Sprintf("validation report %s of weights %s", schemas.ValTag(round), weights)), control.WriteReport, activities.ReportInput{
+	var records *activities.Records
+	err = workflow.ExecuteActivity(summarized(ctrl, fmt.Sprintf("validation report %s of weights %s", schemas.ValTag(round), weights)), records.WriteReport, activities.ReportInput{
 		Run: in.Run, Round: round, Phase: schemas.PhaseVal, Tag: schemas.ValTag(round), WeightsID: weights, InitKey: "val_init_ids",
 	}).Get(ctx, &rep)
 	if err != nil {
@@ -261,9 +261,9 @@ func compact(ctx workflow.Context, run string, round int32, phase string) {
 		TaskQueue: api.ControlQueue, StartToCloseTimeout: 30 * time.Minute, HeartbeatTimeout: beatTimeout,
 		RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 3},
 	})
-	var control *activities.Control
+	var records *activities.Records
 	actx = summarized(actx, fmt.Sprintf("compact round %d %s", round, phase))
-	if err := workflow.ExecuteActivity(actx, control.Compact, activities.CompactInput{Run: run, Round: round, Phase: phase}).Get(ctx, nil); err != nil {
+	if err := workflow.ExecuteActivity(actx, records.Compact, activities.CompactInput{Run: run, Round: round, Phase: phase}).Get(ctx, nil); err != nil {
 		workflow.GetLogger(ctx).Warn("compaction failed; per-episode files stay", "round", round, "phase", phase, "error", err)
 	}
 }
