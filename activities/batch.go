@@ -96,6 +96,22 @@ func (c *Records) planBatch(ctx context.Context, in BatchInput) ([]schemas.Sampl
 	if err != nil {
 		return nil, sum, err
 	}
+	order := withAdvantages(validGroups(eps, &sum), &sum)
+	if len(order) == 0 {
+		return nil, sum, nil
+	}
+	if err := c.readCallCounts(ctx, in, order); err != nil {
+		return nil, sum, fmt.Errorf("round %d calls: %w", in.Round, err)
+	}
+	heartbeat(ctx, "selection")
+	samples := selectSamples(in, order, &sum)
+	sum.Samples = len(samples)
+	return samples, sum, nil
+}
+
+// validGroups counts the episodes into sum (invalid ones by cause, task
+// failures by reason) and returns the valid ones by group.
+func validGroups(eps []schemas.Episode, sum *schemas.BatchSummary) map[int32][]schemas.Episode {
 	groups := map[int32][]schemas.Episode{}
 	for _, e := range eps {
 		sum.Episodes++
@@ -122,15 +138,20 @@ func (c *Records) planBatch(ctx context.Context, in BatchInput) ([]schemas.Sampl
 		}
 		groups[e.Group] = append(groups[e.Group], e)
 	}
+	return groups
+}
+
+// withAdvantages gives each episode of a group with reward diversity its
+// leave-one-out advantage, in batch order (group, then episode id);
+// groups without signal are counted, then dropped.
+func withAdvantages(groups map[int32][]schemas.Episode, sum *schemas.BatchSummary) []*planned {
 	ids := make([]int32, 0, len(groups))
 	for g := range groups {
 		ids = append(ids, g)
 	}
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
 	sum.Groups = len(ids)
-
 	var order []*planned
-	byID := map[string]*planned{}
 	for _, g := range ids {
 		members := groups[g]
 		rewards := make([]float64, len(members))
@@ -142,16 +163,21 @@ func (c *Records) planBatch(ctx context.Context, in BatchInput) ([]schemas.Sampl
 		}
 		sum.GroupsWithSignal++
 		for i, a := range rl.LeaveOneOut(rewards) {
-			p := &planned{ep: members[i], adv: a}
-			order = append(order, p)
-			byID[p.ep.EpisodeID] = p
+			order = append(order, &planned{ep: members[i], adv: a})
 		}
 	}
-	if len(order) == 0 {
-		return nil, sum, nil
+	return order
+}
+
+// readCallCounts reads the CallCounts projection of the calls of the
+// planned episodes into them.
+func (c *Records) readCallCounts(ctx context.Context, in BatchInput, order []*planned) error {
+	byID := make(map[string]*planned, len(order))
+	for _, p := range order {
+		byID[p.ep.EpisodeID] = p
 	}
 	l := schemas.Layout{Run: in.Run}
-	err = store.ScanTable(ctx, c.Store, l.CallsDir(in.Round, schemas.PhaseTrain),
+	return store.ScanTable(ctx, c.Store, l.CallsDir(in.Round, schemas.PhaseTrain),
 		func(r schemas.CallCounts) string { return r.EpisodeID }, nil,
 		func(rows []schemas.CallCounts) error {
 			for _, r := range rows {
@@ -162,11 +188,13 @@ func (c *Records) planBatch(ctx context.Context, in BatchInput) ([]schemas.Sampl
 			}
 			return nil
 		})
-	if err != nil {
-		return nil, sum, fmt.Errorf("round %d calls: %w", in.Round, err)
-	}
-	heartbeat(ctx, "selection")
+}
 
+// selectSamples counts each planned episode's calls into sum, drops the
+// untrainable and filtered ones and selects at most MaxCallsPerEpisode of
+// the rest, each weighing 1/(selected in its episode). It frees the
+// episodes' calls as it goes.
+func selectSamples(in BatchInput, order []*planned, sum *schemas.BatchSummary) []schemas.Sample {
 	var samples []schemas.Sample
 	var eligible []int32
 	for _, p := range order {
@@ -202,8 +230,7 @@ func (c *Records) planBatch(ctx context.Context, in BatchInput) ([]schemas.Sampl
 		}
 		p.calls = nil
 	}
-	sum.Samples = len(samples)
-	return samples, sum, nil
+	return samples
 }
 
 // indexOf finds a call index in calls sorted by index.
