@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"go.opentelemetry.io/otel"
+	"go.temporal.io/sdk/activity"
 
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/schemas"
@@ -49,4 +50,12 @@ func (c *harnessCache) get(ctx context.Context, s *store.Store, run string) (sch
 	}
 	c.m[etag] = h
 	return h, nil
+}
+
+// heartbeat records progress when ctx is an activity's (benchmarks call
+// the batch code directly).
+func heartbeat(ctx context.Context, v any) {
+	if activity.IsActivity(ctx) {
+		activity.RecordHeartbeat(ctx, v)
+	}
 }

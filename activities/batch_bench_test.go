@@ -99,7 +99,7 @@ func BenchmarkPlanBatch(b *testing.B) {
 			ctx := context.Background()
 			run := "bench-" + layout
 			stored := writeRound(b, s, run, groups, attempts, perEp, layout == "part")
-			c := &Control{Store: s}
+			c := &Records{Store: s}
 			in := BatchInput{Run: run, Round: 1, MaxCallsPerEpisode: 16, Seed: 1,
 				Filters: schemas.Filters{MaxTokens: 4800, PostSuccess: true}}
 			b.ResetTimer()

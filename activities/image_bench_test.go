@@ -77,7 +77,7 @@ func BenchmarkImageRound(b *testing.B) {
 	carried := int64(refs) * imgSize
 	storedIn := time.Since(setup)
 
-	c := &Control{Store: s}
+	c := &Records{Store: s}
 	tr := &Trainer{Store: s}
 	in := BatchInput{Run: run, Round: round, MaxCallsPerEpisode: imgCalls, Selection: "first", Seed: 1}
 	b.ResetTimer()

@@ -2,9 +2,11 @@ package activities
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
-	"go.temporal.io/sdk/activity"
 	"time"
+
+	"go.temporal.io/sdk/activity"
 
 	"github.com/roundhouse-rl/roundhouse/internal/report"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
@@ -31,7 +33,7 @@ type ReportInput struct {
 // eval/<tag>/report.json, or a shard's report. When the init key names a
 // split, only episodes of the report's cells and of its weights count, and
 // cells without a record are listed as missing (lost episodes).
-func (c *Control) WriteReport(ctx context.Context, in ReportInput) (schemas.Report, error) {
+func (c *Records) WriteReport(ctx context.Context, in ReportInput) (schemas.Report, error) {
 	h, err := c.harnesses.get(ctx, c.Store, in.Run)
 	if err != nil {
 		return schemas.Report{}, err
@@ -150,5 +152,18 @@ func (c *Control) WriteReport(ctx context.Context, in ReportInput) (schemas.Repo
 	}
 	// The cell lists stay in S3: workflow history gets the counts only.
 	rep.Cells, rep.Missing = nil, nil
+	return rep, nil
+}
+
+// ReadReport loads a report (e.g. a --pool-report) stored in the bucket.
+func (c *Records) ReadReport(ctx context.Context, key string) (schemas.Report, error) {
+	var rep schemas.Report
+	b, err := c.Store.Get(ctx, key)
+	if err != nil {
+		return rep, err
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		return rep, fmt.Errorf("report %s: %w", key, err)
+	}
 	return rep, nil
 }

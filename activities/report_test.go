@@ -17,8 +17,8 @@ func TestWriteReportInvalid(t *testing.T) {
 	stack := itest.Start(t)
 	ctx := context.Background()
 	s := stack.Store
-	env := controlEnv(s)
-	var ctrl *activities.Control
+	env := recordsEnv(s)
+	var rec *activities.Records
 
 	// Five cells (task 0, init ids 0–4): 2 successes, 1 failure, 1 timeout,
 	// and init id 4 lost: 2 of 5 attempted (40 %) do not count.
@@ -38,7 +38,7 @@ func TestWriteReportInvalid(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		v, err := env.ExecuteActivity(ctrl.WriteReport, activities.ReportInput{Run: run, Round: 1, Phase: schemas.PhaseVal, Tag: "v", InitKey: "val_init_ids"})
+		v, err := env.ExecuteActivity(rec.WriteReport, activities.ReportInput{Run: run, Round: 1, Phase: schemas.PhaseVal, Tag: "v", InitKey: "val_init_ids"})
 		if err != nil {
 			t.Fatal(err)
 		}

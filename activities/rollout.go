@@ -82,7 +82,7 @@ type EpisodeResult struct {
 // RunEpisode runs one episode through the proxy, decides its outcome and
 // stores its calls, row and artifacts under keys of this try alone
 // (Layout.Staged, Layout.TryArtifacts), never in the tables: the workflow
-// publishes the try whose result it accepted (Control.Publish). A try that
+// publishes the try whose result it accepted (Records.Publish). A try that
 // Temporal gave up on while it still ran — its host cut off for longer
 // than the heartbeat timeout — thus writes only beside the accepted one
 // (docs/design.md §8). Within a try the row is written last.

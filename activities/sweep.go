@@ -44,7 +44,7 @@ type SweepWeights struct {
 
 // weightsPrefix is the key prefix whose sub-directories are the source's
 // weights ids.
-func (c *Control) weightsPrefix(src string) (string, error) {
+func (c *Records) weightsPrefix(src string) (string, error) {
 	if !strings.HasPrefix(src, "s3://") {
 		return schemas.Layout{Run: src}.Prefix() + "weights/", nil
 	}
@@ -62,7 +62,7 @@ func (c *Control) weightsPrefix(src string) (string, error) {
 // ListSweepWeights lists the complete weights ids under the source — those
 // whose manifest.json exists and whose listed files are all stored with
 // their sizes — oldest first (by the manifest's creation time, then id).
-func (c *Control) ListSweepWeights(ctx context.Context, in SweepSource) ([]SweepWeights, error) {
+func (c *Records) ListSweepWeights(ctx context.Context, in SweepSource) ([]SweepWeights, error) {
 	log := activity.GetLogger(ctx)
 	if in.HarnessDigest != "" {
 		var h schemas.Harness
@@ -141,7 +141,7 @@ type ImportInput struct {
 // manifest's SHA-256 on the way, and the copy's manifest is written last.
 // A complete copy with the same files is kept as it is; one with other
 // files is never overwritten.
-func (c *Control) ImportWeights(ctx context.Context, in ImportInput) (schemas.WeightsManifest, error) {
+func (c *Records) ImportWeights(ctx context.Context, in ImportInput) (schemas.WeightsManifest, error) {
 	to := schemas.Layout{Run: in.Run}.Weights(in.Target)
 	src, err := weights.Read(ctx, c.Store, in.From)
 	if err != nil {
@@ -162,7 +162,7 @@ func (c *Control) ImportWeights(ctx context.Context, in ImportInput) (schemas.We
 
 // ReadLeaderboard returns a sweep's leaderboard; a sweep that never wrote
 // one has an empty one.
-func (c *Control) ReadLeaderboard(ctx context.Context, name string) (schemas.Leaderboard, error) {
+func (c *Records) ReadLeaderboard(ctx context.Context, name string) (schemas.Leaderboard, error) {
 	lb := schemas.Leaderboard{Sweep: name}
 	key := schemas.SweepLeaderboard(name)
 	b, err := c.Store.Get(ctx, key)
@@ -186,7 +186,7 @@ type FoundReport struct {
 
 // FindReport reads a report if it exists, so a sweep that stopped between
 // an evaluation and its leaderboard update does not evaluate again.
-func (c *Control) FindReport(ctx context.Context, key string) (FoundReport, error) {
+func (c *Records) FindReport(ctx context.Context, key string) (FoundReport, error) {
 	b, err := c.Store.Get(ctx, key)
 	if store.IsNotFound(err) {
 		return FoundReport{}, nil
@@ -203,7 +203,7 @@ func (c *Control) FindReport(ctx context.Context, key string) (FoundReport, erro
 
 // WriteLeaderboard sorts the entries (report.SortLeaderboard) and writes
 // leaderboard.json, then leaderboard.md.
-func (c *Control) WriteLeaderboard(ctx context.Context, lb schemas.Leaderboard) error {
+func (c *Records) WriteLeaderboard(ctx context.Context, lb schemas.Leaderboard) error {
 	lb.UpdatedAtMS = time.Now().UnixMilli()
 	report.SortLeaderboard(lb.Entries)
 	if err := store.PutJSON(ctx, c.Store, schemas.SweepLeaderboard(lb.Sweep), lb); err != nil {

@@ -22,8 +22,8 @@ func TestSweepActivities(t *testing.T) {
 	stack := itest.Start(t)
 	ctx := context.Background()
 	s := stack.Store
-	env := controlEnv(s)
-	var ctrl *activities.Control
+	env := recordsEnv(s)
+	var rec *activities.Records
 
 	dir := t.TempDir()
 	// file writes a local file of weights id, named name inside it.
@@ -55,7 +55,7 @@ func TestSweepActivities(t *testing.T) {
 	}
 	src := "s3://" + s.Bucket + "/ckpts/"
 	list := func(in activities.SweepSource) ([]activities.SweepWeights, error) {
-		v, err := env.ExecuteActivity(ctrl.ListSweepWeights, in)
+		v, err := env.ExecuteActivity(rec.ListSweepWeights, in)
 		if err != nil {
 			return nil, err
 		}
@@ -89,7 +89,7 @@ func TestSweepActivities(t *testing.T) {
 	// Import: a verified copy under a content-named id, done once.
 	target := schemas.ImportedID("a", schemas.WeightsDigest(a.Files))
 	imp := activities.ImportInput{From: "ckpts/a/", Run: "sweep-x", Target: target, Digest: schemas.WeightsDigest(a.Files)}
-	if _, err := env.ExecuteActivity(ctrl.ImportWeights, imp); err != nil {
+	if _, err := env.ExecuteActivity(rec.ImportWeights, imp); err != nil {
 		t.Fatal(err)
 	}
 	to := schemas.Layout{Run: "sweep-x"}.Weights(target)
@@ -105,14 +105,14 @@ func TestSweepActivities(t *testing.T) {
 		t.Fatalf("fetch the imported weights: %v", err)
 	}
 	etag, _ := s.ETag(ctx, to+schemas.WeightsManifestFile)
-	if _, err := env.ExecuteActivity(ctrl.ImportWeights, imp); err != nil {
+	if _, err := env.ExecuteActivity(rec.ImportWeights, imp); err != nil {
 		t.Fatal(err)
 	}
 	if again, _ := s.ETag(ctx, to+schemas.WeightsManifestFile); again != etag {
 		t.Error("a second import rewrote the copy")
 	}
 	// Other weights at the target are never overwritten.
-	_, err = env.ExecuteActivity(ctrl.ImportWeights, activities.ImportInput{From: "ckpts/b/", Run: "sweep-x", Target: target})
+	_, err = env.ExecuteActivity(rec.ImportWeights, activities.ImportInput{From: "ckpts/b/", Run: "sweep-x", Target: target})
 	if err == nil || !strings.Contains(err.Error(), "not overwriting") {
 		t.Errorf("conflicting import: %v", err)
 	}
@@ -121,7 +121,7 @@ func TestSweepActivities(t *testing.T) {
 	}
 
 	// Weights changed since they were listed are not imported under the old digest.
-	_, err = env.ExecuteActivity(ctrl.ImportWeights, activities.ImportInput{From: "ckpts/b/", Run: "sweep-x", Target: "b-123", Digest: "123"})
+	_, err = env.ExecuteActivity(rec.ImportWeights, activities.ImportInput{From: "ckpts/b/", Run: "sweep-x", Target: "b-123", Digest: "123"})
 	if err == nil || !strings.Contains(err.Error(), "changed since the sweep listed them") {
 		t.Errorf("changed source: %v", err)
 	}
@@ -130,7 +130,7 @@ func TestSweepActivities(t *testing.T) {
 	}
 
 	// Leaderboard: absent reads empty; written sorted, with markdown.
-	v, err := env.ExecuteActivity(ctrl.ReadLeaderboard, "x")
+	v, err := env.ExecuteActivity(rec.ReadLeaderboard, "x")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,10 +140,10 @@ func TestSweepActivities(t *testing.T) {
 	}
 	lb = schemas.Leaderboard{Sweep: "x", Source: src, Run: "sweep-x", InitKey: "val_init_ids", Entries: []schemas.LeaderboardEntry{
 		{WeightsID: "b", SuccessRate: 0.2, Successes: 1, Valid: 5}, {WeightsID: "a", SuccessRate: 0.8, Successes: 4, Valid: 5}}}
-	if _, err := env.ExecuteActivity(ctrl.WriteLeaderboard, lb); err != nil {
+	if _, err := env.ExecuteActivity(rec.WriteLeaderboard, lb); err != nil {
 		t.Fatal(err)
 	}
-	if v, err = env.ExecuteActivity(ctrl.ReadLeaderboard, "x"); err != nil {
+	if v, err = env.ExecuteActivity(rec.ReadLeaderboard, "x"); err != nil {
 		t.Fatal(err)
 	}
 	var back schemas.Leaderboard
@@ -158,14 +158,14 @@ func TestSweepActivities(t *testing.T) {
 	// FindReport: absent, then present.
 	key := schemas.Layout{Run: "sweep-x"}.Report("sweep-x-a")
 	var found activities.FoundReport
-	if v, err = env.ExecuteActivity(ctrl.FindReport, key); err != nil || v.Get(&found) != nil || found.Found {
+	if v, err = env.ExecuteActivity(rec.FindReport, key); err != nil || v.Get(&found) != nil || found.Found {
 		t.Errorf("absent report: %+v %v", found, err)
 	}
 	rb, _ := json.Marshal(schemas.Report{Tag: "sweep-x-a", WeightsID: target})
 	if err := s.Put(ctx, key, rb); err != nil {
 		t.Fatal(err)
 	}
-	if v, err = env.ExecuteActivity(ctrl.FindReport, key); err != nil || v.Get(&found) != nil || !found.Found || found.Report.WeightsID != target {
+	if v, err = env.ExecuteActivity(rec.FindReport, key); err != nil || v.Get(&found) != nil || !found.Found || found.Report.WeightsID != target {
 		t.Errorf("stored report: %+v %v", found, err)
 	}
 }

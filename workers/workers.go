@@ -102,7 +102,7 @@ func Run(ctx context.Context, c client.Client, s *store.Store, cfg Config) error
 			w.RegisterWorkflow(workflows.Eval)
 			w.RegisterWorkflow(workflows.Sweep)
 			w.RegisterWorkflow(workflows.Fleet)
-			w.RegisterActivity(&activities.Control{Store: s, Temporal: c})
+			w.RegisterActivity(&activities.Records{Store: s, Temporal: c})
 			ws = append(ws, w)
 		case "rollout":
 			// The host stores what a previous worker on this machine left

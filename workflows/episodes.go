@@ -16,58 +16,132 @@ import (
 // Episodes runs a chunk of episodes in parallel on the rollout queue. One
 // episode that fails for good is counted as lost; it never fails the chunk.
 func Episodes(ctx workflow.Context, in api.EpisodesInput) (api.Tally, error) {
-	t := api.Tally{Total: len(in.Cells)}
-	if err := workflow.SetQueryHandler(ctx, api.EpisodesQuery, func() (api.Tally, error) { return t, nil }); err != nil {
-		return t, fmt.Errorf("episodes query: %w", err)
+	c := &chunkRun{ctx: ctx, in: in, t: api.Tally{Total: len(in.Cells)},
+		cells: map[string]api.Cell{}, results: map[string]activities.EpisodeResult{}, told: len(in.Cells)}
+	if err := workflow.SetQueryHandler(ctx, api.EpisodesQuery, func() (api.Tally, error) { return c.t, nil }); err != nil {
+		return c.t, fmt.Errorf("episodes query: %w", err)
 	}
 	// Episodes wait in their weights' queue, served by the hosts the fleet
 	// assigns to them (docs/design.md §10); histories from before all
 	// waited in the one rollout queue.
 	queue := api.RolloutQueue
-	routed := workflow.GetVersion(ctx, "weights-queues", workflow.DefaultVersion, 1) == 1
+	c.routed = workflow.GetVersion(ctx, "weights-queues", workflow.DefaultVersion, 1) == 1
 	// The fleet spreads weights by the episodes left to run (design §10,
 	// rule 5); histories from before did not tell it.
-	backlog := routed && workflow.GetVersion(ctx, "backlog-to-fleet", workflow.DefaultVersion, 1) == 1
-	var demand api.DemandChange
-	var telling workflow.Future // a backlog update on its way to the fleet
-	if routed {
-		wk := fleet.Key(in.Run, in.Weights)
-		queue = api.WeightsQueue(wk)
-		prio := in.Priority
-		if prio == 0 {
-			prio = fleet.EvalPriority
+	c.backlog = c.routed && workflow.GetVersion(ctx, "backlog-to-fleet", workflow.DefaultVersion, 1) == 1
+	if c.routed {
+		queue = api.WeightsQueue(fleet.Key(in.Run, in.Weights))
+		if err := c.tellDemand(); err != nil {
+			return c.t, err
 		}
-		demand.Demand = fleet.Demand{Key: workflow.GetInfo(ctx).WorkflowExecution.ID, Run: in.Run, Weights: wk, Priority: prio, Episodes: len(in.Cells), PerHost: in.PerHost}
-		if err := tellFleet(ctx, demand); err != nil {
-			return t, err
-		}
-		defer func() {
-			// Also when the chunk is cancelled: the fleet must stop
-			// serving weights nobody waits for.
-			dctx, _ := workflow.NewDisconnectedContext(ctx)
-			if telling != nil {
-				_ = telling.Get(dctx, nil) // the fleet hears the update before the end
-			}
-			done := demand
-			done.Done, done.Again = true, in.Again
-			if err := tellFleet(dctx, done); err != nil {
-				workflow.GetLogger(ctx).Warn("fleet not told the episodes are done; it drops them when it finds the workflow closed", "error", err)
-			}
-		}()
+		// Also when the chunk is cancelled: the fleet must stop serving
+		// weights nobody waits for.
+		defer c.tellDone()
 	}
 	epCtx, stopEpisodes := workflow.WithCancel(ctx)
-	if routed {
-		workflow.Go(ctx, func(ctx workflow.Context) {
-			var u api.Unservable
-			workflow.GetSignalChannel(ctx, api.UnservableSignal).Receive(ctx, &u)
-			if u.Weights == demand.Demand.Weights && t.Unservable == "" {
-				t.Unservable = fmt.Sprintf("weights %s could not be loaded on any rollout host: %s", in.Weights, u.Cause)
-				workflow.GetLogger(ctx).Error("episodes stopped: weights unservable", "weights", in.Weights, "cause", u.Cause)
-				stopEpisodes()
-			}
-		})
+	if c.routed {
+		c.stopWhenUnservable(stopEpisodes)
 	}
-	actx := workflow.WithActivityOptions(epCtx, workflow.ActivityOptions{
+	c.actx = episodeOptions(epCtx, in, queue)
+	c.fails = watchFailures(ctx, c.details)
+	// Long waits reach the parent as they happen; histories from before
+	// passed nothing on.
+	toParent := c.routed && workflow.GetVersion(ctx, "fleet-waits-to-parent", workflow.DefaultVersion, 1) == 1
+	c.note = watchFleetNotes(ctx, c.details, toParent)
+	c.sel = workflow.NewSelector(ctx)
+	for _, cell := range in.Cells {
+		c.cells[schemas.EpisodeID(in.Round, in.Phase, cell.Group, cell.Attempt)] = cell
+		c.run(cell, 0)
+	}
+	for range in.Cells {
+		c.sel.Select(ctx)
+	}
+	// Histories from before tries were fenced stored their rows in place.
+	if workflow.GetVersion(ctx, "publish-accepted-tries", workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return c.t, nil
+	}
+	// Histories from before reruns fail on a corrupt try.
+	if workflow.GetVersion(ctx, "rerun-corrupt-tries", workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		_, err := publish(ctx, in, c.accepted, false)
+		return c.t, err
+	}
+	err := c.publishRerunningCorrupt()
+	return c.t, err
+}
+
+// chunkRun is an Episodes workflow's state: its tally, what it told the
+// fleet, and the episodes it scheduled, counted and accepted.
+type chunkRun struct {
+	ctx  workflow.Context
+	in   api.EpisodesInput
+	t    api.Tally
+	sel  workflow.Selector
+	actx workflow.Context // the episodes' activity options
+	// routed: the episodes wait in their weights' queue and the fleet
+	// hears of them; backlog: it also hears how many are left.
+	routed, backlog bool
+	demand          api.DemandChange
+	telling         workflow.Future // a backlog update on its way to the fleet
+	fails           *failures
+	note            *fleetNote
+	cells           map[string]api.Cell
+	// results holds each episode's counted result: a rerun takes its
+	// counts back before its new try is counted.
+	results  map[string]activities.EpisodeResult
+	accepted []activities.AcceptedTry
+	// pending counts episodes scheduled and not finished. Each time it
+	// falls to three quarters of what the fleet was last told, the fleet
+	// is told again: a handful of updates per chunk keep its count within
+	// a third of the truth.
+	// With it goes the pace: the time between completions since the
+	// first, which leaves the model server's load out.
+	pending, told, finished int
+	firstDone               time.Time
+}
+
+// tellDemand tells the fleet the chunk's episodes wait for its weights.
+func (c *chunkRun) tellDemand() error {
+	in := c.in
+	prio := in.Priority
+	if prio == 0 {
+		prio = fleet.EvalPriority
+	}
+	c.demand.Demand = fleet.Demand{Key: workflow.GetInfo(c.ctx).WorkflowExecution.ID, Run: in.Run, Weights: fleet.Key(in.Run, in.Weights),
+		Priority: prio, Episodes: len(in.Cells), PerHost: in.PerHost}
+	return tellFleet(c.ctx, c.demand)
+}
+
+// tellDone tells the fleet the chunk's episodes are done, after any
+// backlog update on its way, also when the chunk is cancelled.
+func (c *chunkRun) tellDone() {
+	dctx, _ := workflow.NewDisconnectedContext(c.ctx)
+	if c.telling != nil {
+		_ = c.telling.Get(dctx, nil) // the fleet hears the update before the end
+	}
+	done := c.demand
+	done.Done, done.Again = true, c.in.Again
+	if err := tellFleet(dctx, done); err != nil {
+		workflow.GetLogger(c.ctx).Warn("fleet not told the episodes are done; it drops them when it finds the workflow closed", "error", err)
+	}
+}
+
+// stopWhenUnservable stops the episodes when the fleet signals that no
+// rollout host could load the chunk's weights.
+func (c *chunkRun) stopWhenUnservable(stopEpisodes func()) {
+	workflow.Go(c.ctx, func(ctx workflow.Context) {
+		var u api.Unservable
+		workflow.GetSignalChannel(ctx, api.UnservableSignal).Receive(ctx, &u)
+		if u.Weights == c.demand.Demand.Weights && c.t.Unservable == "" {
+			c.t.Unservable = fmt.Sprintf("weights %s could not be loaded on any rollout host: %s", c.in.Weights, u.Cause)
+			workflow.GetLogger(ctx).Error("episodes stopped: weights unservable", "weights", c.in.Weights, "cause", u.Cause)
+			stopEpisodes()
+		}
+	})
+}
+
+// episodeOptions are the episodes' activity options on queue.
+func episodeOptions(ctx workflow.Context, in api.EpisodesInput, queue string) workflow.Context {
+	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		TaskQueue:           queue,
 		StartToCloseTimeout: in.StartToClose,
 		HeartbeatTimeout:    in.Heartbeat,
@@ -76,154 +150,143 @@ func Episodes(ctx workflow.Context, in api.EpisodesInput) (api.Tally, error) {
 		// their weights off (host.MovedError).
 		RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: in.InfraTries + 5},
 	})
-	var fails *failures
-	var note *fleetNote
-	details := func() {
-		if note != nil {
-			t.Fleet = note.text
-		}
-		reruns := ""
-		if t.Reruns > 0 {
-			reruns = fmt.Sprintf(", %d rerun after a corrupt try", t.Reruns)
-		}
-		workflow.SetCurrentDetails(ctx, fmt.Sprintf("**%s** round %d: %d/%d episodes, %d valid, %d successes, %d lost, %d skipped%s\n\n%s",
-			in.Phase, in.Round, t.Done, t.Total, t.Valid, t.Successes, t.Lost, t.Skipped, reruns, note.markdown()+fails.markdown()))
+}
+
+// details shows the tally, the fleet's note and the failing activities
+// in the Temporal UI.
+func (c *chunkRun) details() {
+	t := &c.t
+	if c.note != nil {
+		t.Fleet = c.note.text
 	}
-	fails = watchFailures(ctx, details)
-	// Long waits reach the parent as they happen; histories from before
-	// passed nothing on.
-	toParent := routed && workflow.GetVersion(ctx, "fleet-waits-to-parent", workflow.DefaultVersion, 1) == 1
-	note = watchFleetNotes(ctx, details, toParent)
+	reruns := ""
+	if t.Reruns > 0 {
+		reruns = fmt.Sprintf(", %d rerun after a corrupt try", t.Reruns)
+	}
+	workflow.SetCurrentDetails(c.ctx, fmt.Sprintf("**%s** round %d: %d/%d episodes, %d valid, %d successes, %d lost, %d skipped%s\n\n%s",
+		c.in.Phase, c.in.Round, t.Done, t.Total, t.Valid, t.Successes, t.Lost, t.Skipped, reruns, c.note.markdown()+c.fails.markdown()))
+}
+
+// tellLeft tells the fleet how many episodes are left, and their pace,
+// when pending fell to three quarters of what it was last told and no
+// update is on its way.
+func (c *chunkRun) tellLeft() {
+	if !c.backlog || c.telling != nil || c.pending <= 0 || c.pending > c.told*3/4 {
+		return
+	}
+	c.told = c.pending
+	left := c.demand
+	left.Left, left.Demand.Remaining = true, c.pending
+	if c.finished > 1 {
+		left.Demand.Pace = workflow.Now(c.ctx).Sub(c.firstDone) / time.Duration(c.finished-1)
+	}
+	f, set := workflow.NewFuture(c.ctx)
+	c.telling = f
+	workflow.Go(c.ctx, func(ctx workflow.Context) {
+		if err := tellFleet(ctx, left); err != nil {
+			workflow.GetLogger(ctx).Warn("fleet not told the episodes left; it spreads by the count it has", "error", err)
+		}
+		c.telling = nil
+		set.Set(nil, nil)
+	})
+}
+
+// run schedules one episode; retryBase > 0 is a rerun (RetryBase).
+func (c *chunkRun) run(cell api.Cell, retryBase int32) {
+	in := c.in
+	c.pending++
+	id := schemas.EpisodeID(in.Round, in.Phase, cell.Group, cell.Attempt)
+	label := fmt.Sprintf("%s task %d %s init %d", id, cell.Task.ID, cell.Task.Name, cell.InitID)
+	if retryBase > 0 {
+		label += fmt.Sprintf(" (rerun: try %d's records were corrupt)", retryBase-1)
+	}
+	// The summary labels the activity in the Temporal UI's timeline.
+	ectx := workflow.WithActivityOptions(c.actx, withSummary(workflow.GetActivityOptions(c.actx), label))
 	var rollout *activities.Rollout
-	cells := map[string]api.Cell{}
-	// results holds each episode's counted result: a rerun takes its
-	// counts back before its new try is counted.
-	results := map[string]activities.EpisodeResult{}
-	var accepted []activities.AcceptedTry
-	// pending counts episodes scheduled and not finished. Each time it
-	// falls to three quarters of what the fleet was last told, the fleet
-	// is told again: a handful of updates per chunk keep its count within
-	// a third of the truth.
-	// With it goes the pace: the time between completions since the
-	// first, which leaves the model server's load out.
-	pending, told, finished := 0, len(in.Cells), 0
-	var firstDone time.Time
-	tellLeft := func() {
-		if !backlog || telling != nil || pending <= 0 || pending > told*3/4 {
-			return
-		}
-		told = pending
-		left := demand
-		left.Left, left.Demand.Remaining = true, pending
-		if finished > 1 {
-			left.Demand.Pace = workflow.Now(ctx).Sub(firstDone) / time.Duration(finished-1)
-		}
-		f, set := workflow.NewFuture(ctx)
-		telling = f
-		workflow.Go(ctx, func(ctx workflow.Context) {
-			if err := tellFleet(ctx, left); err != nil {
-				workflow.GetLogger(ctx).Warn("fleet not told the episodes left; it spreads by the count it has", "error", err)
-			}
-			telling = nil
-			set.Set(nil, nil)
-		})
+	f := workflow.ExecuteActivity(ectx, rollout.RunEpisode, activities.EpisodeInput{
+		Run: in.Run, Round: in.Round, Phase: in.Phase, Group: cell.Group, Attempt: cell.Attempt,
+		Task: cell.Task, InitID: cell.InitID, WeightsID: in.Weights, InfraTries: in.InfraTries, RetryBase: retryBase,
+	})
+	c.sel.AddFuture(f, func(f workflow.Future) { c.finish(id, f) })
+}
+
+// finish counts an episode's result (lost if its activity failed for
+// good) and accepts its try if it has one to publish.
+func (c *chunkRun) finish(id string, f workflow.Future) {
+	var r activities.EpisodeResult
+	if err := f.Get(c.ctx, &r); err != nil {
+		workflow.GetLogger(c.ctx).Error("episode lost", "episode", id, "error", err)
+		r = activities.EpisodeResult{EpisodeID: id, Retry: -1}
 	}
-	sel := workflow.NewSelector(ctx)
-	// run schedules one episode; retryBase > 0 is a rerun (RetryBase).
-	run := func(cell api.Cell, retryBase int32) {
-		pending++
-		id := schemas.EpisodeID(in.Round, in.Phase, cell.Group, cell.Attempt)
-		label := fmt.Sprintf("%s task %d %s init %d", id, cell.Task.ID, cell.Task.Name, cell.InitID)
-		if retryBase > 0 {
-			label += fmt.Sprintf(" (rerun: try %d's records were corrupt)", retryBase-1)
-		}
-		// The summary labels the activity in the Temporal UI's timeline.
-		ectx := workflow.WithActivityOptions(actx, withSummary(workflow.GetActivityOptions(actx), label))
-		f := workflow.ExecuteActivity(ectx, rollout.RunEpisode, activities.EpisodeInput{
-			Run: in.Run, Round: in.Round, Phase: in.Phase, Group: cell.Group, Attempt: cell.Attempt,
-			Task: cell.Task, InitID: cell.InitID, WeightsID: in.Weights, InfraTries: in.InfraTries, RetryBase: retryBase,
-		})
-		sel.AddFuture(f, func(f workflow.Future) {
-			var r activities.EpisodeResult
-			if err := f.Get(ctx, &r); err != nil {
-				workflow.GetLogger(ctx).Error("episode lost", "episode", id, "error", err)
-				r = activities.EpisodeResult{EpisodeID: id, Retry: -1}
-			}
-			count(&t, r, 1)
-			results[id] = r
-			pending--
-			if finished++; finished == 1 {
-				firstDone = workflow.Now(ctx)
-			}
-			tellLeft()
-			if r.Try != "" && !r.Recorded && !r.Skipped {
-				accepted = append(accepted, activities.AcceptedTry{EpisodeID: r.EpisodeID, Try: r.Try})
-			}
-			details()
-		})
+	count(&c.t, r, 1)
+	c.results[id] = r
+	c.pending--
+	if c.finished++; c.finished == 1 {
+		c.firstDone = workflow.Now(c.ctx)
 	}
-	for _, cell := range in.Cells {
-		cells[schemas.EpisodeID(in.Round, in.Phase, cell.Group, cell.Attempt)] = cell
-		run(cell, 0)
+	c.tellLeft()
+	if r.Try != "" && !r.Recorded && !r.Skipped {
+		c.accepted = append(c.accepted, activities.AcceptedTry{EpisodeID: r.EpisodeID, Try: r.Try})
 	}
-	for range in.Cells {
-		sel.Select(ctx)
-	}
-	// Histories from before tries were fenced stored their rows in place.
-	if workflow.GetVersion(ctx, "publish-accepted-tries", workflow.DefaultVersion, 1) == workflow.DefaultVersion {
-		return t, nil
-	}
-	// Histories from before reruns fail on a corrupt try.
-	if workflow.GetVersion(ctx, "rerun-corrupt-tries", workflow.DefaultVersion, 1) == workflow.DefaultVersion {
-		_, err := publish(ctx, in, accepted, false)
-		return t, err
-	}
-	// A corrupt staged try is run again, at most maxReruns times per
-	// episode, and then counted lost: the phase goes on without it.
+	c.details()
+}
+
+// publishRerunningCorrupt publishes the accepted tries until none is
+// left: a corrupt staged try is run again, at most maxReruns times per
+// episode, and then counted lost: the phase goes on without it.
+func (c *chunkRun) publishRerunningCorrupt() error {
 	reruns := map[string]int{}
-	for len(accepted) > 0 {
-		res, err := publish(ctx, in, accepted, true)
+	for len(c.accepted) > 0 {
+		res, err := publish(c.ctx, c.in, c.accepted, true)
 		if err != nil {
-			return t, err
+			return err
 		}
-		accepted = nil
-		n := 0
-		for _, c := range res.Corrupt {
-			prev := results[c.EpisodeID]
-			count(&t, prev, -1)
-			workflow.GetLogger(ctx).Warn("corrupt staged try refused", "episode", c.EpisodeID, "try", c.Try, "reason", c.Reason)
-			if reruns[c.EpisodeID] >= maxReruns {
-				lost := activities.EpisodeResult{EpisodeID: c.EpisodeID, Retry: -1}
-				count(&t, lost, 1)
-				results[c.EpisodeID] = lost
-				continue
-			}
-			reruns[c.EpisodeID]++
-			t.Reruns++
-			run(cells[c.EpisodeID], prev.Retry+1)
-			n++
-		}
-		details()
-		if routed && n > 0 {
+		c.accepted = nil
+		n := c.rerun(res.Corrupt, reruns)
+		c.details()
+		if c.routed && n > 0 {
 			// The reruns queue afresh: the fleet unparks the weights.
-			again := demand
-			again.Demand.Remaining, told = pending, pending
-			if err := tellFleet(ctx, again); err != nil {
-				return t, err
+			again := c.demand
+			again.Demand.Remaining, c.told = c.pending, c.pending
+			if err := tellFleet(c.ctx, again); err != nil {
+				return err
 			}
 		}
 		for range n {
-			sel.Select(ctx)
+			c.sel.Select(c.ctx)
 		}
 	}
-	return t, nil
+	return nil
+}
+
+// rerun takes back the counts of corrupt tries and runs their episodes
+// again, or counts them lost once rerun maxReruns times. It returns how
+// many it runs again.
+func (c *chunkRun) rerun(corrupt []activities.CorruptTry, reruns map[string]int) int {
+	n := 0
+	for _, ct := range corrupt {
+		prev := c.results[ct.EpisodeID]
+		count(&c.t, prev, -1)
+		workflow.GetLogger(c.ctx).Warn("corrupt staged try refused", "episode", ct.EpisodeID, "try", ct.Try, "reason", ct.Reason)
+		if reruns[ct.EpisodeID] >= maxReruns {
+			lost := activities.EpisodeResult{EpisodeID: ct.EpisodeID, Retry: -1}
+			count(&c.t, lost, 1)
+			c.results[ct.EpisodeID] = lost
+			continue
+		}
+		reruns[ct.EpisodeID]++
+		c.t.Reruns++
+		c.run(c.cells[ct.EpisodeID], prev.Retry+1)
+		n++
+	}
+	return n
 }
 
 // tellFleet sends the fleet a demand change, retried like any control
 // activity: episodes scheduled in a weights queue no host is told to
 // serve would wait without end.
 func tellFleet(ctx workflow.Context, d api.DemandChange) error {
-	var control *activities.Control
+	var records *activities.Records
 	what := "episodes wait for weights " + d.Demand.Weights
 	switch {
 	case d.Left:
@@ -231,7 +294,7 @@ func tellFleet(ctx workflow.Context, d api.DemandChange) error {
 	case d.Done:
 		what = "episodes done with weights " + d.Demand.Weights
 	}
-	if err := workflow.ExecuteActivity(summarized(controlContext(ctx), "fleet: "+what), control.Demand, d).Get(ctx, nil); err != nil {
+	if err := workflow.ExecuteActivity(summarized(controlContext(ctx), "fleet: "+what), records.Demand, d).Get(ctx, nil); err != nil {
 		return fmt.Errorf("tell the fleet %s: %w", what, err)
 	}
 	return nil
@@ -274,8 +337,8 @@ func publish(ctx workflow.Context, in api.EpisodesInput, accepted []activities.A
 		RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, MaximumInterval: time.Minute},
 	})
 	pctx = summarized(pctx, fmt.Sprintf("publish %d episodes of round %d %s", len(accepted), in.Round, in.Phase))
-	var control *activities.Control
-	f := workflow.ExecuteActivity(pctx, control.Publish, activities.PublishInput{Run: in.Run, Round: in.Round, Phase: in.Phase, Tries: accepted, Rerun: rerun})
+	var records *activities.Records
+	f := workflow.ExecuteActivity(pctx, records.Publish, activities.PublishInput{Run: in.Run, Round: in.Round, Phase: in.Phase, Tries: accepted, Rerun: rerun})
 	// Older histories returned a count, which they never read.
 	var err error
 	if rerun {

@@ -22,7 +22,7 @@ func corruptEnv(t *testing.T, corrupt string, refuseBelow int32) (api.Tally, []a
 	t.Helper()
 	env := mockEnv()
 	var ro *activities.Rollout
-	var ctrl *activities.Control
+	var rec *activities.Records
 	var runs []activities.EpisodeInput
 	env.OnActivity(ro.RunEpisode, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, in activities.EpisodeInput) (activities.EpisodeResult, error) {
@@ -34,7 +34,7 @@ func corruptEnv(t *testing.T, corrupt string, refuseBelow int32) (api.Tally, []a
 				Valid: true, Success: in.RetryBase > 0}, nil
 		})
 	var published [][]string
-	env.OnActivity(ctrl.Publish, mock.Anything, mock.Anything).Return(
+	env.OnActivity(rec.Publish, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, in activities.PublishInput) (activities.PublishResult, error) {
 			if !in.Rerun {
 				t.Error("Publish called without Rerun")

@@ -68,8 +68,8 @@ func Eval(ctx workflow.Context, in api.EvalInput) (schemas.Report, error) {
 	workflow.GetLogger(ctx).Info("evaluation episodes done", "tag", in.Tag, "shard", in.Shard, "shards", shards, "done", t.Done, "lost", t.Lost)
 	prog.Phase = "report"
 	details()
-	var control *activities.Control
-	err = workflow.ExecuteActivity(controlContext(ctx), control.WriteReport, activities.ReportInput{
+	var records *activities.Records
+	err = workflow.ExecuteActivity(controlContext(ctx), records.WriteReport, activities.ReportInput{
 		Run: in.Run, Phase: phase, Tag: in.Tag, WeightsID: in.WeightsID, InitKey: in.InitKey,
 		Shard: in.Shard, Shards: shards, StartedAtMS: started,
 	}).Get(ctx, &rep)

@@ -21,7 +21,7 @@ func evalEnv(t *testing.T, eps *[]activities.EpisodeInput, rin *activities.Repor
 	t.Helper()
 	env := mockEnv()
 	var ro *activities.Rollout
-	var ctrl *activities.Control
+	var rec *activities.Records
 	var mu sync.Mutex
 	env.OnActivity(ro.RunEpisode, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, in activities.EpisodeInput) (activities.EpisodeResult, error) {
@@ -30,12 +30,12 @@ func evalEnv(t *testing.T, eps *[]activities.EpisodeInput, rin *activities.Repor
 			*eps = append(*eps, in)
 			return activities.EpisodeResult{Valid: true, Success: in.Task.ID == 1}, nil
 		})
-	env.OnActivity(ctrl.WriteReport, mock.Anything, mock.Anything).Return(
+	env.OnActivity(rec.WriteReport, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, in activities.ReportInput) (schemas.Report, error) {
 			*rin = in
 			return schemas.Report{Tag: in.Tag, Shard: in.Shard, Shards: in.Shards, Overall: schemas.TaskResult{Task: -1, SuccessRate: 0.5}}, nil
 		})
-	env.OnActivity(ctrl.Compact, mock.Anything, mock.Anything).Return(
+	env.OnActivity(rec.Compact, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, in activities.CompactInput) (store.CompactStats, error) {
 			*compacted = true
 			return store.CompactStats{}, nil

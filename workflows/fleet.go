@@ -112,7 +112,7 @@ func Fleet(ctx workflow.Context, in api.FleetInput) error {
 			onReport(r)
 		}
 	}
-	var control *activities.Control
+	var records *activities.Records
 	var checking workflow.Future
 	var lastCheck time.Time
 	for {
@@ -127,7 +127,7 @@ func Fleet(ctx workflow.Context, in api.FleetInput) error {
 				TaskQueue: api.ControlQueue, StartToCloseTimeout: time.Minute,
 				RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 3},
 			})
-			checking = workflow.ExecuteActivity(summarized(cctx, "fleet: drop demand of closed workflows"), control.ClosedWorkflows, slices.Sorted(maps.Keys(s.Demands)))
+			checking = workflow.ExecuteActivity(summarized(cctx, "fleet: drop demand of closed workflows"), records.ClosedWorkflows, slices.Sorted(maps.Keys(s.Demands)))
 		}
 		bad := p.Plan(&s, now)
 		for name := range stats {

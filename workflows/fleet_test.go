@@ -25,7 +25,7 @@ func fleetEnv() (*testsuite.TestWorkflowEnvironment, map[string][]string) {
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
 	env.RegisterWorkflow(Fleet)
-	env.RegisterActivity(&activities.Control{})
+	env.RegisterActivity(&activities.Records{})
 	notes := map[string][]string{}
 	var mu sync.Mutex
 	env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, "", api.FleetNoteSignal, mock.Anything).Return(
@@ -46,8 +46,8 @@ func fleetEnv() (*testsuite.TestWorkflowEnvironment, map[string][]string) {
 // by query, and drops demand whose Episodes workflow closed unannounced.
 func TestFleetAssignsByPriority(t *testing.T) {
 	env, notes := fleetEnv()
-	var ctrl *activities.Control
-	env.OnActivity(ctrl.ClosedWorkflows, mock.Anything, mock.Anything).Return(
+	var rec *activities.Records
+	env.OnActivity(rec.ClosedWorkflows, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, ids []string) ([]string, error) {
 			if slices.Contains(ids, "ep-train") {
 				return []string{"ep-train"}, nil // terminated
@@ -113,8 +113,8 @@ func TestFleetAssignsByPriority(t *testing.T) {
 // workflows, once, with the host's cause.
 func TestFleetTellsUnservable(t *testing.T) {
 	env, _ := fleetEnv()
-	var ctrl *activities.Control
-	env.OnActivity(ctrl.ClosedWorkflows, mock.Anything, mock.Anything).Return([]string{}, nil).Maybe()
+	var rec *activities.Records
+	env.OnActivity(rec.ClosedWorkflows, mock.Anything, mock.Anything).Return([]string{}, nil).Maybe()
 	var told []api.Unservable
 	env.OnSignalExternalWorkflow(mock.Anything, "ep-1", "", api.UnservableSignal, mock.Anything).Return(
 		func(_, _, _, _ string, arg interface{}) error {
@@ -166,7 +166,7 @@ func TestUnservableStopsEpisodes(t *testing.T) {
 func TestEpisodesTellWhatIsLeft(t *testing.T) {
 	env := bareEnv()
 	var ro *activities.Rollout
-	var ctrl *activities.Control
+	var rec *activities.Records
 	var cells []api.Cell
 	for i := range 12 {
 		cells = append(cells, api.Cell{Task: schemas.Task{ID: 0, Name: "a"}, InitID: 45, Group: int32(i)})
@@ -174,7 +174,7 @@ func TestEpisodesTellWhatIsLeft(t *testing.T) {
 		env.OnActivity(ro.RunEpisode, mock.Anything, mock.MatchedBy(func(in activities.EpisodeInput) bool { return in.Group == int32(i) })).
 			Return(activities.EpisodeResult{Valid: true, Try: "try0-x"}, nil).After(time.Duration(i+1) * time.Minute)
 	}
-	env.OnActivity(ctrl.Publish, mock.Anything, mock.Anything).Return(activities.PublishResult{}, nil)
+	env.OnActivity(rec.Publish, mock.Anything, mock.Anything).Return(activities.PublishResult{}, nil)
 	demands := recordDemands(env)
 	env.ExecuteWorkflow(Episodes, api.EpisodesInput{Run: "r", Round: 1, Phase: schemas.PhaseTrain, Weights: "w0",
 		Cells: cells, InfraTries: 1, StartToClose: time.Hour, Heartbeat: time.Minute})
@@ -203,8 +203,8 @@ func TestEpisodesTellWhatIsLeft(t *testing.T) {
 	// The fleet takes an update for a standing demand, keeping its
 	// Since, and ignores one that comes after the demand ended.
 	fenv, _ := fleetEnv()
-	var ctrl2 *activities.Control
-	fenv.OnActivity(ctrl2.ClosedWorkflows, mock.Anything, mock.Anything).Return([]string{}, nil).Maybe()
+	var rec2 *activities.Records
+	fenv.OnActivity(rec2.ClosedWorkflows, mock.Anything, mock.Anything).Return([]string{}, nil).Maybe()
 	var before, during, after map[string]fleet.Demand
 	status := func() map[string]fleet.Demand { return fleetStatus(t, fenv).State.Demands }
 	fenv.RegisterDelayedCallback(func() {
@@ -237,9 +237,9 @@ func TestEpisodesTellWhatIsLeft(t *testing.T) {
 func TestDemandEndsWithAgain(t *testing.T) {
 	env := bareEnv()
 	var ro *activities.Rollout
-	var ctrl *activities.Control
+	var rec *activities.Records
 	env.OnActivity(ro.RunEpisode, mock.Anything, mock.Anything).Return(activities.EpisodeResult{Valid: true, Try: "try0-x"}, nil)
-	env.OnActivity(ctrl.Publish, mock.Anything, mock.Anything).Return(activities.PublishResult{}, nil)
+	env.OnActivity(rec.Publish, mock.Anything, mock.Anything).Return(activities.PublishResult{}, nil)
 	demands := recordDemands(env)
 	env.ExecuteWorkflow(Episodes, api.EpisodesInput{Run: "r", Round: 1, Phase: schemas.PhaseVal, Weights: "w0",
 		Cells: []api.Cell{{Task: schemas.Task{ID: 0, Name: "a"}, InitID: 45}}, InfraTries: 1, StartToClose: time.Hour, Heartbeat: time.Minute, Again: true})
@@ -284,8 +284,8 @@ func fleetStatus(t *testing.T, env *testsuite.TestWorkflowEnvironment) api.Fleet
 func recordDemands(env *testsuite.TestWorkflowEnvironment) func() []api.DemandChange {
 	var mu sync.Mutex
 	var changes []api.DemandChange
-	var ctrl *activities.Control
-	env.OnActivity(ctrl.Demand, mock.Anything, mock.Anything).Return(
+	var rec *activities.Records
+	env.OnActivity(rec.Demand, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, d api.DemandChange) error {
 			mu.Lock()
 			defer mu.Unlock()
@@ -319,10 +319,10 @@ func TestFleetNotesReachTheRun(t *testing.T) {
 	env := bareEnv()
 	env.RegisterWorkflow(notesParent)
 	var ro *activities.Rollout
-	var ctrl *activities.Control
+	var rec *activities.Records
 	env.OnActivity(ro.RunEpisode, mock.Anything, mock.Anything).Return(activities.EpisodeResult{Valid: true, Try: "try0-x"}, nil).After(2 * time.Minute)
-	env.OnActivity(ctrl.Publish, mock.Anything, mock.Anything).Return(activities.PublishResult{}, nil)
-	env.OnActivity(ctrl.Demand, mock.Anything, mock.Anything).Return(nil)
+	env.OnActivity(rec.Publish, mock.Anything, mock.Anything).Return(activities.PublishResult{}, nil)
+	env.OnActivity(rec.Demand, mock.Anything, mock.Anything).Return(nil)
 	child := api.ChildID("default-test-workflow-id", 1, schemas.PhaseTrain, 0) // the test environment's workflow id
 	const where = "weights `r/w0` (priority 1): "
 	wait := api.FleetNote{Weights: "r/w0", Where: where + "waiting for a rollout host since 12:00:00 UTC"}

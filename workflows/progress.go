@@ -43,8 +43,8 @@ func newTracker(ctx workflow.Context, in api.TrainInput) *tracker {
 		workflow.GetLogger(ctx).Info("stop requested; running episodes finish, the rest are skipped", "reason", why)
 		// The marker tells episodes not yet started to skip themselves; it
 		// is written here so a stop sent from the UI works like `starter stop`.
-		var control *activities.Control
-		_ = workflow.ExecuteActivity(controlContext(ctx), control.MarkStop, in.Run, why).Get(ctx, nil)
+		var records *activities.Records
+		_ = workflow.ExecuteActivity(controlContext(ctx), records.MarkStop, in.Run, why).Get(ctx, nil)
 		t.update()
 	})
 	t.fails = watchFailures(ctx, t.update)

@@ -70,8 +70,8 @@ func replay(r worker.WorkflowReplayer, file, id string) error {
 func TestReplayCatchesUnguardedChange(t *testing.T) {
 	r := worker.NewWorkflowReplayer()
 	r.RegisterWorkflowWithOptions(func(ctx workflow.Context, in api.TrainInput) (api.TrainResult, error) {
-		var control *activities.Control
-		err := workflow.ExecuteActivity(controlContext(ctx), control.SaveState, nil).Get(ctx, nil)
+		var records *activities.Records
+		err := workflow.ExecuteActivity(controlContext(ctx), records.SaveState, nil).Get(ctx, nil)
 		return api.TrainResult{}, err
 	}, workflow.RegisterOptions{Name: "Train"})
 	r.RegisterWorkflow(Episodes)

@@ -27,16 +27,16 @@ func Sweep(ctx workflow.Context, in api.SweepInput) (api.SweepResult, error) {
 	var fails *failures
 	details := func() { workflow.SetCurrentDetails(ctx, head+"\n\n"+fails.markdown()) }
 	fails = watchFailures(ctx, details)
-	var control *activities.Control
+	var records *activities.Records
 	var found []activities.SweepWeights
-	err := workflow.ExecuteActivity(ctrl, control.ListSweepWeights, activities.SweepSource{
+	err := workflow.ExecuteActivity(ctrl, records.ListSweepWeights, activities.SweepSource{
 		Source: in.Source, Run: in.Run, HarnessDigest: in.Harness.Digest,
 	}).Get(ctx, &found)
 	if err != nil {
 		return res, fmt.Errorf("sweep %s: list weights of %s: %w", in.Name, in.Source, err)
 	}
 	var lb schemas.Leaderboard
-	if err := workflow.ExecuteActivity(ctrl, control.ReadLeaderboard, in.Name).Get(ctx, &lb); err != nil {
+	if err := workflow.ExecuteActivity(ctrl, records.ReadLeaderboard, in.Name).Get(ctx, &lb); err != nil {
 		return res, fmt.Errorf("sweep %s: read leaderboard: %w", in.Name, err)
 	}
 	if lb.Source != "" && (lb.Source != in.Source || lb.Run != in.Run) {
@@ -69,7 +69,7 @@ func Sweep(ctx workflow.Context, in api.SweepInput) (api.SweepResult, error) {
 		defer writing.Release(1)
 		snap := lb
 		snap.Entries = append([]schemas.LeaderboardEntry(nil), lb.Entries...)
-		return workflow.ExecuteActivity(ctrl, control.WriteLeaderboard, snap).Get(ctx, nil)
+		return workflow.ExecuteActivity(ctrl, records.WriteLeaderboard, snap).Get(ctx, nil)
 	}
 	slots := workflow.NewSemaphore(ctx, int64(max(in.Parallel, 1)))
 	wg := workflow.NewWaitGroup(ctx)
@@ -116,7 +116,7 @@ func Sweep(ctx workflow.Context, in api.SweepInput) (api.SweepResult, error) {
 // run if needed, then reuses the tag's report if an earlier sweep wrote it
 // for the same weights, or runs the Eval workflow.
 func evaluateWeights(ctx workflow.Context, in api.SweepInput, w activities.SweepWeights) (schemas.LeaderboardEntry, error) {
-	var control *activities.Control
+	var records *activities.Records
 	tag := schemas.SweepTag(in.Name, w.ID)
 	runID := w.ID
 	if strings.HasPrefix(in.Source, "s3://") {
@@ -126,14 +126,14 @@ func evaluateWeights(ctx workflow.Context, in api.SweepInput, w activities.Sweep
 			RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 5},
 			Summary:     fmt.Sprintf("import %s as %s", w.Prefix, runID),
 		})
-		err := workflow.ExecuteActivity(ictx, control.ImportWeights, activities.ImportInput{From: w.Prefix, Run: in.Run, Target: runID, Digest: w.Digest}).Get(ctx, nil)
+		err := workflow.ExecuteActivity(ictx, records.ImportWeights, activities.ImportInput{From: w.Prefix, Run: in.Run, Target: runID, Digest: w.Digest}).Get(ctx, nil)
 		if err != nil {
 			return schemas.LeaderboardEntry{}, fmt.Errorf("import weights %s: %w", w.ID, err)
 		}
 	}
 	key := schemas.Layout{Run: in.Run}.Report(tag)
 	var found activities.FoundReport
-	if err := workflow.ExecuteActivity(controlContext(ctx), control.FindReport, key).Get(ctx, &found); err != nil {
+	if err := workflow.ExecuteActivity(controlContext(ctx), records.FindReport, key).Get(ctx, &found); err != nil {
 		return schemas.LeaderboardEntry{}, fmt.Errorf("look for report %s: %w", key, err)
 	}
 	rep := found.Report

@@ -14,13 +14,13 @@ import (
 	"github.com/roundhouse-rl/roundhouse/workflows/api"
 )
 
-// sweepEnv is a test environment with the Control activities registered
+// sweepEnv is a test environment with the Records activities registered
 // and Eval mocked: each evaluation is recorded, its success rate taken
 // from rates.
 func sweepEnv(t *testing.T, rates map[string]float64) (*testsuite.TestWorkflowEnvironment, *[]api.EvalInput) {
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
-	env.RegisterActivity(&activities.Control{})
+	env.RegisterActivity(&activities.Records{})
 	env.RegisterWorkflow(Eval)
 	var evals []api.EvalInput
 	env.OnWorkflow(Eval, mock.Anything, mock.Anything).Return(
@@ -37,26 +37,26 @@ func sweepEnv(t *testing.T, rates map[string]float64) (*testsuite.TestWorkflowEn
 // derived from their id, and the last leaderboard write holds every entry.
 func TestSweepEvaluatesOnlyNewWeights(t *testing.T) {
 	env, evals := sweepEnv(t, map[string]float64{"r2": 0.7, "r3": 0.4})
-	var ctrl *activities.Control
+	var rec *activities.Records
 	var listed activities.SweepSource
-	env.OnActivity(ctrl.ListSweepWeights, mock.Anything, mock.Anything).Return(
+	env.OnActivity(rec.ListSweepWeights, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, in activities.SweepSource) ([]activities.SweepWeights, error) {
 			listed = in
 			return []activities.SweepWeights{{ID: "w0"}, {ID: "r1"}, {ID: "r2"}, {ID: "r3"}}, nil
 		})
-	env.OnActivity(ctrl.ReadLeaderboard, mock.Anything, "nightly").Return(schemas.Leaderboard{
+	env.OnActivity(rec.ReadLeaderboard, mock.Anything, "nightly").Return(schemas.Leaderboard{
 		Sweep: "nightly", Source: "demo", Run: "demo", InitKey: "val_init_ids", Entries: []schemas.LeaderboardEntry{
 			{WeightsID: "w0", RunWeightsID: "w0", Tag: "sweep-nightly-w0", SuccessRate: 0.3, Valid: 10, Episodes: 10},
 			{WeightsID: "r1", RunWeightsID: "r1", Tag: "sweep-nightly-r1", SuccessRate: 0.5, Valid: 10, Episodes: 10},
 		}}, nil)
-	env.OnActivity(ctrl.FindReport, mock.Anything, mock.Anything).Return(activities.FoundReport{}, nil)
+	env.OnActivity(rec.FindReport, mock.Anything, mock.Anything).Return(activities.FoundReport{}, nil)
 	var writes []schemas.Leaderboard
-	env.OnActivity(ctrl.WriteLeaderboard, mock.Anything, mock.Anything).Return(
+	env.OnActivity(rec.WriteLeaderboard, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, lb schemas.Leaderboard) error {
 			writes = append(writes, lb)
 			return nil
 		})
-	env.OnActivity(ctrl.ImportWeights, mock.Anything, mock.Anything).Return(
+	env.OnActivity(rec.ImportWeights, mock.Anything, mock.Anything).Return(
 		func(context.Context, activities.ImportInput) (schemas.WeightsManifest, error) {
 			t.Error("weights of a run source were imported")
 			return schemas.WeightsManifest{}, nil
@@ -119,24 +119,24 @@ func TestSweepEvaluatesOnlyNewWeights(t *testing.T) {
 func TestSweepImportsPrefixWeights(t *testing.T) {
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
-	env.RegisterActivity(&activities.Control{})
+	env.RegisterActivity(&activities.Records{})
 	env.RegisterWorkflow(Eval)
-	var ctrl *activities.Control
+	var rec *activities.Records
 	const src = "s3://roundhouse/ckpts/"
-	env.OnActivity(ctrl.ListSweepWeights, mock.Anything, mock.Anything).Return([]activities.SweepWeights{
+	env.OnActivity(rec.ListSweepWeights, mock.Anything, mock.Anything).Return([]activities.SweepWeights{
 		{ID: "a", Prefix: "ckpts/a/", Digest: "aaaaaaaaaaaaaaaa"},
 		{ID: "b", Prefix: "ckpts/b/", Digest: "bbbbbbbbbbbbbbbb"},
 		{ID: "c", Prefix: "ckpts/c/", Digest: "cccccccccccccccc"},
 	}, nil)
-	env.OnActivity(ctrl.ReadLeaderboard, mock.Anything, mock.Anything).Return(schemas.Leaderboard{Sweep: "ext"}, nil)
+	env.OnActivity(rec.ReadLeaderboard, mock.Anything, mock.Anything).Return(schemas.Leaderboard{Sweep: "ext"}, nil)
 	var imports []activities.ImportInput
-	env.OnActivity(ctrl.ImportWeights, mock.Anything, mock.Anything).Return(
+	env.OnActivity(rec.ImportWeights, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, in activities.ImportInput) (schemas.WeightsManifest, error) {
 			imports = append(imports, in)
 			return schemas.WeightsManifest{WeightsID: in.Target}, nil
 		})
 	// b was evaluated before, but the sweep stopped before its leaderboard update.
-	env.OnActivity(ctrl.FindReport, mock.Anything, mock.Anything).Return(
+	env.OnActivity(rec.FindReport, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, key string) (activities.FoundReport, error) {
 			if key == "runs/sweep-ext/eval/sweep-ext-b/report.json" {
 				return activities.FoundReport{Found: true, Report: schemas.Report{WeightsID: "b-bbbbbbbbbbbb", InitKey: "val_init_ids",
@@ -154,7 +154,7 @@ func TestSweepImportsPrefixWeights(t *testing.T) {
 			return schemas.Report{WeightsID: in.WeightsID, Overall: schemas.TaskResult{Episodes: 4, Valid: 4, Successes: 3, SuccessRate: 0.75}}, nil
 		})
 	var last schemas.Leaderboard
-	env.OnActivity(ctrl.WriteLeaderboard, mock.Anything, mock.Anything).Return(
+	env.OnActivity(rec.WriteLeaderboard, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, lb schemas.Leaderboard) error { last = lb; return nil })
 
 	env.ExecuteWorkflow(Sweep, api.SweepInput{Name: "ext", Source: src, Run: schemas.SweepRun("ext"), Harness: testHarness(), Parallel: 2})

@@ -26,95 +26,152 @@ import (
 
 // Train runs round in.Round, then continues as new for the next one.
 func Train(ctx workflow.Context, in api.TrainInput) (api.TrainResult, error) {
-	log := workflow.GetLogger(ctx)
 	t := newTracker(ctx, in)
-	prog := t.prog
 	if err := workflow.SetQueryHandler(ctx, api.ProgressQuery, func() (api.Progress, error) { return t.snapshot(), nil }); err != nil {
 		return api.TrainResult{}, fmt.Errorf("progress query: %w", err)
 	}
-	h := in.Harness
-	c := h.Collect
 	l := schemas.Layout{Run: in.Run}
-	result := api.TrainResult{Run: in.Run, Prefix: l.Prefix(), Summaries: in.Summaries}
-	ctrl := controlContext(ctx)
-	var control *activities.Control
-	stopped := func(phase string) (api.TrainResult, error) {
-		state := schemas.State{Run: in.Run, Harness: h.Name, InitialWeights: in.InitialWeights, Weights: in.Weights,
-			RoundsDone: in.Round - 1, Rounds: in.Rounds, Summaries: in.Summaries, FinalValSuccess: -1,
-			Stopped: true, StoppedPhase: phase}
-		if err := workflow.ExecuteActivity(ctrl, control.SaveState, state).Get(ctx, nil); err != nil {
-			return result, fmt.Errorf("round %d state after stop: %w", in.Round, err)
-		}
-		t.phase("stopped")
-		log.Info("run stopped on request", "round", in.Round, "phase", phase)
-		result.Stopped, result.StoppedRound = true, in.Round
-		return result, nil
-	}
+	r := &round{ctx: ctx, in: in, t: t,
+		result: api.TrainResult{Run: in.Run, Prefix: l.Prefix(), Summaries: in.Summaries},
+		summary: schemas.RoundSummary{Round: in.Round, WeightsIn: in.Weights, ValSuccess: -1, Prefix: l.Prefix(),
+			MaxInvalidShare: in.Harness.Collect.InvalidLimit()}}
 
 	// 1. Validate (before round 1 without a pool report; every round when configured).
-	var report schemas.Report
-	summary := schemas.RoundSummary{Round: in.Round, WeightsIn: in.Weights, ValSuccess: -1, Prefix: l.Prefix(),
-		MaxInvalidShare: in.Harness.Collect.InvalidLimit()}
+	report, stop, err := r.validateFirst()
+	if err != nil {
+		return r.result, err
+	}
+	if stop {
+		return r.stopped(schemas.PhaseVal)
+	}
+	// 2. Pool: only tasks with mixed outcomes teach.
+	pool := r.pool(report)
+	// 3. Collect groups × attempts episodes.
+	collected, n, err := r.collect(pool)
+	if err != nil {
+		return r.result, err
+	}
+	if t.stopping {
+		return r.stopped(schemas.PhaseTrain)
+	}
+	// 4. Advantages and selection.
+	batch, err := r.buildBatch(n, collected.Lost)
+	if err != nil {
+		return r.result, err
+	}
+	// 5. Train: a batch without samples leaves the weights as they were.
+	if err := r.train(batch); err != nil {
+		return r.result, err
+	}
+	// 6. Compact the round's records, record the round and go on.
+	return r.finish()
+}
+
+// round is one run of Train: round in.Round, and its summary and result
+// as they fill in.
+type round struct {
+	ctx     workflow.Context
+	in      api.TrainInput
+	t       *tracker
+	result  api.TrainResult
+	summary schemas.RoundSummary
+}
+
+// stopped saves the state of a run stopped in phase of its round, which
+// is not done.
+func (r *round) stopped(phase string) (api.TrainResult, error) {
+	in := r.in
+	var records *activities.Records
+	state := schemas.State{Run: in.Run, Harness: in.Harness.Name, InitialWeights: in.InitialWeights, Weights: in.Weights,
+		RoundsDone: in.Round - 1, Rounds: in.Rounds, Summaries: in.Summaries, FinalValSuccess: -1,
+		Stopped: true, StoppedPhase: phase}
+	if err := workflow.ExecuteActivity(controlContext(r.ctx), records.SaveState, state).Get(r.ctx, nil); err != nil {
+		return r.result, fmt.Errorf("round %d state after stop: %w", in.Round, err)
+	}
+	r.t.phase("stopped")
+	workflow.GetLogger(r.ctx).Info("run stopped on request", "round", in.Round, "phase", phase)
+	r.result.Stopped, r.result.StoppedRound = true, in.Round
+	return r.result, nil
+}
+
+// validateFirst is the report the pool is chosen from: round 1's pool
+// report when given, else a validation of the weights the round starts
+// from (round 1, or every round when configured); else none. stop: the
+// run was stopped while validating.
+func (r *round) validateFirst() (report schemas.Report, stop bool, err error) {
+	in := r.in
 	switch {
 	case in.Round == 1 && in.PoolReport != "":
-		if err := workflow.ExecuteActivity(ctrl, control.ReadReport, in.PoolReport).Get(ctx, &report); err != nil {
-			return result, fmt.Errorf("pool report %s: %w", in.PoolReport, err)
+		var records *activities.Records
+		if err := workflow.ExecuteActivity(controlContext(r.ctx), records.ReadReport, in.PoolReport).Get(r.ctx, &report); err != nil {
+			return report, false, fmt.Errorf("pool report %s: %w", in.PoolReport, err)
 		}
-	case in.Round == 1 || c.ValidateEveryRound:
-		var err error
+	case in.Round == 1 || in.Harness.Collect.ValidateEveryRound:
 		// The round's collection follows with the same weights.
-		if report, err = validate(ctx, in, t, in.Round, in.Weights, true); err != nil {
-			return result, err
+		if report, err = validate(r.ctx, in, r.t, in.Round, in.Weights, true); err != nil {
+			return report, false, err
 		}
-		if t.stopping {
-			return stopped(schemas.PhaseVal)
+		if r.t.stopping {
+			return report, true, nil
 		}
-		summary.ValSuccess = report.Overall.SuccessRate
+		r.summary.ValSuccess = report.Overall.SuccessRate
 		val := report.Overall
-		summary.Val = &val
-		t.successRate(summary.ValSuccess)
+		r.summary.Val = &val
+		r.t.successRate(r.summary.ValSuccess)
 	}
+	return report, false, nil
+}
 
-	// 2. Pool: only tasks with mixed outcomes teach.
+// pool is the tasks the round collects on: those of the report within
+// the pool band, or all of them when none is.
+func (r *round) pool(report schemas.Report) []int32 {
+	h, c := r.in.Harness, r.in.Harness.Collect
 	pool := rl.SelectPool(report.Tasks, c.PoolBand[0], c.PoolBand[1])
 	if len(pool) == 0 {
-		log.Warn("no task in the pool band; collecting on all tasks", "band", c.PoolBand)
+		workflow.GetLogger(r.ctx).Warn("no task in the pool band; collecting on all tasks", "band", c.PoolBand)
 		for _, t := range h.Tasks {
 			pool = append(pool, t.ID)
 		}
 	}
-	summary.PoolTasks = pool
+	r.summary.PoolTasks = pool
+	return pool
+}
 
-	// 3. Collect groups × attempts episodes.
+// collect runs the round's groups × attempts episodes on pool's tasks and
+// returns their tally and how many there were.
+func (r *round) collect(pool []int32) (api.Tally, int, error) {
+	in, h := r.in, r.in.Harness
 	trainIDs, err := harness.ParseIDs(h.Splits.Train)
 	if err != nil {
-		return result, fmt.Errorf("harness %s train_init_ids: %w", h.Name, err)
+		return api.Tally{}, 0, fmt.Errorf("harness %s train_init_ids: %w", h.Name, err)
 	}
 	var eps []api.Cell
-	for gi, g := range rl.PlanGroups(pool, trainIDs, in.Groups, c.Seed, in.Round) {
+	for gi, g := range rl.PlanGroups(pool, trainIDs, in.Groups, h.Collect.Seed, in.Round) {
 		for a := 0; a < in.Attempts; a++ {
 			eps = append(eps, api.Cell{Task: taskByID(h, g.Task), InitID: g.InitID, Group: int32(gi), Attempt: int32(a)})
 		}
 	}
-	collected := t.episodes(schemas.PhaseTrain, in.Round, in.Weights, eps, false)
+	collected := r.t.episodes(schemas.PhaseTrain, in.Round, in.Weights, eps, false)
 	if collected.Unservable != "" {
-		return result, fmt.Errorf("round %d collection: %s", in.Round, collected.Unservable)
+		return collected, len(eps), fmt.Errorf("round %d collection: %s", in.Round, collected.Unservable)
 	}
-	lost := collected.Lost
-	if t.stopping {
-		return stopped(schemas.PhaseTrain)
-	}
+	return collected, len(eps), nil
+}
 
-	// 4. Advantages and selection.
-	t.phase("advantages")
+// buildBatch computes advantages and selects the samples over the round's
+// n episodes, lost ones counted as invalid.
+func (r *round) buildBatch(n, lost int) (schemas.BatchSummary, error) {
+	in, c, summary := r.in, r.in.Harness.Collect, &r.summary
+	r.t.phase("advantages")
+	var records *activities.Records
 	var batch schemas.BatchSummary
-	if err := workflow.ExecuteActivity(summarized(ctrl, fmt.Sprintf("round %d: advantages and selection over %d episodes", in.Round, len(eps))), control.BuildBatch, activities.BatchInput{
+	if err := workflow.ExecuteActivity(summarized(controlContext(r.ctx), fmt.Sprintf("round %d: advantages and selection over %d episodes", in.Round, n)), records.BuildBatch, activities.BatchInput{
 		Run: in.Run, Round: in.Round, MaxCallsPerEpisode: c.MaxCallsPerEpisode, Selection: c.Selection, Seed: c.Seed, Filters: c.Filters,
-	}).Get(ctx, &batch); err != nil {
-		return result, fmt.Errorf("round %d batch: %w", in.Round, err)
+	}).Get(r.ctx, &batch); err != nil {
+		return batch, fmt.Errorf("round %d batch: %w", in.Round, err)
 	}
 	summary.BatchSummary = batch
-	t.batch = &batch
+	r.t.batch = &batch
 	if lost > 0 {
 		if summary.InvalidByCause == nil {
 			summary.InvalidByCause = map[string]int{}
@@ -126,85 +183,111 @@ func Train(ctx workflow.Context, in api.TrainInput) (api.TrainResult, error) {
 	}
 	// Version 1 also shows the collection's success rate in the UI's
 	// RoundhouseSuccessRate; runs started before keep replaying without it.
-	if workflow.GetVersion(ctx, "collection-success-rate", workflow.DefaultVersion, 1) == 1 && batch.Valid > 0 {
-		t.successRate(summary.SuccessRate)
+	if workflow.GetVersion(r.ctx, "collection-success-rate", workflow.DefaultVersion, 1) == 1 && batch.Valid > 0 {
+		r.t.successRate(summary.SuccessRate)
 	}
+	return batch, nil
+}
 
-	// 5. Train: a batch without samples leaves the weights as they were.
-	summary.WeightsOut = in.Weights
-	if batch.BatchKey != "" {
-		t.phase("training")
-		out := fmt.Sprintf("r%d", in.Round)
-		// A failing trainer is retried without limit, backing off to every 5
-		// minutes: the round waits, its last error (with the log's tail)
-		// visible in the UI, and resumes by itself once the trainer or its
-		// host is fixed. Harness errors are not retried. The first retry
-		// waits 10 s so the terminal and the UI show a failed attempt, with
-		// its next try, before that try runs.
-		tctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-			TaskQueue: api.TrainQueue, StartToCloseTimeout: h.Trainer.Timeout.D() + 5*time.Minute, HeartbeatTimeout: beatTimeout,
-			RetryPolicy: &temporal.RetryPolicy{InitialInterval: 10 * time.Second, BackoffCoefficient: 2,
-				MaximumInterval: 5 * time.Minute, NonRetryableErrorTypes: []string{"BadHarness"}},
-		})
-		var trainer *activities.Trainer
-		tctx = summarized(tctx, fmt.Sprintf("round %d: train %s → %s on %d samples (heartbeat: step, loss, tokens/s)", in.Round, in.Weights, out, batch.Samples))
-		if err := workflow.ExecuteActivity(tctx, trainer.Train, activities.TrainInput{
-			Run: in.Run, Round: in.Round, BatchKey: batch.BatchKey, WeightsIn: in.Weights, WeightsOut: out,
-		}).Get(ctx, &summary.Trainer); err != nil {
-			return result, fmt.Errorf("round %d training: %w", in.Round, err)
-		}
-		summary.WeightsOut = out
-		// Version 1: RoundhouseWeights follows the run to its new weights.
-		if workflow.GetVersion(ctx, "weights-after-training", workflow.DefaultVersion, 1) == 1 {
-			t.weights(out)
-		}
-	} else {
-		log.Warn("no training samples this round; weights unchanged", "round", in.Round)
+// train trains the round's weights on batch into r<round>; a batch
+// without samples leaves them as they were.
+func (r *round) train(batch schemas.BatchSummary) error {
+	in, h := r.in, r.in.Harness
+	r.summary.WeightsOut = in.Weights
+	if batch.BatchKey == "" {
+		workflow.GetLogger(r.ctx).Warn("no training samples this round; weights unchanged", "round", in.Round)
+		return nil
 	}
+	r.t.phase("training")
+	out := fmt.Sprintf("r%d", in.Round)
+	// A failing trainer is retried without limit, backing off to every 5
+	// minutes: the round waits, its last error (with the log's tail)
+	// visible in the UI, and resumes by itself once the trainer or its
+	// host is fixed. Harness errors are not retried. The first retry
+	// waits 10 s so the terminal and the UI show a failed attempt, with
+	// its next try, before that try runs.
+	tctx := workflow.WithActivityOptions(r.ctx, workflow.ActivityOptions{
+		TaskQueue: api.TrainQueue, StartToCloseTimeout: h.Trainer.Timeout.D() + 5*time.Minute, HeartbeatTimeout: beatTimeout,
+		RetryPolicy: &temporal.RetryPolicy{InitialInterval: 10 * time.Second, BackoffCoefficient: 2,
+			MaximumInterval: 5 * time.Minute, NonRetryableErrorTypes: []string{"BadHarness"}},
+	})
+	var trainer *activities.Trainer
+	tctx = summarized(tctx, fmt.Sprintf("round %d: train %s → %s on %d samples (heartbeat: step, loss, tokens/s)", in.Round, in.Weights, out, batch.Samples))
+	if err := workflow.ExecuteActivity(tctx, trainer.Train, activities.TrainInput{
+		Run: in.Run, Round: in.Round, BatchKey: batch.BatchKey, WeightsIn: in.Weights, WeightsOut: out,
+	}).Get(r.ctx, &r.summary.Trainer); err != nil {
+		return fmt.Errorf("round %d training: %w", in.Round, err)
+	}
+	r.summary.WeightsOut = out
+	// Version 1: RoundhouseWeights follows the run to its new weights.
+	if workflow.GetVersion(r.ctx, "weights-after-training", workflow.DefaultVersion, 1) == 1 {
+		r.t.weights(out)
+	}
+	return nil
+}
 
-	// 6. Compact the round's records, record the round and go on.
-	compact(ctx, in.Run, in.Round, schemas.PhaseTrain)
+// finish compacts the round's records and records the round: then the
+// next round, as a new run of Train, or the run's end.
+func (r *round) finish() (api.TrainResult, error) {
+	in, summary := r.in, &r.summary
+	compact(r.ctx, in.Run, in.Round, schemas.PhaseTrain)
 	if summary.ValSuccess >= 0 {
-		compact(ctx, in.Run, in.Round, schemas.PhaseVal)
+		compact(r.ctx, in.Run, in.Round, schemas.PhaseVal)
 	}
 	summary.OverInvalidLimit = summary.OverLimit()
-	summaries := append(append([]schemas.RoundSummary(nil), in.Summaries...), summary)
-	prog.Summaries = summaries
-	result.Summaries = summaries
-	t.update()
-	state := schemas.State{Run: in.Run, Harness: h.Name, InitialWeights: in.InitialWeights, Weights: summary.WeightsOut,
+	summaries := append(append([]schemas.RoundSummary(nil), in.Summaries...), *summary)
+	r.t.prog.Summaries = summaries
+	r.result.Summaries = summaries
+	r.t.update()
+	state := schemas.State{Run: in.Run, Harness: in.Harness.Name, InitialWeights: in.InitialWeights, Weights: summary.WeightsOut,
 		RoundsDone: in.Round, Rounds: in.Rounds, Summaries: summaries, FinalValSuccess: -1}
 	if in.Round < in.Rounds {
-		if err := workflow.ExecuteActivity(summarized(ctrl, fmt.Sprintf("round %d: summary and state", in.Round)), control.FinishRound, activities.RoundDoneInput{Summary: summary, State: state}).Get(ctx, nil); err != nil {
-			return result, fmt.Errorf("round %d state: %w", in.Round, err)
-		}
-		if t.stopping {
-			// Stopped while training: the round is complete, the next waits.
-			t.phase("stopped")
-			result.Stopped, result.StoppedRound = true, in.Round+1
-			return result, nil
-		}
-		next := in
-		next.Round, next.Weights, next.Summaries, next.PoolReport = in.Round+1, summary.WeightsOut, summaries, ""
-		return result, workflow.NewContinueAsNewError(ctx, Train, next)
+		return r.next(state)
 	}
-	result.FinalWeights = summary.WeightsOut
-	result.FinalValSuccess = -1
-	if c.FinalValidation && !t.stopping {
-		rep, err := validate(ctx, in, t, in.Round+1, summary.WeightsOut, false)
+	return r.end(state)
+}
+
+// next records the round and continues as new with the next one, unless
+// the run was stopped while training: the round is complete, the next
+// waits.
+func (r *round) next(state schemas.State) (api.TrainResult, error) {
+	in := r.in
+	var records *activities.Records
+	if err := workflow.ExecuteActivity(summarized(controlContext(r.ctx), fmt.Sprintf("round %d: summary and state", in.Round)), records.FinishRound, activities.RoundDoneInput{Summary: r.summary, State: state}).Get(r.ctx, nil); err != nil {
+		return r.result, fmt.Errorf("round %d state: %w", in.Round, err)
+	}
+	if r.t.stopping {
+		r.t.phase("stopped")
+		r.result.Stopped, r.result.StoppedRound = true, in.Round+1
+		return r.result, nil
+	}
+	next := in
+	next.Round, next.Weights, next.Summaries, next.PoolReport = in.Round+1, r.summary.WeightsOut, state.Summaries, ""
+	return r.result, workflow.NewContinueAsNewError(r.ctx, Train, next)
+}
+
+// end ends the run after its last round: the final validation when
+// configured, then the run's state.
+func (r *round) end(state schemas.State) (api.TrainResult, error) {
+	in := r.in
+	r.result.FinalWeights = r.summary.WeightsOut
+	r.result.FinalValSuccess = -1
+	if in.Harness.Collect.FinalValidation && !r.t.stopping {
+		rep, err := validate(r.ctx, in, r.t, in.Round+1, r.summary.WeightsOut, false)
 		if err != nil {
-			return result, err
+			return r.result, err
 		}
-		result.FinalValSuccess = rep.Overall.SuccessRate
-		result.FinalVal = &rep.Overall
-		compact(ctx, in.Run, in.Round+1, schemas.PhaseVal)
+		r.result.FinalValSuccess = rep.Overall.SuccessRate
+		r.result.FinalVal = &rep.Overall
+		compact(r.ctx, in.Run, in.Round+1, schemas.PhaseVal)
 	}
-	state.FinalValSuccess = result.FinalValSuccess
-	if err := workflow.ExecuteActivity(ctrl, control.FinishRound, activities.RoundDoneInput{Summary: summary, State: state}).Get(ctx, nil); err != nil {
-		return result, fmt.Errorf("round %d state: %w", in.Round, err)
+	state.FinalValSuccess = r.result.FinalValSuccess
+	var records *activities.Records
+	if err := workflow.ExecuteActivity(controlContext(r.ctx), records.FinishRound, activities.RoundDoneInput{Summary: r.summary, State: state}).Get(r.ctx, nil); err != nil {
+		return r.result, fmt.Errorf("round %d state: %w", in.Round, err)
 	}
-	t.phase("done")
-	return result, nil
+	r.t.phase("done")
+	return r.result, nil
 }
 
 // validate runs every (task, validation init state) once with the given
@@ -229,8 +312,8 @@ func validate(ctx workflow.Context, in api.TrainInput, t *tracker, round int32, 
 	}
 	t.phase("report")
 	ctrl := controlContext(ctx)
-	var control *activities.Control
-	err = workflow.ExecuteActivity(summarized(ctrl, fmt.Sprintf("validation report %s of weights %s", schemas.ValTag(round), weights)), control.WriteReport, activities.ReportInput{
+	var records *activities.Records
+	err = workflow.ExecuteActivity(summarized(ctrl, fmt.Sprintf("validation report %s of weights %s", schemas.ValTag(round), weights)), records.WriteReport, activities.ReportInput{
 		Run: in.Run, Round: round, Phase: schemas.PhaseVal, Tag: schemas.ValTag(round), WeightsID: weights, InitKey: "val_init_ids",
 	}).Get(ctx, &rep)
 	if err != nil {
@@ -261,9 +344,9 @@ func compact(ctx workflow.Context, run string, round int32, phase string) {
 		TaskQueue: api.ControlQueue, StartToCloseTimeout: 30 * time.Minute, HeartbeatTimeout: beatTimeout,
 		RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 3},
 	})
-	var control *activities.Control
+	var records *activities.Records
 	actx = summarized(actx, fmt.Sprintf("compact round %d %s", round, phase))
-	if err := workflow.ExecuteActivity(actx, control.Compact, activities.CompactInput{Run: run, Round: round, Phase: phase}).Get(ctx, nil); err != nil {
+	if err := workflow.ExecuteActivity(actx, records.Compact, activities.CompactInput{Run: run, Round: round, Phase: phase}).Get(ctx, nil); err != nil {
 		workflow.GetLogger(ctx).Warn("compaction failed; per-episode files stay", "round", round, "phase", phase, "error", err)
 	}
 }

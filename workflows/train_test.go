@@ -20,8 +20,8 @@ import (
 // Episodes workflow registered, for tests to mock what they use.
 func mockEnv() *testsuite.TestWorkflowEnvironment {
 	env := bareEnv()
-	var ctrl *activities.Control
-	env.OnActivity(ctrl.Demand, mock.Anything, mock.Anything).Return(nil).Maybe()
+	var rec *activities.Records
+	env.OnActivity(rec.Demand, mock.Anything, mock.Anything).Return(nil).Maybe()
 	return env
 }
 
@@ -31,7 +31,7 @@ func bareEnv() *testsuite.TestWorkflowEnvironment {
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
 	env.RegisterActivityWithOptions(&activities.Rollout{}, activity.RegisterOptions{SkipInvalidStructFunctions: true})
-	env.RegisterActivity(&activities.Control{})
+	env.RegisterActivity(&activities.Records{})
 	env.RegisterActivity(&activities.Trainer{})
 	env.RegisterWorkflow(Episodes)
 	return env
@@ -53,7 +53,7 @@ func testHarness() schemas.Harness {
 func TestRoundFlow(t *testing.T) {
 	env := mockEnv()
 	var ro *activities.Rollout
-	var ctrl *activities.Control
+	var rec *activities.Records
 	var tr *activities.Trainer
 
 	var val, collect []activities.EpisodeInput
@@ -67,10 +67,10 @@ func TestRoundFlow(t *testing.T) {
 			return activities.EpisodeResult{Valid: true}, nil
 		})
 	// Task 1 has mixed outcomes, task 0 always fails and task 2 always succeeds.
-	env.OnActivity(ctrl.WriteReport, mock.Anything, mock.Anything).Return(schemas.Report{Tasks: []schemas.TaskResult{
+	env.OnActivity(rec.WriteReport, mock.Anything, mock.Anything).Return(schemas.Report{Tasks: []schemas.TaskResult{
 		{Task: 0, Valid: 2, SuccessRate: 0}, {Task: 1, Valid: 2, SuccessRate: 0.5}, {Task: 2, Valid: 2, SuccessRate: 1},
 	}, Overall: schemas.TaskResult{SuccessRate: 0.5}}, nil)
-	env.OnActivity(ctrl.BuildBatch, mock.Anything, mock.Anything).Return(schemas.BatchSummary{
+	env.OnActivity(rec.BuildBatch, mock.Anything, mock.Anything).Return(schemas.BatchSummary{
 		Episodes: 8, Valid: 8, Successes: 4, Groups: 4, GroupsWithSignal: 3, Samples: 20, BatchKey: "b"}, nil)
 	var trained activities.TrainInput
 	env.OnActivity(tr.Train, mock.Anything, mock.Anything).Return(
@@ -78,8 +78,8 @@ func TestRoundFlow(t *testing.T) {
 			trained = in
 			return schemas.TrainerMetrics{Steps: 1}, nil
 		})
-	env.OnActivity(ctrl.FinishRound, mock.Anything, mock.Anything).Return(nil)
-	env.OnActivity(ctrl.Compact, mock.Anything, mock.Anything).Return(store.CompactStats{}, nil)
+	env.OnActivity(rec.FinishRound, mock.Anything, mock.Anything).Return(nil)
+	env.OnActivity(rec.Compact, mock.Anything, mock.Anything).Return(store.CompactStats{}, nil)
 
 	env.ExecuteWorkflow(Train, api.TrainInput{Run: "r", Harness: testHarness(), Weights: "w0", InitialWeights: "w0",
 		Rounds: 2, Groups: 4, Attempts: 2, Round: 1})
@@ -117,7 +117,7 @@ func TestRoundFlow(t *testing.T) {
 func TestEpisodeLossDoesNotAbortRound(t *testing.T) {
 	env := mockEnv()
 	var ro *activities.Rollout
-	var ctrl *activities.Control
+	var rec *activities.Records
 	env.OnActivity(ro.RunEpisode, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, in activities.EpisodeInput) (activities.EpisodeResult, error) {
 			if in.Phase == schemas.PhaseTrain && in.Group == 0 && in.Attempt == 0 {
@@ -125,10 +125,10 @@ func TestEpisodeLossDoesNotAbortRound(t *testing.T) {
 			}
 			return activities.EpisodeResult{Valid: true}, nil
 		})
-	env.OnActivity(ctrl.WriteReport, mock.Anything, mock.Anything).Return(schemas.Report{}, nil)
-	env.OnActivity(ctrl.BuildBatch, mock.Anything, mock.Anything).Return(schemas.BatchSummary{Episodes: 7, Samples: 0}, nil)
-	env.OnActivity(ctrl.FinishRound, mock.Anything, mock.Anything).Return(nil)
-	env.OnActivity(ctrl.Compact, mock.Anything, mock.Anything).Return(store.CompactStats{}, nil)
+	env.OnActivity(rec.WriteReport, mock.Anything, mock.Anything).Return(schemas.Report{}, nil)
+	env.OnActivity(rec.BuildBatch, mock.Anything, mock.Anything).Return(schemas.BatchSummary{Episodes: 7, Samples: 0}, nil)
+	env.OnActivity(rec.FinishRound, mock.Anything, mock.Anything).Return(nil)
+	env.OnActivity(rec.Compact, mock.Anything, mock.Anything).Return(store.CompactStats{}, nil)
 	env.ExecuteWorkflow(Train, api.TrainInput{Run: "r", Harness: testHarness(), Weights: "w0", Rounds: 1, Groups: 4, Attempts: 2, Round: 1})
 	if err := env.GetWorkflowError(); err != nil {
 		t.Fatalf("round aborted: %v", err)

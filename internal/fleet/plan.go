@@ -167,6 +167,36 @@ type weightsDemand struct {
 // so nothing waits without bound; a host where weights failed to load
 // within FailedFor is not given them again.
 func (p Policy) Plan(s *State, now time.Time) []Unservable {
+	s.makeMaps()
+	before := fmt.Sprint(sortedAssign(s.Assign))
+	s.Removed = nil
+
+	p.dropSilentHosts(s, now) // 1
+	pl := &planning{p: p, s: s, now: now, byW: demandByWeights(s.Demands)}
+	pl.forgetEndedDemand()
+	pl.dropFailedAndUnwanted() // 2
+	pl.wait()
+	if len(pl.unserved()) > 0 {
+		pl.yieldIdleServers() // 3
+	}
+	out := pl.placeUnserved() // 4
+	pl.forgetServed()
+	pl.wait()
+	pl.spreadBacklogs() // 5
+
+	for name, ws := range s.Assign {
+		if len(ws) == 0 {
+			delete(s.Assign, name)
+		}
+	}
+	if fmt.Sprint(sortedAssign(s.Assign)) != before {
+		s.Changes++
+	}
+	return out
+}
+
+// makeMaps gives a state decoded without some of its maps empty ones.
+func (s *State) makeMaps() {
 	if s.Hosts == nil {
 		s.Hosts = map[string]*Host{}
 	}
@@ -185,10 +215,11 @@ func (p Policy) Plan(s *State, now time.Time) []Unservable {
 	if s.Parked == nil {
 		s.Parked = map[string]time.Time{}
 	}
-	before := fmt.Sprint(sortedAssign(s.Assign))
-	s.Removed = nil
+}
 
-	// 1. Hosts gone silent.
+// dropSilentHosts is rule 1: a host silent for Lease is dropped with its
+// assignment, and an assignment without a host goes too.
+func (p Policy) dropSilentHosts(s *State, now time.Time) {
 	for _, name := range slices.Sorted(maps.Keys(s.Hosts)) {
 		if now.Sub(s.Hosts[name].Seen) > p.Lease {
 			delete(s.Hosts, name)
@@ -201,11 +232,14 @@ func (p Policy) Plan(s *State, now time.Time) []Unservable {
 			delete(s.Assign, name)
 		}
 	}
+}
 
-	// Demand by weights.
+// demandByWeights sums the demands of each weights: the most urgent
+// priority, the fewest servers per host, the episodes and pace of all.
+func demandByWeights(demands map[string]Demand) map[string]*weightsDemand {
 	byW := map[string]*weightsDemand{}
-	for _, k := range slices.Sorted(maps.Keys(s.Demands)) {
-		d := s.Demands[k]
+	for _, k := range slices.Sorted(maps.Keys(demands)) {
+		d := demands[k]
 		w := byW[d.Weights]
 		if w == nil {
 			w = &weightsDemand{key: d.Weights, priority: d.Priority, since: d.Since, perHost: max(d.PerHost, 1)}
@@ -225,6 +259,23 @@ func (p Policy) Plan(s *State, now time.Time) []Unservable {
 			w.latest = d.Since
 		}
 	}
+	return byW
+}
+
+// planning is one Plan's view of the state: the demand summed by weights
+// and the rules that read it.
+type planning struct {
+	p   Policy
+	s   *State
+	now time.Time
+	byW map[string]*weightsDemand
+}
+
+// forgetEndedDemand drops the boost, wait and parking of weights nobody
+// demands any more, parking past ParkFor, and expectations that came
+// true or are late.
+func (pl *planning) forgetEndedDemand() {
+	s, byW := pl.s, pl.byW
 	for k := range s.Boost {
 		if byW[k] == nil {
 			delete(s.Boost, k)
@@ -236,119 +287,145 @@ func (p Policy) Plan(s *State, now time.Time) []Unservable {
 		}
 	}
 	for k, at := range s.Parked {
-		if byW[k] == nil || now.Sub(at) >= p.ParkFor {
+		if byW[k] == nil || pl.now.Sub(at) >= pl.p.ParkFor {
 			delete(s.Parked, k)
 		}
 	}
 	for k := range s.Expected {
-		if byW[k] != nil || !s.expected(k, now, p) {
+		if byW[k] != nil || !s.expected(k, pl.now, pl.p) {
 			delete(s.Expected, k) // it came, or it is late
 		}
 	}
-	urgency := func(w string) int {
-		if byW[w] == nil {
-			return MaxPriority + 2 // kept loaded, nobody waits for it
-		}
-		if _, ok := s.Parked[w]; ok {
-			return MaxPriority + 1
-		}
-		if s.Boost[w] {
-			return Boosted
-		}
-		return byW[w].priority
-	}
-	// perHost is how many model servers fit beside w's (its harness's
-	// per_host); weights nobody waits for any more count as 1.
-	perHost := func(w string) int {
-		if d := byW[w]; d != nil {
-			return d.perHost
-		}
-		return 1
-	}
-	failed := func(h *Host, w string) bool {
-		f, ok := h.Failed[w]
-		return ok && now.Sub(f.At) < p.FailedFor
-	}
+}
 
-	// 2. Weights that failed on their host, or nobody wants and the host
-	// has not loaded.
+// urgency orders weights for serving, lower first: their priority, or
+// Boosted; parked weights after all demanded ones, and weights nobody
+// waits for last.
+func (pl *planning) urgency(w string) int {
+	if pl.byW[w] == nil {
+		return MaxPriority + 2 // kept loaded, nobody waits for it
+	}
+	if _, ok := pl.s.Parked[w]; ok {
+		return MaxPriority + 1
+	}
+	if pl.s.Boost[w] {
+		return Boosted
+	}
+	return pl.byW[w].priority
+}
+
+// perHost is how many model servers fit beside w's (its harness's
+// per_host); weights nobody waits for any more count as 1.
+func (pl *planning) perHost(w string) int {
+	if d := pl.byW[w]; d != nil {
+		return d.perHost
+	}
+	return 1
+}
+
+// failed says whether w failed to load on h within FailedFor.
+func (pl *planning) failed(h *Host, w string) bool {
+	f, ok := h.Failed[w]
+	return ok && pl.now.Sub(f.At) < pl.p.FailedFor
+}
+
+// dropFailedAndUnwanted is rule 2: weights leave a host where they failed
+// to load, and a host that has not loaded them when nobody demands or
+// expects them.
+func (pl *planning) dropFailedAndUnwanted() {
+	s := pl.s
 	for _, name := range slices.Sorted(maps.Keys(s.Assign)) {
 		h := s.Hosts[name]
 		s.Assign[name] = slices.DeleteFunc(s.Assign[name], func(w string) bool {
-			return failed(h, w) || (byW[w] == nil && h.server(w) == nil && !s.expected(w, now, p))
+			return pl.failed(h, w) || (pl.byW[w] == nil && h.server(w) == nil && !s.expected(w, pl.now, pl.p))
 		})
 	}
-	served := s.ServedBy
-	// Unserved weights, most urgent first.
-	unserved := func() []string {
-		sv := served()
-		var out []string
-		for w := range byW {
-			if len(sv[w]) == 0 {
-				out = append(out, w)
-			}
-		}
-		sort.Slice(out, func(i, j int) bool { return p.before(s, byW, urgency, out[i], out[j]) })
-		return out
-	}
-	wait := func() {
-		for _, w := range unserved() {
-			if _, ok := s.Waiting[w]; !ok {
-				s.Waiting[w] = now
-			}
-			if _, parked := s.Parked[w]; !parked && now.Sub(s.Waiting[w]) >= p.MaxWait {
-				s.Boost[w] = true
-			}
-		}
-	}
-	wait()
+}
 
-	// 3. Idle servers give way when other weights wait.
-	if len(unserved()) > 0 {
-		for _, name := range slices.Sorted(maps.Keys(s.Assign)) {
-			h := s.Hosts[name]
-			s.Assign[name] = slices.DeleteFunc(s.Assign[name], func(w string) bool {
-				sv := h.server(w)
-				if sv == nil || sv.Busy > 0 || sv.IdleSince.IsZero() || s.expected(w, now, p) {
-					return false
-				}
-				if byW[w] == nil {
-					return true // nobody waits for it
-				}
-				// Idle since fresh demand counts from that demand: its
-				// episodes may not have reached the host yet.
-				from := sv.IdleSince
-				if byW[w].latest.After(from) {
-					from = byW[w].latest
-				}
-				// Ski rental guards against loading w again; with w
-				// loaded on another host of its, nothing is loaded again.
-				grace := max(p.IdleGrace, sv.Load)
-				if s.loadedElsewhere(w, name) {
-					grace = p.IdleGrace
-				}
-				idle := now.Sub(from) >= grace
-				if idle {
-					s.Parked[w] = now
-				}
-				return idle
-			})
-		}
-		// Parked weights still served elsewhere are not parked.
-		sv := served()
-		for w := range s.Parked {
-			if len(sv[w]) > 0 {
-				delete(s.Parked, w)
-			}
+// unserved is the demanded weights no host is assigned, most urgent first.
+func (pl *planning) unserved() []string {
+	sv := pl.s.ServedBy()
+	var out []string
+	for w := range pl.byW {
+		if len(sv[w]) == 0 {
+			out = append(out, w)
 		}
 	}
+	sort.Slice(out, func(i, j int) bool { return pl.p.before(pl.s, pl.byW, pl.urgency, out[i], out[j]) })
+	return out
+}
 
-	// 4. Unserved weights take a server.
+// wait starts the wait of unserved weights, and boosts those (not
+// parked) that waited MaxWait.
+func (pl *planning) wait() {
+	s := pl.s
+	for _, w := range pl.unserved() {
+		if _, ok := s.Waiting[w]; !ok {
+			s.Waiting[w] = pl.now
+		}
+		if _, parked := s.Parked[w]; !parked && pl.now.Sub(s.Waiting[w]) >= pl.p.MaxWait {
+			s.Boost[w] = true
+		}
+	}
+}
+
+// yieldIdleServers is rule 3, for when other weights wait: a server idle
+// long enough gives way, and its weights are parked unless another host
+// still serves them.
+func (pl *planning) yieldIdleServers() {
+	s := pl.s
+	for _, name := range slices.Sorted(maps.Keys(s.Assign)) {
+		h := s.Hosts[name]
+		s.Assign[name] = slices.DeleteFunc(s.Assign[name], func(w string) bool { return pl.givesWay(name, h, w) })
+	}
+	// Parked weights still served elsewhere are not parked.
+	sv := s.ServedBy()
+	for w := range s.Parked {
+		if len(sv[w]) > 0 {
+			delete(s.Parked, w)
+		}
+	}
+}
+
+// givesWay says whether w's server on host name is idle long enough to
+// give way, and parks w when it is.
+func (pl *planning) givesWay(name string, h *Host, w string) bool {
+	s, p := pl.s, pl.p
+	sv := h.server(w)
+	if sv == nil || sv.Busy > 0 || sv.IdleSince.IsZero() || s.expected(w, pl.now, p) {
+		return false
+	}
+	if pl.byW[w] == nil {
+		return true // nobody waits for it
+	}
+	// Idle since fresh demand counts from that demand: its episodes may
+	// not have reached the host yet.
+	from := sv.IdleSince
+	if pl.byW[w].latest.After(from) {
+		from = pl.byW[w].latest
+	}
+	// Ski rental guards against loading w again; with w loaded on another
+	// host of its, nothing is loaded again.
+	grace := max(p.IdleGrace, sv.Load)
+	if s.loadedElsewhere(w, name) {
+		grace = p.IdleGrace
+	}
+	idle := pl.now.Sub(from) >= grace
+	if idle {
+		s.Parked[w] = pl.now
+	}
+	return idle
+}
+
+// placeUnserved is rule 4: unserved weights, most urgent first, take a
+// server. It returns those that every live host failed to load.
+func (pl *planning) placeUnserved() []Unservable {
+	s, p := pl.s, pl.p
 	var out []Unservable
-	for _, w := range unserved() {
-		name := p.place(s, now, w, urgency, failed, false, perHost)
+	for _, w := range pl.unserved() {
+		name := p.place(s, pl.now, w, pl.urgency, pl.failed, false, pl.perHost)
 		if name == "" {
-			if len(s.Hosts) > 0 && p.failedEverywhere(s, w, failed) {
+			if len(s.Hosts) > 0 && p.failedEverywhere(s, w, pl.failed) {
 				out = append(out, Unservable{Weights: w, Cause: p.causes(s, w)})
 			}
 			continue
@@ -356,9 +433,14 @@ func (p Policy) Plan(s *State, now time.Time) []Unservable {
 		s.Assign[name] = append(s.Assign[name], w)
 		delete(s.Waiting, w)
 	}
-	// Weights served stop waiting and are not parked; unserved ones,
-	// preempted ones too, wait from now.
-	sv := served()
+	return out
+}
+
+// forgetServed: weights served stop waiting and are not parked; unserved
+// ones, preempted ones too, wait from the next wait.
+func (pl *planning) forgetServed() {
+	s := pl.s
+	sv := s.ServedBy()
 	for w := range s.Waiting {
 		if len(sv[w]) > 0 {
 			delete(s.Waiting, w)
@@ -369,44 +451,45 @@ func (p Policy) Plan(s *State, now time.Time) []Unservable {
 			delete(s.Parked, w)
 		}
 	}
-	wait()
+}
 
-	// 5. Weights with a backlog spread to more hosts.
-	var slowest time.Duration // the longest load any server took
-	for _, h := range s.Hosts {
-		for _, sv := range h.Loaded {
-			slowest = max(slowest, sv.Load)
-		}
-	}
-	ws := make([]string, 0, len(byW))
-	for w := range byW {
+// spreadBacklogs is rule 5: weights with a backlog, most urgent first,
+// take more hosts while they stay backlogged. Parked weights have nothing
+// queued.
+func (pl *planning) spreadBacklogs() {
+	s, p := pl.s, pl.p
+	slowest := s.slowestLoad()
+	ws := make([]string, 0, len(pl.byW))
+	for w := range pl.byW {
 		ws = append(ws, w)
 	}
-	sort.Slice(ws, func(i, j int) bool { return p.before(s, byW, urgency, ws[i], ws[j]) })
+	sort.Slice(ws, func(i, j int) bool { return p.before(s, pl.byW, pl.urgency, ws[i], ws[j]) })
 	for _, w := range ws {
 		if _, parked := s.Parked[w]; parked {
 			continue // nothing of theirs is queued
 		}
 		for range len(s.Hosts) {
-			if !p.backlogged(s, byW[w], served()[w], now, slowest) {
+			if !p.backlogged(s, pl.byW[w], s.ServedBy()[w], pl.now, slowest) {
 				break
 			}
-			name := p.place(s, now, w, urgency, failed, true, perHost)
+			name := p.place(s, pl.now, w, pl.urgency, pl.failed, true, pl.perHost)
 			if name == "" {
 				break
 			}
 			s.Assign[name] = append(s.Assign[name], w)
 		}
 	}
-	for name, ws := range s.Assign {
-		if len(ws) == 0 {
-			delete(s.Assign, name)
+}
+
+// slowestLoad is the longest load any live host's server took.
+func (s *State) slowestLoad() time.Duration {
+	var slowest time.Duration
+	for _, h := range s.Hosts {
+		for _, sv := range h.Loaded {
+			slowest = max(slowest, sv.Load)
 		}
 	}
-	if fmt.Sprint(sortedAssign(s.Assign)) != before {
-		s.Changes++
-	}
-	return out
+	return slowest
 }
 
 // ServedBy returns the hosts assigned each weights, in name order.

@@ -74,32 +74,9 @@ func (e *ServiceError) Unwrap() error { return e.Err }
 // Shared services are started once and kept; a service that died is
 // restarted by the next episode that needs it.
 func (h *Host) Acquire(ctx context.Context, hr schemas.Harness, run, weightsID string) (map[string]string, func(), error) {
-	// The model server's key holds the manifest's ETag: a run replaced under
-	// the same name never reuses the old run's server or cached files.
-	remote := schemas.Layout{Run: run}.Weights(weightsID)
-	// Storage out of reach is waited out here, as RunEpisode does; only an
-	// answer (no manifest) fails the episode.
-	var etag string
-	err := store.Await(ctx, store.OutageWait, "weights "+weightsID, func() (err error) {
-		etag, err = h.Store.ETag(ctx, remote+schemas.WeightsManifestFile)
-		return err
-	})
+	a, err := h.newAcquisition(ctx, hr, run, weightsID)
 	if err != nil {
-		return nil, nil, fmt.Errorf("weights %s are not published (no manifest): %w", weightsID, err)
-	}
-	modelKey := hr.Digest + "/" + run + "/" + weightsID + "/" + etag
-	// An episode that waits for other weights' episodes to finish is
-	// counted once (SlotStats.Waits); endWait, under h.mu, ends its wait.
-	var waitStart time.Time
-	endWait := func() {
-		if waitStart.IsZero() {
-			return
-		}
-		st := h.slots.of(run)
-		st.Waiting--
-		st.WaitTime += time.Since(waitStart)
-		instr.ModelWaiting(ctx, -1)
-		waitStart = time.Time{}
+		return nil, nil, err
 	}
 	for {
 		h.mu.Lock()
@@ -109,169 +86,277 @@ func (h *Host) Acquire(ctx context.Context, hr schemas.Harness, run, weightsID s
 		vars := map[string]string{"harness_dir": hr.Dir}
 		for _, spec := range hr.Services {
 			if err := h.ensure(ctx, hr, spec, hr.Digest, vars, nil); err != nil {
-				endWait()
+				a.endWait()
 				h.mu.Unlock()
 				return nil, nil, err
 			}
 		}
-		wk := fleet.Key(run, weightsID)
-		slots := max(hr.Model.PerHost, 1)
-		// The model server to use: one serving these weights, else an
-		// empty (or dead) slot, else the slot idle longest — switched to
-		// these weights. With every slot busy with other weights, wait.
-		slot, m := "", (*service)(nil)
-		for i := range slots {
-			if s := h.services[modelSlot(i)]; s != nil && s.key == modelKey && s.alive() {
-				slot, m = modelSlot(i), s
-				break
-			}
-		}
-		if m == nil && routed(ctx) && !h.isAssigned(wk) {
-			// Taken by a poll that was waiting when the fleet moved these
-			// weights away: loading them would undo the fleet's switch.
-			endWait()
+		slot, m, err := a.chooseSlot()
+		if err != nil {
+			a.endWait()
 			h.mu.Unlock()
-			return nil, nil, &MovedError{Weights: wk}
+			return nil, nil, err
 		}
-		if m == nil {
-			for i := range slots {
-				if s := h.services[modelSlot(i)]; s == nil || !s.alive() {
-					slot = modelSlot(i)
-					break
-				}
-			}
-		}
-		if m == nil && slot == "" {
-			var since time.Time
-			for i := range slots {
-				if s := h.services[modelSlot(i)]; s.users == 0 && (slot == "" || s.idleSince.Before(since)) {
-					slot, since = modelSlot(i), s.idleSince
-				}
-			}
-		}
-		if m == nil && slot == "" {
+		if slot == "" {
 			// Other episodes still use the other weights: wait for them.
-			if waitStart.IsZero() {
-				waitStart = time.Now()
-				st := h.slots.of(run)
-				st.Waits++
-				st.Waiting++
-				instr.ModelWaiting(ctx, 1)
-			}
+			a.startWait()
 			h.mu.Unlock()
-			select {
-			case <-ctx.Done():
-				h.mu.Lock()
-				endWait()
-				h.mu.Unlock()
-				return nil, nil, ctx.Err()
-			case <-time.After(100 * time.Millisecond):
-				continue
+			if err := a.pause(); err != nil {
+				return nil, nil, err
 			}
+			continue
 		}
-		endWait()
-		local := filepath.Join(h.WorkDir, "weights", filepath.FromSlash(modelKey))
-		keep := map[string]bool{modelKey: true}
-		for i := range slots {
-			if s := h.services[modelSlot(i)]; s != nil && modelSlot(i) != slot {
-				keep[s.key] = true // weights other model servers serve
-			}
-		}
-		fetch := func() error {
-			var man schemas.WeightsManifest
-			err := store.Await(ctx, store.OutageWait, "fetch weights "+weightsID, func() (err error) {
-				man, err = weights.Fetch(ctx, h.Store, remote, local)
-				return err
-			})
-			if err != nil {
-				return err
-			}
-			if hr.Model.Vision {
-				if err := weights.CheckVision(manifestNames(man), remote); err != nil {
-					return err
-				}
-			}
-			return nil
-		}
+		a.endWait()
 		if m == nil {
-			old := h.services[slot]
-			if old != nil {
-				h.slots.busy(slot, time.Now()) // the slot is switched: no longer idle
-			}
-			// A model server that can swap weights in place does, when the
-			// slot holds one of the same harness config, idle.
-			if old != nil && old.alive() && old.users == 0 && len(hr.Model.Reload) > 0 && strings.HasPrefix(old.key, hr.Digest+"/") {
-				started := time.Now()
-				if err := h.reload(ctx, hr, old, slot, local, fetch); err != nil {
-					h.log.Warn("in-place reload failed; restarting the model server", "harness", hr.Name, "weights", wk, "error", err)
-				} else {
-					old.key, old.weights, old.loadTook = modelKey, wk, time.Since(started)
-					h.log.Info("model server reloaded in place", "harness", hr.Name, "weights", wk, "took", old.loadTook)
-					pruneWeights(filepath.Join(h.WorkDir, "weights"), keep)
-					h.slots.loaded(ctx, run, old.loadTook, true)
-					h.slots.of(run).Reloads++
-					delete(h.loadFailed, wk)
-					m = old
-				}
-			}
-		}
-		if m == nil {
-			spec := hr.Model.Service
-			spec.Name = slot
-			started := time.Now()
-			err := h.ensure(ctx, hr, spec, modelKey, vars, func() (map[string]string, error) {
-				if err := fetch(); err != nil {
-					return nil, err
-				}
-				pruneWeights(filepath.Join(h.WorkDir, "weights"), keep)
-				path := local
-				if len(hr.Model.Reload) > 0 {
-					// A path the host can point at other weights later.
-					if path, err = h.pointServing(slot, local); err != nil {
-						return nil, err
-					}
-				}
-				return map[string]string{"weights": filepath.Join(path, hr.Model.WeightsFile), "served_name": hr.Model.ServedName}, nil
-			})
-			if f, ok := h.failed[slot]; err != nil && ok && !f.at.Before(started) {
-				h.slots.loaded(ctx, run, time.Since(started), false)
-				// The fleet moves these weights to another host (Models).
-				h.loadFailed[wk] = fleet.Failure{At: f.at, Cause: f.err.Error()}
-			}
-			if err != nil {
+			if m, err = a.load(slot, vars); err != nil {
 				h.mu.Unlock()
 				return nil, nil, err
 			}
-			m = h.services[slot]
-			m.loadTook = time.Since(started)
-			m.weights = wk
-			h.slots.loaded(ctx, run, m.loadTook, true)
-			delete(h.loadFailed, wk)
 		}
-		if m.users == 0 {
-			h.slots.busy(slot, time.Now())
-		}
-		m.users++
-		// The episode's calls go to this model server (Episode.Upstream);
-		// the one upstream serves harnesses that read {model_url} less.
-		vars["model_port"] = strconv.Itoa(m.lease.Port)
-		vars["model_url"] = m.url
-		h.Proxy.SetUpstream(m.url)
+		release := a.use(slot, m, vars)
 		h.mu.Unlock()
-		var once sync.Once
-		return vars, func() {
-			once.Do(func() {
-				h.mu.Lock()
-				m.users--
-				if m.users == 0 {
-					m.idleSince = time.Now()
-					if h.services[slot] == m {
-						h.slots.idleAt(slot, run, time.Now())
-					}
+		return vars, release, nil
+	}
+}
+
+// acquisition is one Acquire: the weights it wants, where they go on
+// this host, and its wait for a model server.
+type acquisition struct {
+	h         *Host
+	ctx       context.Context
+	hr        schemas.Harness
+	run       string
+	weightsID string
+	remote    string // the weights in the bucket
+	modelKey  string // what the model server is started for
+	local     string // where the weights are fetched to
+	wk        string // the fleet's key of the weights
+	// waitStart: an episode that waits for other weights' episodes to
+	// finish is counted once (SlotStats.Waits); endWait ends its wait.
+	waitStart time.Time
+}
+
+// newAcquisition reads the weights' manifest ETag for the model server's
+// key: a run replaced under the same name never reuses the old run's
+// server or cached files.
+func (h *Host) newAcquisition(ctx context.Context, hr schemas.Harness, run, weightsID string) (*acquisition, error) {
+	remote := schemas.Layout{Run: run}.Weights(weightsID)
+	// Storage out of reach is waited out here, as RunEpisode does; only an
+	// answer (no manifest) fails the episode.
+	var etag string
+	err := store.Await(ctx, store.OutageWait, "weights "+weightsID, func() (err error) {
+		etag, err = h.Store.ETag(ctx, remote+schemas.WeightsManifestFile)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("weights %s are not published (no manifest): %w", weightsID, err)
+	}
+	modelKey := hr.Digest + "/" + run + "/" + weightsID + "/" + etag
+	return &acquisition{h: h, ctx: ctx, hr: hr, run: run, weightsID: weightsID, remote: remote, modelKey: modelKey,
+		local: filepath.Join(h.WorkDir, "weights", filepath.FromSlash(modelKey)), wk: fleet.Key(run, weightsID)}, nil
+}
+
+// slots is how many model servers the harness allows on one host.
+func (a *acquisition) slots() int { return max(a.hr.Model.PerHost, 1) }
+
+// chooseSlot chooses the model server to use, under h.mu: one serving
+// these weights (m), else an empty (or dead) slot, else the slot idle
+// longest — to be switched to these weights. With every slot busy with
+// other weights it returns "": wait. Weights the fleet moved away are
+// not loaded (MovedError).
+func (a *acquisition) chooseSlot() (string, *service, error) {
+	h := a.h
+	for i := range a.slots() {
+		if s := h.services[modelSlot(i)]; s != nil && s.key == a.modelKey && s.alive() {
+			return modelSlot(i), s, nil
+		}
+	}
+	if routed(a.ctx) && !h.isAssigned(a.wk) {
+		// Taken by a poll that was waiting when the fleet moved these
+		// weights away: loading them would undo the fleet's switch.
+		return "", nil, &MovedError{Weights: a.wk}
+	}
+	for i := range a.slots() {
+		if s := h.services[modelSlot(i)]; s == nil || !s.alive() {
+			return modelSlot(i), nil, nil
+		}
+	}
+	slot, since := "", time.Time{}
+	for i := range a.slots() {
+		if s := h.services[modelSlot(i)]; s.users == 0 && (slot == "" || s.idleSince.Before(since)) {
+			slot, since = modelSlot(i), s.idleSince
+		}
+	}
+	return slot, nil, nil
+}
+
+// startWait counts the episode as waiting for a model server, once;
+// under h.mu.
+func (a *acquisition) startWait() {
+	if !a.waitStart.IsZero() {
+		return
+	}
+	a.waitStart = time.Now()
+	st := a.h.slots.of(a.run)
+	st.Waits++
+	st.Waiting++
+	instr.ModelWaiting(a.ctx, 1)
+}
+
+// endWait ends the episode's wait, if it waited; under h.mu.
+func (a *acquisition) endWait() {
+	if a.waitStart.IsZero() {
+		return
+	}
+	st := a.h.slots.of(a.run)
+	st.Waiting--
+	st.WaitTime += time.Since(a.waitStart)
+	instr.ModelWaiting(a.ctx, -1)
+	a.waitStart = time.Time{}
+}
+
+// pause waits a moment before the next try, without h.mu; the context
+// ending ends the wait.
+func (a *acquisition) pause() error {
+	select {
+	case <-a.ctx.Done():
+		a.h.mu.Lock()
+		a.endWait()
+		a.h.mu.Unlock()
+		return a.ctx.Err()
+	case <-time.After(100 * time.Millisecond):
+		return nil
+	}
+}
+
+// fetch downloads the weights to a.local, waiting out a storage outage,
+// and checks a vision model's weights hold what it needs.
+func (a *acquisition) fetch() error {
+	var man schemas.WeightsManifest
+	err := store.Await(a.ctx, store.OutageWait, "fetch weights "+a.weightsID, func() (err error) {
+		man, err = weights.Fetch(a.ctx, a.h.Store, a.remote, a.local)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if a.hr.Model.Vision {
+		if err := weights.CheckVision(manifestNames(man), a.remote); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// load puts the weights on model slot, under h.mu: swapped in place into
+// an idle server of the same harness config that can reload, else a
+// server started (or restarted) for them. Cached weights that no other
+// model server serves are pruned.
+func (a *acquisition) load(slot string, vars map[string]string) (*service, error) {
+	h := a.h
+	keep := map[string]bool{a.modelKey: true}
+	for i := range a.slots() {
+		if s := h.services[modelSlot(i)]; s != nil && modelSlot(i) != slot {
+			keep[s.key] = true // weights other model servers serve
+		}
+	}
+	old := h.services[slot]
+	if old != nil {
+		h.slots.busy(slot, time.Now()) // the slot is switched: no longer idle
+	}
+	// A model server that can swap weights in place does, when the slot
+	// holds one of the same harness config, idle.
+	if old != nil && old.alive() && old.users == 0 && len(a.hr.Model.Reload) > 0 && strings.HasPrefix(old.key, a.hr.Digest+"/") {
+		if a.reloadInPlace(slot, old, keep) {
+			return old, nil
+		}
+	}
+	return a.start(slot, vars, keep)
+}
+
+// reloadInPlace swaps the weights of old, the server of slot; false: it
+// failed, and the server is to be restarted.
+func (a *acquisition) reloadInPlace(slot string, old *service, keep map[string]bool) bool {
+	h, hr := a.h, a.hr
+	started := time.Now()
+	if err := h.reload(a.ctx, hr, old, slot, a.local, a.fetch); err != nil {
+		h.log.Warn("in-place reload failed; restarting the model server", "harness", hr.Name, "weights", a.wk, "error", err)
+		return false
+	}
+	old.key, old.weights, old.loadTook = a.modelKey, a.wk, time.Since(started)
+	h.log.Info("model server reloaded in place", "harness", hr.Name, "weights", a.wk, "took", old.loadTook)
+	pruneWeights(filepath.Join(h.WorkDir, "weights"), keep)
+	h.slots.loaded(a.ctx, a.run, old.loadTook, true)
+	h.slots.of(a.run).Reloads++
+	delete(h.loadFailed, a.wk)
+	return true
+}
+
+// start starts slot's model server with the weights, fetched first. A
+// start that fails is recorded for the fleet, which moves the weights
+// to another host (Models).
+func (a *acquisition) start(slot string, vars map[string]string, keep map[string]bool) (*service, error) {
+	h, hr := a.h, a.hr
+	spec := hr.Model.Service
+	spec.Name = slot
+	started := time.Now()
+	err := h.ensure(a.ctx, hr, spec, a.modelKey, vars, func() (map[string]string, error) {
+		if err := a.fetch(); err != nil {
+			return nil, err
+		}
+		pruneWeights(filepath.Join(h.WorkDir, "weights"), keep)
+		path := a.local
+		if len(hr.Model.Reload) > 0 {
+			// A path the host can point at other weights later.
+			var err error
+			if path, err = h.pointServing(slot, a.local); err != nil {
+				return nil, err
+			}
+		}
+		return map[string]string{"weights": filepath.Join(path, hr.Model.WeightsFile), "served_name": hr.Model.ServedName}, nil
+	})
+	if f, ok := h.failed[slot]; err != nil && ok && !f.at.Before(started) {
+		h.slots.loaded(a.ctx, a.run, time.Since(started), false)
+		h.loadFailed[a.wk] = fleet.Failure{At: f.at, Cause: f.err.Error()}
+	}
+	if err != nil {
+		return nil, err
+	}
+	m := h.services[slot]
+	m.loadTook = time.Since(started)
+	m.weights = a.wk
+	h.slots.loaded(a.ctx, a.run, m.loadTook, true)
+	delete(h.loadFailed, a.wk)
+	return m, nil
+}
+
+// use makes the episode a user of model server m, under h.mu: its
+// {model_port} and {model_url} go into vars and its calls to m. The
+// release it returns, once, lets m go idle.
+func (a *acquisition) use(slot string, m *service, vars map[string]string) func() {
+	h := a.h
+	if m.users == 0 {
+		h.slots.busy(slot, time.Now())
+	}
+	m.users++
+	// The episode's calls go to this model server (Episode.Upstream); the
+	// one upstream serves harnesses that read {model_url} less.
+	vars["model_port"] = strconv.Itoa(m.lease.Port)
+	vars["model_url"] = m.url
+	h.Proxy.SetUpstream(m.url)
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			h.mu.Lock()
+			m.users--
+			if m.users == 0 {
+				m.idleSince = time.Now()
+				if h.services[slot] == m {
+					h.slots.idleAt(slot, a.run, time.Now())
 				}
-				h.mu.Unlock()
-			})
-		}, nil
+			}
+			h.mu.Unlock()
+		})
 	}
 }
 

@@ -2,24 +2,15 @@ package activities
 
 import (
 	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"go.temporal.io/sdk/client"
 	"io"
 	"os"
-	"path"
 	"slices"
 	"sort"
 	"strings"
-	"sync/atomic"
-	"time"
 
-	"github.com/parquet-go/parquet-go"
-	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/roundhouse-rl/roundhouse/internal/npz"
 	"github.com/roundhouse-rl/roundhouse/internal/rl"
@@ -27,53 +18,6 @@ import (
 	"github.com/roundhouse-rl/roundhouse/internal/telemetry/instr"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 )
-
-// Control holds the activities that read and write the run's data in S3
-// without running harness code: batches, reports and state; and the one
-// that tells the fleet workflow what episodes wait for (fleet.go).
-type Control struct {
-	Store    *store.Store
-	Temporal client.Client // for Demand; nil where no fleet runs
-
-	harnesses harnessCache
-}
-
-// readEpisodes reads every episode row of a round's phase, compacted or not.
-func (c *Control) readEpisodes(ctx context.Context, run string, round int32, phase string) ([]schemas.Episode, error) {
-	out, err := store.ReadTable(ctx, c.Store, schemas.Layout{Run: run}.EpisodesDir(round, phase), episodeID)
-	if err != nil {
-		return nil, err
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].EpisodeID < out[j].EpisodeID })
-	return out, nil
-}
-
-func episodeID(e schemas.Episode) string { return e.EpisodeID }
-
-func callEpisode(c schemas.Call) string { return c.EpisodeID }
-
-// CompactInput names a partition pair (calls and episodes) of a round's phase.
-type CompactInput struct {
-	Run   string
-	Round int32
-	Phase string
-}
-
-// Compact folds a phase's per-episode calls and episodes files into one
-// part file each, once the round no longer writes them.
-func (c *Control) Compact(ctx context.Context, in CompactInput) (store.CompactStats, error) {
-	l := schemas.Layout{Run: in.Run}
-	calls, err := store.Compact(ctx, c.Store, l.CallsDir(in.Round, in.Phase), callEpisode)
-	if err != nil {
-		return calls, err
-	}
-	activity.RecordHeartbeat(ctx, "calls")
-	eps, err := store.Compact(ctx, c.Store, l.EpisodesDir(in.Round, in.Phase), episodeID)
-	calls.Merged += eps.Merged
-	calls.Rows += eps.Rows
-	calls.Bytes += eps.Bytes
-	return calls, err
-}
 
 // BatchInput names the round whose collected episodes become a batch.
 type BatchInput struct {
@@ -95,7 +39,7 @@ type BatchInput struct {
 // Memory follows the selected batch, not the round: advantages and
 // selection read only the calls' ids and token counts; token arrays are
 // then read for the selected calls only and streamed to a temp file.
-func (c *Control) BuildBatch(ctx context.Context, in BatchInput) (schemas.BatchSummary, error) {
+func (c *Records) BuildBatch(ctx context.Context, in BatchInput) (schemas.BatchSummary, error) {
 	samples, sum, err := c.planBatch(ctx, in)
 	if err == nil && sum.Valid > 0 {
 		instr.RoundSuccess(ctx, in.Run, in.Round, schemas.PhaseTrain, float64(sum.Successes)/float64(sum.Valid))
@@ -137,21 +81,37 @@ type planned struct {
 // PlanBatch is the samples and summary BuildBatch would make from the
 // round's tables in s now, without writing anything. A reader that
 // verifies a trained batch (deploy/drill) compares it with the round's
-// samples table. (A function, not a method: Control's methods are its
+// samples table. (A function, not a method: Records' methods are its
 // activities.)
 func PlanBatch(ctx context.Context, s *store.Store, in BatchInput) ([]schemas.Sample, schemas.BatchSummary, error) {
-	return (&Control{Store: s}).planBatch(ctx, in)
+	return (&Records{Store: s}).planBatch(ctx, in)
 }
 
 // planBatch is advantages and selection: the samples in batch order (group,
 // then episode id, then call index) and the summary, from episode rows and
 // the calls' CallCounts projection.
-func (c *Control) planBatch(ctx context.Context, in BatchInput) ([]schemas.Sample, schemas.BatchSummary, error) {
+func (c *Records) planBatch(ctx context.Context, in BatchInput) ([]schemas.Sample, schemas.BatchSummary, error) {
 	var sum schemas.BatchSummary
 	eps, err := c.readEpisodes(ctx, in.Run, in.Round, schemas.PhaseTrain)
 	if err != nil {
 		return nil, sum, err
 	}
+	order := withAdvantages(validGroups(eps, &sum), &sum)
+	if len(order) == 0 {
+		return nil, sum, nil
+	}
+	if err := c.readCallCounts(ctx, in, order); err != nil {
+		return nil, sum, fmt.Errorf("round %d calls: %w", in.Round, err)
+	}
+	heartbeat(ctx, "selection")
+	samples := selectSamples(in, order, &sum)
+	sum.Samples = len(samples)
+	return samples, sum, nil
+}
+
+// validGroups counts the episodes into sum (invalid ones by cause, task
+// failures by reason) and returns the valid ones by group.
+func validGroups(eps []schemas.Episode, sum *schemas.BatchSummary) map[int32][]schemas.Episode {
 	groups := map[int32][]schemas.Episode{}
 	for _, e := range eps {
 		sum.Episodes++
@@ -178,15 +138,20 @@ func (c *Control) planBatch(ctx context.Context, in BatchInput) ([]schemas.Sampl
 		}
 		groups[e.Group] = append(groups[e.Group], e)
 	}
+	return groups
+}
+
+// withAdvantages gives each episode of a group with reward diversity its
+// leave-one-out advantage, in batch order (group, then episode id);
+// groups without signal are counted, then dropped.
+func withAdvantages(groups map[int32][]schemas.Episode, sum *schemas.BatchSummary) []*planned {
 	ids := make([]int32, 0, len(groups))
 	for g := range groups {
 		ids = append(ids, g)
 	}
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
 	sum.Groups = len(ids)
-
 	var order []*planned
-	byID := map[string]*planned{}
 	for _, g := range ids {
 		members := groups[g]
 		rewards := make([]float64, len(members))
@@ -198,16 +163,21 @@ func (c *Control) planBatch(ctx context.Context, in BatchInput) ([]schemas.Sampl
 		}
 		sum.GroupsWithSignal++
 		for i, a := range rl.LeaveOneOut(rewards) {
-			p := &planned{ep: members[i], adv: a}
-			order = append(order, p)
-			byID[p.ep.EpisodeID] = p
+			order = append(order, &planned{ep: members[i], adv: a})
 		}
 	}
-	if len(order) == 0 {
-		return nil, sum, nil
+	return order
+}
+
+// readCallCounts reads the CallCounts projection of the calls of the
+// planned episodes into them.
+func (c *Records) readCallCounts(ctx context.Context, in BatchInput, order []*planned) error {
+	byID := make(map[string]*planned, len(order))
+	for _, p := range order {
+		byID[p.ep.EpisodeID] = p
 	}
 	l := schemas.Layout{Run: in.Run}
-	err = store.ScanTable(ctx, c.Store, l.CallsDir(in.Round, schemas.PhaseTrain),
+	return store.ScanTable(ctx, c.Store, l.CallsDir(in.Round, schemas.PhaseTrain),
 		func(r schemas.CallCounts) string { return r.EpisodeID }, nil,
 		func(rows []schemas.CallCounts) error {
 			for _, r := range rows {
@@ -218,11 +188,13 @@ func (c *Control) planBatch(ctx context.Context, in BatchInput) ([]schemas.Sampl
 			}
 			return nil
 		})
-	if err != nil {
-		return nil, sum, fmt.Errorf("round %d calls: %w", in.Round, err)
-	}
-	heartbeat(ctx, "selection")
+}
 
+// selectSamples counts each planned episode's calls into sum, drops the
+// untrainable and filtered ones and selects at most MaxCallsPerEpisode of
+// the rest, each weighing 1/(selected in its episode). It frees the
+// episodes' calls as it goes.
+func selectSamples(in BatchInput, order []*planned, sum *schemas.BatchSummary) []schemas.Sample {
 	var samples []schemas.Sample
 	var eligible []int32
 	for _, p := range order {
@@ -258,16 +230,7 @@ func (c *Control) planBatch(ctx context.Context, in BatchInput) ([]schemas.Sampl
 		}
 		p.calls = nil
 	}
-	sum.Samples = len(samples)
-	return samples, sum, nil
-}
-
-// heartbeat records progress when ctx is an activity's (benchmarks call
-// the batch code directly).
-func heartbeat(ctx context.Context, v any) {
-	if activity.IsActivity(ctx) {
-		activity.RecordHeartbeat(ctx, v)
-	}
+	return samples
 }
 
 // indexOf finds a call index in calls sorted by index.
@@ -280,7 +243,7 @@ func indexOf(calls []schemas.CallCounts, idx int32) int {
 // (schemas/batch.go) to w. Array lengths come from the samples' counts,
 // checked against the arrays read. It returns the distinct images and the
 // image references of the samples.
-func (c *Control) writeBatch(ctx context.Context, in BatchInput, samples []schemas.Sample, w io.Writer) (int, int, error) {
+func (c *Records) writeBatch(ctx context.Context, in BatchInput, samples []schemas.Sample, w io.Writer) (int, int, error) {
 	type key struct {
 		ep  string
 		idx int32
@@ -340,7 +303,7 @@ func (c *Control) writeBatch(ctx context.Context, in BatchInput, samples []schem
 // checkVision refuses the refs images of toks for a harness that declares
 // a text-only model: training it on the prompt without them would teach it
 // from input it never saw, silently.
-func (c *Control) checkVision(ctx context.Context, run string, toks []schemas.CallTokens, refs int) error {
+func (c *Records) checkVision(ctx context.Context, run string, toks []schemas.CallTokens, refs int) error {
 	h, err := c.harnesses.get(ctx, c.Store, run)
 	if err != nil {
 		return err
@@ -444,207 +407,4 @@ func encodeBatch(w io.Writer, samples []schemas.Sample, toks []schemas.CallToken
 		}
 	}
 	return nil
-}
-
-// ReadReport loads a report (e.g. a --pool-report) stored in the bucket.
-func (c *Control) ReadReport(ctx context.Context, key string) (schemas.Report, error) {
-	var rep schemas.Report
-	b, err := c.Store.Get(ctx, key)
-	if err != nil {
-		return rep, err
-	}
-	if err := json.Unmarshal(b, &rep); err != nil {
-		return rep, fmt.Errorf("report %s: %w", key, err)
-	}
-	return rep, nil
-}
-
-// RoundDoneInput is a finished round and the run's state after it.
-type RoundDoneInput struct {
-	Summary schemas.RoundSummary
-	State   schemas.State
-}
-
-// FinishRound writes the round's summary.json and the run's state.json.
-func (c *Control) FinishRound(ctx context.Context, in RoundDoneInput) error {
-	l := schemas.Layout{Run: in.State.Run}
-	if in.Summary.Round > 0 {
-		if err := store.PutJSON(ctx, c.Store, l.Summary(in.Summary.Round), in.Summary); err != nil {
-			return err
-		}
-	}
-	in.State.UpdatedAtMS = time.Now().UnixMilli()
-	return store.PutJSON(ctx, c.Store, l.State(), in.State)
-}
-
-// SaveState writes the run's state.json alone (a stopped run's).
-func (c *Control) SaveState(ctx context.Context, st schemas.State) error {
-	st.UpdatedAtMS = time.Now().UnixMilli()
-	return store.PutJSON(ctx, c.Store, schemas.Layout{Run: st.Run}.State(), st)
-}
-
-// StopMarker is the body of a run's STOP object.
-type StopMarker struct {
-	Reason string `json:"reason"`
-	AtMS   int64  `json:"at_ms"`
-}
-
-// MarkStop writes the run's STOP marker, which episodes not yet started
-// check before they run. Idempotent: a second stop rewrites the marker.
-func (c *Control) MarkStop(ctx context.Context, run, reason string) error {
-	return store.PutJSON(ctx, c.Store, schemas.Layout{Run: run}.Stop(), StopMarker{Reason: reason, AtMS: time.Now().UnixMilli()})
-}
-
-// PublishInput names the tries a workflow accepted, one per episode.
-type PublishInput struct {
-	Run   string
-	Round int32
-	Phase string
-	Tries []AcceptedTry
-	// Rerun: the workflow runs a corrupt try's episode again, so Publish
-	// returns corrupt tries in its result. False (histories from before
-	// reruns): a corrupt try fails Publish, naming it.
-	Rerun bool
-}
-
-// AcceptedTry is an episode and the try whose result the workflow took.
-type AcceptedTry struct {
-	EpisodeID string
-	Try       string
-}
-
-// PublishResult says what Publish put into the tables and what it refused.
-type PublishResult struct {
-	Published int
-	// Corrupt lists the tries whose staged records would not decode or
-	// disagree with each other; nothing of theirs was published.
-	Corrupt []CorruptTry `json:",omitempty"`
-}
-
-// CorruptTry is a refused try and why.
-type CorruptTry struct {
-	EpisodeID string
-	Try       string
-	Reason    string
-}
-
-// Publish checks each accepted try's staged records and copies its calls,
-// then its row, into the phase's tables (a row marks its records
-// complete). The check reads both objects: they must decode, the row must
-// be this episode's and this try's, and the calls must be exactly the
-// row's num_calls, all of the same try. A try that fails it is not
-// published but returned as corrupt, for the workflow to run the episode
-// again: a truncated or damaged object never reaches a reader.
-// Publish copies the same bytes however often it runs, so retries and
-// replays publish the same thing; a try's records missing from staging
-// cannot be recovered by retrying and stop it.
-func (c *Control) Publish(ctx context.Context, in PublishInput) (PublishResult, error) {
-	l := schemas.Layout{Run: in.Run}
-	reasons := make([]string, len(in.Tries))
-	var done atomic.Int64
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(publishWorkers)
-	for i, t := range in.Tries {
-		g.Go(func() error {
-			staged := l.Staged(in.Round, in.Phase, t.EpisodeID, t.Try)
-			reason, err := c.checkStaged(gctx, staged, t)
-			if err != nil {
-				return err
-			}
-			if reason != "" {
-				reasons[i] = reason
-				return nil
-			}
-			for _, cp := range []struct{ src, dst string }{
-				{staged + StagedCalls, l.Calls(in.Round, in.Phase, t.EpisodeID)},
-				{staged + StagedRow, l.Episodes(in.Round, in.Phase, t.EpisodeID)},
-			} {
-				if err := c.Store.Copy(gctx, cp.src, cp.dst); err != nil {
-					if store.IsNotFound(err) {
-						return missingStaged(t, cp.src, err)
-					}
-					return fmt.Errorf("publish episode %s try %s: %w", t.EpisodeID, t.Try, err)
-				}
-			}
-			activity.RecordHeartbeat(ctx, fmt.Sprintf("published %d of %d", done.Add(1), len(in.Tries)))
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
-		return PublishResult{}, err
-	}
-	res := PublishResult{Published: int(done.Load())}
-	for i, reason := range reasons {
-		if reason == "" {
-			continue
-		}
-		t := in.Tries[i]
-		activity.GetLogger(ctx).Warn("staged try refused", "episode", t.EpisodeID, "try", t.Try, "reason", reason)
-		if !in.Rerun {
-			return res, temporal.NewNonRetryableApplicationError(fmt.Sprintf("publish episode %s try %s: %s", t.EpisodeID, t.Try, reason), "CorruptStaged", nil)
-		}
-		res.Corrupt = append(res.Corrupt, CorruptTry{EpisodeID: t.EpisodeID, Try: t.Try, Reason: reason})
-	}
-	return res, nil
-}
-
-// publishWorkers bounds the tries Publish checks and copies at once: each
-// is two small reads and two server-side copies, so the time is S3's
-// round trips, not bandwidth.
-const publishWorkers = 8
-
-func missingStaged(t AcceptedTry, key string, err error) error {
-	return temporal.NewNonRetryableApplicationError(fmt.Sprintf("publish episode %s try %s: its staged records are gone (%s)", t.EpisodeID, t.Try, key), "MissingStaged", err)
-}
-
-// checkStaged reads a staged try and returns why it cannot be published,
-// or "" when it can. An error is storage failing (retried) or the records
-// missing (not retried).
-func (c *Control) checkStaged(ctx context.Context, staged string, t AcceptedTry) (string, error) {
-	rows, reason, err := readStaged[schemas.Episode](ctx, c.Store, staged+StagedRow, t)
-	if err != nil || reason != "" {
-		return reason, err
-	}
-	calls, reason, err := readStaged[schemas.Call](ctx, c.Store, staged+StagedCalls, t)
-	if err != nil || reason != "" {
-		return reason, err
-	}
-	if len(rows) != 1 {
-		return fmt.Sprintf("%s holds %d rows, not 1", StagedRow, len(rows)), nil
-	}
-	row := rows[0]
-	if row.EpisodeID != t.EpisodeID || row.Try != t.Try {
-		return fmt.Sprintf("%s is episode %s try %s", StagedRow, row.EpisodeID, row.Try), nil
-	}
-	if len(calls) != int(row.NumCalls) {
-		return fmt.Sprintf("%s holds %d calls where the row says num_calls %d", StagedCalls, len(calls), row.NumCalls), nil
-	}
-	seen := make([]bool, len(calls))
-	for _, cl := range calls {
-		if cl.EpisodeID != row.EpisodeID || cl.Retry != row.Retry {
-			return fmt.Sprintf("%s holds a call of episode %s retry %d", StagedCalls, cl.EpisodeID, cl.Retry), nil
-		}
-		if cl.CallIndex < 0 || int(cl.CallIndex) >= len(seen) || seen[cl.CallIndex] {
-			return fmt.Sprintf("%s: call_index %d repeated or out of 0–%d", StagedCalls, cl.CallIndex, len(calls)-1), nil
-		}
-		seen[cl.CallIndex] = true
-	}
-	return "", nil
-}
-
-// readStaged reads one staged Parquet object; an object that does not
-// decode is a reason, not an error.
-func readStaged[T any](ctx context.Context, s *store.Store, key string, t AcceptedTry) ([]T, string, error) {
-	b, err := s.Get(ctx, key)
-	if err != nil {
-		if store.IsNotFound(err) {
-			return nil, "", missingStaged(t, key, err)
-		}
-		return nil, "", fmt.Errorf("publish episode %s try %s: %w", t.EpisodeID, t.Try, err)
-	}
-	rows, err := parquet.Read[T](bytes.NewReader(b), int64(len(b)))
-	if err != nil {
-		return nil, fmt.Sprintf("%s (%d bytes) does not decode: %v", path.Base(key), len(b), err), nil
-	}
-	return rows, "", nil
 }

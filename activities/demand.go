@@ -18,7 +18,7 @@ import (
 // none runs: a signal-with-start, so the first demand after the fleet was
 // terminated or never existed brings it up. Repeating it is harmless —
 // demand is keyed by the Episodes workflow's id.
-func (c *Control) Demand(ctx context.Context, d api.DemandChange) error {
+func (c *Records) Demand(ctx context.Context, d api.DemandChange) error {
 	if c.Temporal == nil {
 		err := errors.New("this worker has no Temporal client for the fleet: start the control role with workers.Run")
 		return temporal.NewNonRetryableApplicationError(err.Error(), "NoFleetClient", err)
@@ -39,7 +39,7 @@ func FleetStartOptions() client.StartWorkflowOptions {
 // ClosedWorkflows returns those of ids whose workflow is not running
 // (closed, or unknown to Temporal). The fleet drops their demand: an
 // Episodes workflow that was terminated never said it was done.
-func (c *Control) ClosedWorkflows(ctx context.Context, ids []string) ([]string, error) {
+func (c *Records) ClosedWorkflows(ctx context.Context, ids []string) ([]string, error) {
 	if c.Temporal == nil {
 		err := errors.New("this worker has no Temporal client for the fleet: start the control role with workers.Run")
 		return nil, temporal.NewNonRetryableApplicationError(err.Error(), "NoFleetClient", err)

@@ -18,8 +18,8 @@ import (
 	"github.com/roundhouse-rl/roundhouse/workflows/api"
 )
 
-// fleetPoll is how often a rollout host asks the fleet what to serve.
-const fleetPoll = time.Second
+// assignmentPoll is how often the agent asks the fleet what its host serves.
+const assignmentPoll = time.Second
 
 // idleWorkerTTL is how long a weights queue's worker stays after its
 // queue shut. A shut queue is not polled (gate), so the worker costs only
@@ -77,7 +77,7 @@ func (a *agent) run(ctx context.Context) {
 			ww.w.Stop()
 		}
 	}()
-	t := time.NewTicker(fleetPoll)
+	t := time.NewTicker(assignmentPoll)
 	defer t.Stop()
 	for {
 		a.step(ctx)
