@@ -75,20 +75,6 @@ full report once all n shards are there. A tag is never overwritten unless
 	return cmd
 }
 
-// parseShard reads --shard i/n; "" is the whole split.
-func parseShard(s string) (runs.Shard, error) {
-	if s == "" {
-		return runs.Shard{I: 0, N: 1}, nil
-	}
-	a, b, ok := strings.Cut(s, "/")
-	i, err1 := strconv.Atoi(strings.TrimSpace(a))
-	n, err2 := strconv.Atoi(strings.TrimSpace(b))
-	if !ok || err1 != nil || err2 != nil || n < 1 || i < 0 || i >= n {
-		return runs.Shard{}, fmt.Errorf("--shard %q: write i/n with 0 ≤ i < n, e.g. --shard 0/8 for the first of 8 shards (omit it for the whole split)", s)
-	}
-	return runs.Shard{I: i, N: n}, nil
-}
-
 // checkEvalFlags checks what can be checked without servers.
 func checkEvalFlags(f evalFlags) (runs.Shard, error) {
 	if f.config == "" {
@@ -112,7 +98,7 @@ func checkEvalFlags(f evalFlags) (runs.Shard, error) {
 	if f.weights == "" {
 		return runs.Shard{}, errors.New("--weights is required: a weights id of the run (w0, r1, …) or a local weights directory")
 	}
-	return parseShard(f.shard)
+	return runs.ParseShard(f.shard)
 }
 
 // localWeights says --weights names local files rather than a weights id

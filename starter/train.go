@@ -97,15 +97,6 @@ func train(ctx context.Context, out io.Writer, e *connect.Endpoints, f trainFlag
 	if err != nil {
 		return err
 	}
-	if f.groups == 0 {
-		f.groups = h.Collect.Groups
-	}
-	if f.attempts == 0 {
-		f.attempts = h.Collect.Attempts
-	}
-	if f.groups < 1 || f.attempts < 2 {
-		return fmt.Errorf("--groups %d --attempts %d: need at least 1 group of at least 2 attempts", f.groups, f.attempts)
-	}
 	t := runs.Train{Run: f.run, Config: f.config, Harness: h, Weights: f.weights, PoolReport: f.poolReport, PoolAnyWeights: f.poolAnyWeights,
 		Rounds: int32(f.rounds), Groups: f.groups, Attempts: f.attempts, Heartbeat: f.heartbeat, Replace: f.replace, Given: f.set}
 	if err := t.Check(); err != nil {

@@ -25,8 +25,8 @@ type Train struct {
 	PoolReport     string // --pool-report: a local file, an s3:// URL, or ""
 	PoolAnyWeights bool
 	Rounds         int32
-	Groups         int
-	Attempts       int
+	Groups         int // 0: the harness's collect.groups
+	Attempts       int // 0: the harness's collect.attempts
 	Heartbeat      time.Duration
 	Replace        bool
 	// Given names the flags the user gave: a resumed run keeps its own
@@ -37,10 +37,20 @@ type Train struct {
 	pool []byte
 }
 
-// Check checks the weights and a local pool report, before any server is
-// contacted; a pool report in S3, or one to compare with weights in S3,
-// waits for CheckPool.
+// Check fills groups and attempts from the harness's collect section
+// when unset, and checks them, the weights and a local pool report, before
+// any server is contacted; a pool report in S3, or one to compare with
+// weights in S3, waits for CheckPool.
 func (t *Train) Check() error {
+	if t.Groups == 0 {
+		t.Groups = t.Harness.Collect.Groups
+	}
+	if t.Attempts == 0 {
+		t.Attempts = t.Harness.Collect.Attempts
+	}
+	if t.Groups < 1 || t.Attempts < 2 {
+		return fmt.Errorf("--groups %d --attempts %d: need at least 1 group of at least 2 attempts", t.Groups, t.Attempts)
+	}
 	var err error
 	t.src, err = ParseWeights(t.Weights, t.Harness.Model.WeightsFile)
 	if err != nil && (t.Weights != "" || t.Replace) {
