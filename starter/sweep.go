@@ -157,7 +157,7 @@ func sweepCreate(ctx context.Context, out io.Writer, e *connect.Endpoints, f swe
 	if _, err := api.CreateSweep(ctx, c, in, spec, when); errors.Is(err, api.ErrSweepExists) {
 		return exists
 	} else if err != nil {
-		return fmt.Errorf("%w on %s", err, e.Temporal)
+		return fmt.Errorf("create schedule %s on %s: %w", id, e.Temporal, err)
 	}
 	fmt.Fprintf(out, "created sweep %s (schedule %s): %s, weights of %s evaluated in run %s on %s\n", f.name, id, when, source, run, f.initKey)
 	if d, err := api.DescribeSweep(ctx, c, f.name); err == nil && len(d.Info.NextActionTimes) > 0 {
@@ -175,8 +175,8 @@ func sweepClient(ctx context.Context, e *connect.Endpoints, name string) (client
 	return connect.Temporal(ctx, *e, quietLogger())
 }
 
-// noSweep says there is no sweep of that name, for errors that say so.
-func noSweep(name string, err error) error {
+// sweepError says so when there is no sweep of that name.
+func sweepError(name string, err error) error {
 	if errors.Is(err, api.ErrNoSweep) {
 		return fmt.Errorf("no sweep named %s (no schedule %s): `starter sweep list` shows the sweeps", name, api.SweepScheduleID(name))
 	}
@@ -203,7 +203,7 @@ func sweepActionCmd(e *connect.Endpoints, verb, short string) *cobra.Command {
 				change, done = api.DeleteSweep, fmt.Sprintf("sweep %s deleted; a sweep still running finishes; its leaderboard stays at s3://%s/%s", name, e.S3.Bucket, schemas.SweepLeaderboard(name))
 			}
 			if err := change(cmd.Context(), c, name); errors.Is(err, api.ErrNoSweep) {
-				return noSweep(name, err)
+				return sweepError(name, err)
 			} else if err != nil {
 				return fmt.Errorf("%s sweep %s: %w", verb, name, err)
 			}
@@ -240,7 +240,7 @@ func sweepTrigger(ctx context.Context, out io.Writer, e *connect.Endpoints, name
 	defer c.Close()
 	started, err := api.TriggerSweep(ctx, c, name)
 	if err != nil {
-		return noSweep(name, err)
+		return sweepError(name, err)
 	}
 	if started == nil {
 		fmt.Fprintf(out, "sweep %s is running already; this trigger was skipped (overlapping sweeps are skipped, not stacked)\n", name)

@@ -103,12 +103,9 @@ func CreateSweep(ctx context.Context, c client.Client, in SweepInput, spec clien
 		Memo:    map[string]any{SweepMemoSource: in.Source, SweepMemoRun: in.Run, SweepMemoWhen: when, SweepMemoInitKey: in.InitKey},
 	})
 	if errors.Is(err, temporal.ErrScheduleAlreadyRunning) {
-		return nil, fmt.Errorf("create schedule %s: %w", id, ErrSweepExists)
+		return nil, fmt.Errorf("schedule %s: %w", id, ErrSweepExists)
 	}
-	if err != nil {
-		return nil, fmt.Errorf("create schedule %s: %w", id, err)
-	}
-	return h, nil
+	return h, err // the caller says which schedule, on which server
 }
 
 // DescribeSweep describes sweep name's schedule; the error wraps
