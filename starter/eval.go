@@ -70,20 +70,6 @@ full report once all n shards are there. A tag is never overwritten unless
 	return cmd
 }
 
-// parseShard reads --shard i/n; "" is the whole split.
-func parseShard(s string) (runs.Shard, error) {
-	if s == "" {
-		return runs.Shard{I: 0, N: 1}, nil
-	}
-	a, b, ok := strings.Cut(s, "/")
-	i, err1 := strconv.Atoi(strings.TrimSpace(a))
-	n, err2 := strconv.Atoi(strings.TrimSpace(b))
-	if !ok || err1 != nil || err2 != nil || n < 1 || i < 0 || i >= n {
-		return runs.Shard{}, fmt.Errorf("--shard %q: write i/n with 0 ≤ i < n, e.g. --shard 0/8 for the first of 8 shards (omit it for the whole split)", s)
-	}
-	return runs.Shard{I: i, N: n}, nil
-}
-
 // checkEvalFlags checks what can be checked without servers.
 func checkEvalFlags(f evalFlags) (runs.Shard, error) {
 	if f.config == "" {
@@ -107,7 +93,7 @@ func checkEvalFlags(f evalFlags) (runs.Shard, error) {
 	if f.weights == "" {
 		return runs.Shard{}, errors.New("--weights is required: a weights id of the run (w0, r1, …) or a local weights directory")
 	}
-	return parseShard(f.shard)
+	return runs.ParseShard(f.shard)
 }
 
 // localWeights says --weights names local files rather than a weights id
@@ -190,27 +176,21 @@ func resolveEval(f evalFlags, sh runs.Shard) (evalTarget, error) {
 	return t, nil
 }
 
-// checkRun checks the target against its run in S3, writing nothing: an
-// existing run must have the same harness digest, a new one is created
-// only for local weights, and a weights id must be one of the run's (its
-// digest is read into t). It says whether the run exists.
+// eval is the target as internal/runs takes it.
+func (t *evalTarget) eval() runs.Eval {
+	f := t.f
+	return runs.Eval{Run: f.run, Tag: f.tag, InitKey: f.initKey, Phase: schemas.TagPhase(f.tag), Config: f.config, Harness: t.h, Shard: t.sh,
+		ReplaceTag: f.replaceTag, WeightsID: t.wid, Files: t.files, Desc: t.local, Digest: t.digest, Flag: t.flag}
+}
+
+// checkRun checks the target against its run in S3 (runs.CheckEval),
+// reading a weights id's digest into t, and says whether the run exists.
 func checkRun(ctx context.Context, s *store.Store, t *evalTarget) (bool, error) {
-	f, h := t.f, t.h
-	old, exists, err := runs.ReadHarness(ctx, s, f.run)
+	exists, digest, err := runs.CheckEval(ctx, s, t.eval())
 	if err != nil {
-		return false, err
+		return exists, err
 	}
-	switch {
-	case exists && old.Digest != h.Digest:
-		return exists, fmt.Errorf("run %s uses harness %s with config digest %s; --config %s gives %s (digest %s): pass the file and --var values the run used, or evaluate in a new --run", f.run, old.Name, old.Digest, f.config, h.Name, h.Digest)
-	case !exists && t.files == nil:
-		return exists, fmt.Errorf("unknown run %s (no s3://%s/%s): name an existing run, or pass %s DIR to evaluate local weights in a new run", f.run, s.Bucket, schemas.Layout{Run: f.run}.Harness(), t.flag)
-	}
-	if t.files == nil {
-		if t.digest, err = runs.PublishedDigest(ctx, s, f.run, t.wid); err != nil {
-			return exists, err
-		}
-	}
+	t.digest = digest
 	return exists, nil
 }
 
@@ -237,47 +217,24 @@ func startEval(ctx context.Context, out io.Writer, c client.Client, s *store.Sto
 		fmt.Fprintf(out, "evaluation %s is already running; following it\n", id)
 		return id, nil
 	}
-
-	st, err := runs.ReadTag(ctx, s, f.run, f.tag)
-	if err != nil {
-		return "", err
-	}
-	plan, err := runs.PlanTag(st, runs.TagSpec{Shard: sh, InitKey: f.initKey, Weights: t.digest, Config: h.Digest, Replace: f.replaceTag})
-	if err != nil {
-		return "", err
-	}
-
-	// Every check passed: from here on the command writes.
 	if err := api.RegisterSearchAttributes(ctx, c, e.Namespace); err != nil {
 		return "", err
 	}
-	if plan.Wipe {
-		n, err := runs.WipeTag(ctx, s, f.run, f.tag, schemas.TagPhase(f.tag))
-		if err != nil {
-			return "", err
-		}
-		fmt.Fprintf(out, "--replace-tag: deleted tag %s of run %s (%d objects)\n", f.tag, f.run, n)
+	p, err := runs.PrepareEval(ctx, s, t.eval(), exists)
+	if p.Wiped {
+		fmt.Fprintf(out, "--replace-tag: deleted tag %s of run %s (%d objects)\n", f.tag, f.run, p.Deleted)
 	}
-	if err := runs.RemoveReports(ctx, s, plan.Remove); err != nil {
-		return "", err
-	}
-	for _, k := range plan.Remove {
+	for _, k := range p.Removed {
 		fmt.Fprintf(out, "--replace-tag: deleted s3://%s/%s\n", s.Bucket, k)
 	}
-	if t.files != nil {
-		published, err := runs.PublishLocal(ctx, s, f.run, t.wid, t.files, t.local)
-		if err != nil {
-			return "", err
-		}
-		if published {
-			fmt.Fprintf(out, "published %s as weights %s of run %s\n", f.weights, t.wid, f.run)
-		}
+	if p.Published {
+		fmt.Fprintf(out, "published %s as weights %s of run %s\n", f.weights, t.wid, f.run)
 	}
-	if !exists {
-		if err := runs.PutHarness(ctx, s, f.run, h); err != nil {
-			return "", err
-		}
+	if p.Created {
 		fmt.Fprintf(out, "created run %s for evaluation: harness %s (digest %s)\n", f.run, h.Name, h.Digest)
+	}
+	if err != nil {
+		return "", err
 	}
 	_, err = api.StartEval(ctx, c, api.EvalInput{Run: f.run, Harness: h, WeightsID: t.wid, Tag: f.tag, InitKey: f.initKey,
 		Shard: sh.I, Shards: sh.N, Heartbeat: f.heartbeat, Priority: f.priority})

@@ -25,25 +25,6 @@ import (
 	"github.com/roundhouse-rl/roundhouse/schemas"
 )
 
-func TestParseShard(t *testing.T) {
-	for in, want := range map[string]runs.Shard{"": {I: 0, N: 1}, "0/1": {I: 0, N: 1}, "0/2": {I: 0, N: 2}, "7/8": {I: 7, N: 8}, " 1 / 3 ": {I: 1, N: 3}} {
-		got, err := parseShard(in)
-		if err != nil || got != want {
-			t.Errorf("parseShard(%q) = %v, %v; want %v", in, got, err, want)
-		}
-	}
-	for _, in := range []string{"2/2", "x", "0/0", "-1/2", "1/", "/2", "1/2/3", "1", "a/b"} {
-		_, err := parseShard(in)
-		if err == nil {
-			t.Errorf("parseShard(%q): no error", in)
-			continue
-		}
-		if msg := err.Error(); !strings.Contains(msg, "--shard") || !strings.Contains(msg, "0/8") || strings.Contains(msg, "\n") {
-			t.Errorf("parseShard(%q): %q is not a one-line error naming the flag and an example", in, msg)
-		}
-	}
-}
-
 // Every bad input fails before any server is contacted, with a one-line
 // message naming the input and the fix.
 func TestEvalBadInput(t *testing.T) {

@@ -3,9 +3,20 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
+	"log/slog"
 	"os"
+	"regexp"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"go.temporal.io/sdk/client"
+	tlog "go.temporal.io/sdk/log"
+
+	"github.com/roundhouse-rl/roundhouse/internal/connect"
+	"github.com/roundhouse-rl/roundhouse/internal/fleet"
+	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/internal/telemetry"
 )
 
@@ -24,4 +35,67 @@ func main() {
 		fmt.Fprintln(os.Stderr, "error:", err)
 		os.Exit(1)
 	}
+}
+
+var runName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$`)
+
+func rootCmd() *cobra.Command {
+	e := connect.FromEnv()
+	root := &cobra.Command{Use: "starter", Short: "Start and follow Roundhouse runs", SilenceUsage: true, SilenceErrors: true}
+	root.PersistentFlags().StringVar(&e.Temporal, "temporal", e.Temporal, "Temporal frontend host:port (env ROUNDHOUSE_TEMPORAL)")
+	root.PersistentFlags().StringVar(&e.S3.Endpoint, "s3-endpoint", e.S3.Endpoint, "S3 endpoint URL (env ROUNDHOUSE_S3_ENDPOINT)")
+	root.PersistentFlags().StringVar(&e.S3.Bucket, "bucket", e.S3.Bucket, "S3 bucket (env ROUNDHOUSE_BUCKET)")
+	sec := flag.NewFlagSet("connect", flag.ContinueOnError) // --namespace, --tls*, --api-key-file, --payload-key-file, --s3-path-style
+	connect.AddFlags(sec, &e)
+	root.PersistentFlags().AddGoFlagSet(sec)
+	// The single-host controller's --run-dir, which users still type: say
+	// where a run lives instead of "unknown flag".
+	runDir := root.PersistentFlags().String("run-dir", "", "")
+	_ = root.PersistentFlags().MarkHidden("run-dir")
+	root.PersistentPreRunE = func(*cobra.Command, []string) error {
+		if *runDir != "" {
+			return fmt.Errorf("--run-dir %s: a run lives in the bucket under runs/<run>/ (records, reports, weights, episode files), not in a local folder; name it with --run NAME and read it with `starter report --run NAME`", *runDir)
+		}
+		// A bad payload key fails every command now, not only those
+		// that decode history.
+		_, err := e.DataConverter()
+		return err
+	}
+	root.AddCommand(trainCmd(&e), statusCmd(&e), validateCmd(), reportCmd(&e), compareCmd(&e), stopCmd(&e), cancelCmd(&e), sweepCmd(&e), evalCmd(&e))
+	return root
+}
+
+// connectBoth connects to Temporal and S3, the pair most commands need;
+// the caller closes the client.
+func connectBoth(ctx context.Context, e *connect.Endpoints) (client.Client, *store.Store, error) {
+	c, err := connect.Temporal(ctx, *e, quietLogger())
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := connect.Store(ctx, *e)
+	if err != nil {
+		c.Close()
+		return nil, nil, err
+	}
+	return c, s, nil
+}
+
+// quietLogger keeps the SDK's own logs out of the CLI's output unless they are warnings.
+func quietLogger() tlog.Logger {
+	return tlog.NewStructuredLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+}
+
+// priorityFlag adds --priority: where the episodes stand on a shared
+// fleet of rollout hosts (docs/design.md §10).
+func priorityFlag(fl *pflag.FlagSet, p *int, def int, what string) {
+	fl.IntVar(p, "priority", def, fmt.Sprintf("order of %s on a shared rollout fleet, 1 (served first) to %d; training defaults to %d, evaluations and sweeps to %d", what, fleet.MaxPriority, fleet.TrainPriority, fleet.EvalPriority))
+}
+
+// checkPriority refuses a priority out of range; 0 stands for the
+// default (flag structs built in code, commands without the flag).
+func checkPriority(p int) error {
+	if p < 0 || p > fleet.MaxPriority {
+		return fmt.Errorf("--priority %d: give 1 (served first) to %d", p, fleet.MaxPriority)
+	}
+	return nil
 }

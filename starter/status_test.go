@@ -15,16 +15,10 @@ import (
 	"testing"
 	"time"
 
-	commonpb "go.temporal.io/api/common/v1"
-	enumspb "go.temporal.io/api/enums/v1"
-	failurepb "go.temporal.io/api/failure/v1"
-	historypb "go.temporal.io/api/history/v1"
-	workflowpb "go.temporal.io/api/workflow/v1"
-	"go.temporal.io/sdk/converter"
 	tlog "go.temporal.io/sdk/log"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
+	"github.com/roundhouse-rl/roundhouse/internal/fleet"
 	"github.com/roundhouse-rl/roundhouse/internal/stats"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/internal/testkit/itest"
@@ -65,34 +59,6 @@ func TestBar(t *testing.T) {
 	}
 }
 
-func payload(t *testing.T, v any) *commonpb.Payload {
-	t.Helper()
-	p, err := converter.GetDefaultDataConverter().ToPayload(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
-func payloads(t *testing.T, v any) *commonpb.Payloads {
-	return &commonpb.Payloads{Payloads: []*commonpb.Payload{payload(t, v)}}
-}
-
-// info is a train execution as the visibility store lists it.
-func info(t *testing.T, run string, st enumspb.WorkflowExecutionStatus, round int64, phase string, val float64) *workflowpb.WorkflowExecutionInfo {
-	attrs := map[string]*commonpb.Payload{
-		api.KindAttr.GetName():  payload(t, "train"),
-		api.RunAttr.GetName():   payload(t, run),
-		api.RoundAttr.GetName(): payload(t, round),
-		api.PhaseAttr.GetName(): payload(t, phase),
-	}
-	if val >= 0 {
-		attrs[api.SuccessRateAttr.GetName()] = payload(t, val)
-	}
-	return &workflowpb.WorkflowExecutionInfo{Execution: &commonpb.WorkflowExecution{WorkflowId: api.WorkflowID(run), RunId: "x"},
-		Status: st, StartTime: timestamppb.Now(), SearchAttributes: &commonpb.SearchAttributes{IndexedFields: attrs}}
-}
-
 // rowOf finds a run's row in the rendered list and cuts it into columns
 // where the header's columns start (cells may hold spaces: the bars do).
 func rowOf(t *testing.T, table, run string) []string {
@@ -129,35 +95,20 @@ func TestStatusRows(t *testing.T) {
 		{Round: 2, ValSuccess: 0.5, WeightsIn: "r1", WeightsOut: "r2"}}
 	long := "round 2 training: activity error (type: Train, scheduledEventID: 31, activityID: 31, identity: host-1):\ntrainer exited with status 1: CUDA out of memory. Tried to allocate 20.00 GiB (GPU 0; 79.15 GiB total capacity)"
 
-	running := viewFromInfo(info(t, "r-running", enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, 2, "val", 0.3))
-	applyProgress(&running, api.Progress{Run: "r-running", Round: 2, Rounds: 3, Phase: "train", Weights: "r1",
-		Episodes: api.Tally{Total: 10, Done: 4, Valid: 3, Successes: 2}, Children: []string{"chunk-0"}, Summaries: sums[:1]})
-	stopping := viewFromInfo(info(t, "r-stopping", enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, 1, "train", -1))
-	applyProgress(&stopping, api.Progress{Round: 1, Rounds: 2, Phase: "train", Stopping: true, Episodes: api.Tally{Total: 8, Done: 8, Valid: 8, Successes: 8}})
-
-	closed := func(run string, st enumspb.WorkflowExecutionStatus, in *api.TrainInput, ev *historypb.HistoryEvent) runView {
-		v := viewFromInfo(info(t, run, st, 2, "done", 0.5))
-		applyClose(&v, in, ev)
-		return v
-	}
-	in := &api.TrainInput{Round: 2, Rounds: 2, Weights: "r1", Summaries: sums[:1]}
-	completed := closed("r-completed", enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, in, &historypb.HistoryEvent{
-		Attributes: &historypb.HistoryEvent_WorkflowExecutionCompletedEventAttributes{WorkflowExecutionCompletedEventAttributes: &historypb.WorkflowExecutionCompletedEventAttributes{
-			Result: payloads(t, api.TrainResult{Summaries: sums, FinalWeights: "r2", FinalValSuccess: 0.7,
-				FinalVal: &schemas.TaskResult{Successes: 14, Valid: 20, SuccessRate: 0.7}})}}})
-	stopped := closed("r-stopped", enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, &api.TrainInput{Round: 2, Rounds: 4, Summaries: sums[:1]}, &historypb.HistoryEvent{
-		Attributes: &historypb.HistoryEvent_WorkflowExecutionCompletedEventAttributes{WorkflowExecutionCompletedEventAttributes: &historypb.WorkflowExecutionCompletedEventAttributes{
-			Result: payloads(t, api.TrainResult{Summaries: sums[:1], FinalValSuccess: -1, Stopped: true, StoppedRound: 2})}}})
-	failed := closed("r-failed", enumspb.WORKFLOW_EXECUTION_STATUS_FAILED, in, &historypb.HistoryEvent{
-		Attributes: &historypb.HistoryEvent_WorkflowExecutionFailedEventAttributes{WorkflowExecutionFailedEventAttributes: &historypb.WorkflowExecutionFailedEventAttributes{
-			Failure: &failurepb.Failure{Message: long, Cause: &failurepb.Failure{Message: "trainer exited with status 1"}}}}})
-	canceled := closed("r-canceled", enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED, in, &historypb.HistoryEvent{
-		Attributes: &historypb.HistoryEvent_WorkflowExecutionCanceledEventAttributes{WorkflowExecutionCanceledEventAttributes: &historypb.WorkflowExecutionCanceledEventAttributes{}}})
-	terminated := closed("r-terminated", enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED, nil, &historypb.HistoryEvent{
-		Attributes: &historypb.HistoryEvent_WorkflowExecutionTerminatedEventAttributes{WorkflowExecutionTerminatedEventAttributes: &historypb.WorkflowExecutionTerminatedEventAttributes{Reason: "operator: wrong harness"}}})
+	// The views as api.ListRuns gives them (api.TestRunViews): running
+	// and stopping from the progress query, the others closed.
+	running := api.RunView{Run: "r-running", Status: "running", Round: 2, Rounds: 3, Phase: "train", Episodes: api.Tally{Total: 10, Done: 4, Valid: 3, Successes: 2},
+		Live: true, Val: 0.3, ValCounts: sums[0].Val, Weights: "r1", Children: []string{"chunk-0"}, Summaries: sums[:1]}
+	stopping := api.RunView{Run: "r-stopping", Status: "stopping", Round: 1, Rounds: 2, Phase: "train", Episodes: api.Tally{Total: 8, Done: 8, Valid: 8, Successes: 8}, Live: true, Val: -1}
+	completed := api.RunView{Run: "r-completed", Status: "completed", Round: 2, Rounds: 2, Phase: "done", Val: 0.7, ValCounts: &schemas.TaskResult{Successes: 14, Valid: 20, SuccessRate: 0.7},
+		FinalVal: true, Weights: "r2", Summaries: sums}
+	stopped := api.RunView{Run: "r-stopped", Status: "stopped", Round: 2, Rounds: 4, Phase: "done", Val: 0.5, Summaries: sums[:1]}
+	failed := api.RunView{Run: "r-failed", Status: "failed", Round: 2, Rounds: 2, Phase: "done", Val: 0.5, Weights: "r1", Err: long, Summaries: sums[:1]}
+	canceled := api.RunView{Run: "r-canceled", Status: "canceled", Round: 2, Rounds: 2, Phase: "done", Val: 0.5, Weights: "r1", Summaries: sums[:1]}
+	terminated := api.RunView{Run: "r-terminated", Status: "terminated", Round: 2, Phase: "done", Val: 0.5, Err: "terminated: operator: wrong harness"}
 
 	var b bytes.Buffer
-	renderList(&b, []runView{running, stopping, completed, stopped, failed, canceled, terminated})
+	renderList(&b, []api.RunView{running, stopping, completed, stopped, failed, canceled, terminated})
 	table := b.String()
 	if head := strings.Fields(strings.SplitN(table, "\n", 2)[0]); strings.Join(head, " ") != "RUN STATUS ROUND PHASE EPISODES SUCCESS VALIDATION LAST ERROR" {
 		t.Fatalf("header %q", head)
@@ -207,14 +158,6 @@ func TestStatusRows(t *testing.T) {
 	renderList(&b, nil)
 	if !strings.Contains(b.String(), "no runs yet") {
 		t.Errorf("empty list says %q", b.String())
-	}
-}
-
-func TestFailureMessage(t *testing.T) {
-	f := &failurepb.Failure{Message: "round 1 batch: activity error: s3 down", Cause: &failurepb.Failure{Message: "activity error",
-		Cause: &failurepb.Failure{Message: "s3 down", Cause: &failurepb.Failure{Message: "dial tcp 127.0.0.1:9100: connection refused"}}}}
-	if got, want := failureMessage(f), "round 1 batch: activity error: s3 down: dial tcp 127.0.0.1:9100: connection refused"; got != want {
-		t.Errorf("failureMessage = %q, want %q", got, want)
 	}
 }
 
@@ -281,6 +224,44 @@ func TestStatusBadInput(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") {
 			t.Errorf("%+v: error %v, want one line naming %s", c.f, err, c.want)
 		}
+	}
+}
+
+// Status shows each host's assignment, loaded weights and figures — all
+// runs', or one run's with --run — and the weights episodes wait for.
+func TestRenderFleet(t *testing.T) {
+	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	st := api.FleetStatus{
+		State: fleet.State{
+			Hosts: map[string]*fleet.Host{"h1": {Name: "h1", Slots: 4, Servers: 1, Loaded: []fleet.Server{{Weights: "tr/r1", Busy: 3}}}},
+			Demands: map[string]fleet.Demand{
+				"tr-1": {Key: "tr-1", Run: "tr", Weights: "tr/r1", Priority: 1, Episodes: 64},
+				"sw-1": {Key: "sw-1", Run: "sweep-x", Weights: "sweep-x/c3", Priority: 3, Episodes: 35},
+			},
+			Assign:  map[string][]string{"h1": {"tr/r1"}},
+			Waiting: map[string]time.Time{"sweep-x/c3": now.Add(-42 * time.Second)},
+		},
+		Stats: map[string][]schemas.SlotStats{"h1": {
+			{Run: "sweep-x", Loads: 2, LoadTime: 40 * time.Second, Idle: 3 * time.Second, Waits: 4},
+			{Run: "tr", Loads: 3, Failed: 1, LoadTime: 61 * time.Second, Idle: 9 * time.Second, Waits: 1, Waiting: 2},
+		}},
+	}
+	var all bytes.Buffer
+	renderFleet(&all, st, "", now)
+	out := all.String()
+	for _, want := range []string{"rollout fleet: 1 hosts", "tr/r1 (3)", "   5+1✗", "1m41s", "tr/r1 ", "sweep-x/c3", "42s"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Index(out, "tr/r1      ") > strings.Index(out, "sweep-x/c3") {
+		t.Errorf("training's weights are not listed first:\n%s", out)
+	}
+	var one bytes.Buffer
+	renderFleet(&one, st, "tr", now)
+	out = one.String()
+	if !strings.Contains(out, "   3+1✗") || !strings.Contains(out, "1m1s") || strings.Contains(out, "sweep-x/c3") {
+		t.Errorf("run tr's view:\n%s", out)
 	}
 }
 

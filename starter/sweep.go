@@ -9,12 +9,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/robfig/cron/v3"
 	"github.com/spf13/cobra"
-	commonpb "go.temporal.io/api/common/v1"
-	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/temporal"
 
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
 	"github.com/roundhouse-rl/roundhouse/internal/fleet"
@@ -25,9 +21,6 @@ import (
 	"github.com/roundhouse-rl/roundhouse/schemas"
 	"github.com/roundhouse-rl/roundhouse/workflows/api"
 )
-
-// sweepTimeout bounds each call to Temporal or S3 made by a sweep command.
-const sweepTimeout = 15 * time.Second
 
 func sweepCmd(e *connect.Endpoints) *cobra.Command {
 	cmd := &cobra.Command{
@@ -83,60 +76,6 @@ func checkSweepName(name string) error {
 	return nil
 }
 
-// sweepSpec checks the schedule flags and returns the Temporal spec and
-// how to say it, without contacting any server.
-func sweepSpec(every, cronExpr string) (client.ScheduleSpec, string, error) {
-	var spec client.ScheduleSpec
-	switch {
-	case every != "" && cronExpr != "":
-		return spec, "", errors.New(`--every and --cron both given: choose one, e.g. --every 6h or --cron "0 3 * * *"`)
-	case every == "" && cronExpr == "":
-		return spec, "", errors.New(`--every or --cron is required: e.g. --every 6h or --cron "0 3 * * *"`)
-	case every != "":
-		d, err := time.ParseDuration(every)
-		if err != nil {
-			return spec, "", fmt.Errorf("--every %q is not a duration: write it like 6h, 90m or 24h (no d unit)", every)
-		}
-		if d < time.Minute {
-			return spec, "", fmt.Errorf("--every %s is shorter than a minute: sweeps evaluate whole splits, give e.g. --every 1h", every)
-		}
-		spec.Intervals = []client.ScheduleIntervalSpec{{Every: d}}
-		return spec, "every " + every, nil
-	}
-	if err := checkCron(cronExpr); err != nil {
-		return spec, "", err
-	}
-	spec.CronExpressions = []string{cronExpr}
-	return spec, "cron " + cronExpr, nil
-}
-
-// cronParser is the classic five fields, with the descriptors below and
-// an optional CRON_TZ= prefix: the part of Temporal's cron syntax whose
-// meaning the two agree on.
-var cronParser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
-
-// checkCron validates a --cron expression before Temporal sees it.
-func checkCron(expr string) error {
-	spec := strings.TrimSpace(expr)
-	if tz, rest, ok := strings.Cut(spec, " "); ok && (strings.HasPrefix(tz, "CRON_TZ=") || strings.HasPrefix(tz, "TZ=")) {
-		spec = strings.TrimSpace(rest)
-	}
-	if strings.HasPrefix(spec, "@every") {
-		return fmt.Errorf("--cron %q: use --every for intervals, e.g. --every 6h", expr)
-	}
-	if strings.HasPrefix(spec, "@") {
-		switch spec {
-		case "@yearly", "@monthly", "@weekly", "@daily", "@hourly":
-		default:
-			return fmt.Errorf("--cron %q: the shorthands are @yearly, @monthly, @weekly, @daily and @hourly", expr)
-		}
-	}
-	if _, err := cronParser.Parse(expr); err != nil {
-		return fmt.Errorf(`--cron %q: %v; write five fields (minute hour day-of-month month day-of-week), e.g. "0 3 * * *" for 03:00 daily`, expr, err)
-	}
-	return nil
-}
-
 // sweepSource checks --run and --weights-prefix (exactly one) and returns
 // the sweep's source and evaluation run.
 func sweepSource(f sweepFlags, bucket string) (source, run string, err error) {
@@ -167,7 +106,7 @@ func sweepCreate(ctx context.Context, out io.Writer, e *connect.Endpoints, f swe
 	if err := checkSweepName(f.name); err != nil {
 		return err
 	}
-	spec, when, err := sweepSpec(f.every, f.cron)
+	spec, when, err := api.SweepSpec(f.every, f.cron)
 	if err != nil {
 		return err
 	}
@@ -201,92 +140,47 @@ func sweepCreate(ctx context.Context, out io.Writer, e *connect.Endpoints, f swe
 	}
 	defer c.Close()
 	id := api.SweepScheduleID(f.name)
-	sc := c.ScheduleClient()
-	if _, err := describeSchedule(ctx, sc, id); err == nil {
-		return fmt.Errorf("sweep %s exists (schedule %s): choose another --name, or delete it first with `starter sweep delete --name %s`", f.name, id, f.name)
-	} else if !isScheduleNotFound(err) {
+	exists := fmt.Errorf("sweep %s exists (schedule %s): choose another --name, or delete it first with `starter sweep delete --name %s`", f.name, id, f.name)
+	if _, err := api.DescribeSweep(ctx, c, f.name); err == nil {
+		return exists
+	} else if !errors.Is(err, api.ErrNoSweep) {
 		return err
 	}
-	var lb schemas.Leaderboard
-	if err := store.GetJSON(ctx, s, schemas.SweepLeaderboard(f.name), &lb); err != nil && !store.IsNotFound(err) {
+	w := runs.Sweep{Name: f.name, Source: source, Run: run, InitKey: f.initKey, Config: f.config, Harness: h, Own: f.run == ""}
+	if err := runs.PrepareSweep(ctx, s, w); err != nil {
 		return err
-	}
-	if lb.Source != "" && (lb.Source != source || lb.Run != run || lb.InitKey != f.initKey) {
-		return fmt.Errorf("sweep name %s has a leaderboard of %s on %s in run %s (s3://%s/%s): choose another --name, or remove that leaderboard", f.name, lb.Source, lb.InitKey, lb.Run, s.Bucket, schemas.SweepLeaderboard(f.name))
-	}
-	l := schemas.Layout{Run: run}
-	old, exists, err := runs.ReadHarness(ctx, s, run)
-	switch {
-	case err != nil:
-		return err
-	case exists && old.Digest != h.Digest:
-		return fmt.Errorf("run %s was started with another harness (digest %s; --config %s with these --var values gives %s): pass the run's harness file and vars", run, old.Digest, f.config, h.Digest)
-	case !exists && f.run != "":
-		return fmt.Errorf("run %s does not exist (no s3://%s/%s): start it with `starter train`, or sweep an s3 prefix with --weights-prefix", run, s.Bucket, l.Harness())
-	case !exists:
-		// The sweep's own evaluation run: episodes read the harness here.
-		if err := runs.PutHarness(ctx, s, run, h); err != nil {
-			return err
-		}
 	}
 	if err := api.RegisterSearchAttributes(ctx, c, e.Namespace); err != nil {
 		return err
 	}
 	in := api.SweepInput{Name: f.name, Source: source, Run: run, Harness: h, InitKey: f.initKey, Parallel: f.parallel, Priority: f.priority}
-	cctx, cancel := context.WithTimeout(ctx, sweepTimeout)
-	defer cancel()
-	handle, err := api.CreateSweep(cctx, c, in, spec, when)
-	if errors.Is(err, temporal.ErrScheduleAlreadyRunning) {
-		return fmt.Errorf("sweep %s exists (schedule %s): choose another --name, or delete it first with `starter sweep delete --name %s`", f.name, id, f.name)
-	}
-	if err != nil {
+	if _, err := api.CreateSweep(ctx, c, in, spec, when); errors.Is(err, api.ErrSweepExists) {
+		return exists
+	} else if err != nil {
 		return fmt.Errorf("create schedule %s on %s: %w", id, e.Temporal, err)
 	}
 	fmt.Fprintf(out, "created sweep %s (schedule %s): %s, weights of %s evaluated in run %s on %s\n", f.name, id, when, source, run, f.initKey)
-	if d, err := describeSchedule(ctx, sc, handle.GetID()); err == nil && len(d.Info.NextActionTimes) > 0 {
+	if d, err := api.DescribeSweep(ctx, c, f.name); err == nil && len(d.Info.NextActionTimes) > 0 {
 		fmt.Fprintf(out, "next sweep: %s\n", d.Info.NextActionTimes[0].UTC().Format(time.RFC3339))
 	}
 	fmt.Fprintf(out, "leaderboard: s3://%s/%s (starter sweep show --name %s)\n", s.Bucket, schemas.SweepLeaderboard(f.name), f.name)
 	return nil
 }
 
-// describeSchedule describes a schedule with a timeout.
-func describeSchedule(ctx context.Context, sc client.ScheduleClient, id string) (*client.ScheduleDescription, error) {
-	ctx, cancel := context.WithTimeout(ctx, sweepTimeout)
-	defer cancel()
-	d, err := sc.GetHandle(ctx, id).Describe(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("describe schedule %s: %w", id, err)
-	}
-	return d, nil
-}
-
-func isScheduleNotFound(err error) bool {
-	var nf *serviceerror.NotFound
-	return errors.As(err, &nf)
-}
-
-// sweepHandle connects and finds sweep name's schedule, or says there is
-// no such sweep.
-func sweepHandle(ctx context.Context, e *connect.Endpoints, name string) (client.Client, client.ScheduleHandle, *client.ScheduleDescription, error) {
+// sweepClient checks a sweep's name and connects to Temporal.
+func sweepClient(ctx context.Context, e *connect.Endpoints, name string) (client.Client, error) {
 	if err := checkSweepName(name); err != nil {
-		return nil, nil, nil, err
+		return nil, err
 	}
-	c, err := connect.Temporal(ctx, *e, quietLogger())
-	if err != nil {
-		return nil, nil, nil, err
+	return connect.Temporal(ctx, *e, quietLogger())
+}
+
+// sweepError says so when there is no sweep of that name.
+func sweepError(name string, err error) error {
+	if errors.Is(err, api.ErrNoSweep) {
+		return fmt.Errorf("no sweep named %s (no schedule %s): `starter sweep list` shows the sweeps", name, api.SweepScheduleID(name))
 	}
-	id := api.SweepScheduleID(name)
-	d, err := describeSchedule(ctx, c.ScheduleClient(), id)
-	if isScheduleNotFound(err) {
-		c.Close()
-		return nil, nil, nil, fmt.Errorf("no sweep named %s (no schedule %s): `starter sweep list` shows the sweeps", name, id)
-	}
-	if err != nil {
-		c.Close()
-		return nil, nil, nil, err
-	}
-	return c, c.ScheduleClient().GetHandle(ctx, id), d, nil
+	return err
 }
 
 // sweepActionCmd is pause, unpause or delete.
@@ -296,35 +190,24 @@ func sweepActionCmd(e *connect.Endpoints, verb, short string) *cobra.Command {
 		Use:   verb,
 		Short: short,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			c, h, _, err := sweepHandle(ctx, e, name)
+			c, err := sweepClient(cmd.Context(), e, name)
 			if err != nil {
 				return err
 			}
 			defer c.Close()
-			actx, cancel := context.WithTimeout(ctx, sweepTimeout)
-			defer cancel()
-			out := cmd.OutOrStdout()
+			change, done := api.PauseSweep, fmt.Sprintf("sweep %s paused; `starter sweep unpause --name %s` resumes it", name, name)
 			switch verb {
-			case "pause":
-				err = h.Pause(actx, client.SchedulePauseOptions{Note: "starter sweep pause"})
-				if err == nil {
-					fmt.Fprintf(out, "sweep %s paused; `starter sweep unpause --name %s` resumes it\n", name, name)
-				}
 			case "unpause":
-				err = h.Unpause(actx, client.ScheduleUnpauseOptions{Note: "starter sweep unpause"})
-				if err == nil {
-					fmt.Fprintf(out, "sweep %s resumed\n", name)
-				}
+				change, done = api.UnpauseSweep, fmt.Sprintf("sweep %s resumed", name)
 			case "delete":
-				err = h.Delete(actx)
-				if err == nil {
-					fmt.Fprintf(out, "sweep %s deleted; a sweep still running finishes; its leaderboard stays at s3://%s/%s\n", name, e.S3.Bucket, schemas.SweepLeaderboard(name))
-				}
+				change, done = api.DeleteSweep, fmt.Sprintf("sweep %s deleted; a sweep still running finishes; its leaderboard stays at s3://%s/%s", name, e.S3.Bucket, schemas.SweepLeaderboard(name))
 			}
-			if err != nil {
+			if err := change(cmd.Context(), c, name); errors.Is(err, api.ErrNoSweep) {
+				return sweepError(name, err)
+			} else if err != nil {
 				return fmt.Errorf("%s sweep %s: %w", verb, name, err)
 			}
+			fmt.Fprintln(cmd.OutOrStdout(), done)
 			return nil
 		},
 	}
@@ -350,44 +233,18 @@ func sweepTriggerCmd(e *connect.Endpoints) *cobra.Command {
 }
 
 func sweepTrigger(ctx context.Context, out io.Writer, e *connect.Endpoints, name string, wait bool, timeout time.Duration) error {
-	c, h, before, err := sweepHandle(ctx, e, name)
+	c, err := sweepClient(ctx, e, name)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	tctx, cancel := context.WithTimeout(ctx, sweepTimeout)
-	defer cancel()
-	if err := h.Trigger(tctx, client.ScheduleTriggerOptions{}); err != nil {
-		return fmt.Errorf("trigger sweep %s: %w", name, err)
+	started, err := api.TriggerSweep(ctx, c, name)
+	if err != nil {
+		return sweepError(name, err)
 	}
-	// The schedule takes the action asynchronously: watch its counters to
-	// learn whether it started a sweep or skipped one that would overlap.
-	var started *client.ScheduleWorkflowExecution
-	deadline := time.Now().Add(30 * time.Second)
-	for started == nil {
-		d, err := describeSchedule(ctx, c.ScheduleClient(), h.GetID())
-		if err != nil {
-			return err
-		}
-		if d.Info.NumActionsSkippedOverlap > before.Info.NumActionsSkippedOverlap {
-			fmt.Fprintf(out, "sweep %s is running already; this trigger was skipped (overlapping sweeps are skipped, not stacked)\n", name)
-			return nil
-		}
-		if d.Info.NumActions > before.Info.NumActions && len(d.Info.RecentActions) > 0 {
-			started = d.Info.RecentActions[len(d.Info.RecentActions)-1].StartWorkflowResult
-			if started == nil {
-				return fmt.Errorf("sweep %s: the schedule's last action started no workflow", name)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("sweep %s: triggered, but the schedule took no action within 30s (is it paused? `starter sweep list`)", name)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(300 * time.Millisecond):
-		}
+	if started == nil {
+		fmt.Fprintf(out, "sweep %s is running already; this trigger was skipped (overlapping sweeps are skipped, not stacked)\n", name)
+		return nil
 	}
 	fmt.Fprintf(out, "sweep %s started: workflow %s\n", name, started.WorkflowID)
 	if !wait {
@@ -462,66 +319,44 @@ func sweepListCmd(e *connect.Endpoints) *cobra.Command {
 		Short: "List the sweeps: schedule, state, last and next sweep, source",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
+			dc, err := e.DataConverter()
+			if err != nil {
+				return err
+			}
 			c, err := connect.Temporal(ctx, *e, quietLogger())
 			if err != nil {
 				return err
 			}
 			defer c.Close()
-			lctx, cancel := context.WithTimeout(ctx, sweepTimeout)
-			defer cancel()
-			it, err := c.ScheduleClient().List(lctx, client.ScheduleListOptions{})
+			sweeps, err := api.ListSweeps(ctx, c, dc)
 			if err != nil {
-				return fmt.Errorf("list schedules: %w", err)
+				return err
 			}
-			var rows []*client.ScheduleListEntry
-			for it.HasNext() {
-				s, err := it.Next()
-				if err != nil {
-					return fmt.Errorf("list schedules: %w", err)
-				}
-				if name, ok := strings.CutPrefix(s.ID, "sweep-"); ok && name != "" && s.WorkflowType.Name == api.SweepWorkflow {
-					rows = append(rows, s)
-				}
-			}
-			printSweeps(cmd.OutOrStdout(), rows)
+			printSweeps(cmd.OutOrStdout(), sweeps)
 			return nil
 		},
 	}
 }
 
-func printSweeps(out io.Writer, rows []*client.ScheduleListEntry) {
-	if len(rows) == 0 {
+func printSweeps(out io.Writer, sweeps []api.SweepView) {
+	if len(sweeps) == 0 {
 		fmt.Fprintln(out, "no sweeps (starter sweep create makes one)")
 		return
 	}
+	at := func(t time.Time) string {
+		if t.IsZero() {
+			return "-"
+		}
+		return t.UTC().Format("2006-01-02 15:04")
+	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "name\twhen\tstate\tlast sweep\tnext sweep\tsource\tevaluation run")
-	for _, s := range rows {
-		state := "active"
+	for _, s := range sweeps {
+		state, next := "active", at(s.Next)
 		if s.Paused {
-			state = "paused"
+			state, next = "paused", "-"
 		}
-		last, next := "-", "-"
-		if n := len(s.RecentActions); n > 0 {
-			last = s.RecentActions[n-1].ActualTime.UTC().Format("2006-01-02 15:04")
-		}
-		if len(s.NextActionTimes) > 0 && !s.Paused {
-			next = s.NextActionTimes[0].UTC().Format("2006-01-02 15:04")
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", strings.TrimPrefix(s.ID, "sweep-"), memoString(s.Memo, api.SweepMemoWhen), state, last, next,
-			memoString(s.Memo, api.SweepMemoSource), memoString(s.Memo, api.SweepMemoRun))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, s.When, state, at(s.Last), next, s.Source, s.Run)
 	}
 	tw.Flush()
-}
-
-// memoString reads a string the schedule's memo holds ("-" when absent).
-func memoString(m *commonpb.Memo, key string) string {
-	if m == nil || m.Fields[key] == nil {
-		return "-"
-	}
-	var v string
-	if err := historyConverter.FromPayload(m.Fields[key], &v); err != nil {
-		return "-"
-	}
-	return v
 }

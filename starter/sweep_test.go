@@ -19,6 +19,7 @@ import (
 	"github.com/roundhouse-rl/roundhouse/internal/testkit/itest"
 	"github.com/roundhouse-rl/roundhouse/internal/weights"
 	"github.com/roundhouse-rl/roundhouse/schemas"
+	"github.com/roundhouse-rl/roundhouse/workflows/api"
 )
 
 // runSweep runs `starter sweep ARGS…` against e and returns its output.
@@ -31,37 +32,6 @@ func runSweep(ctx context.Context, e *connect.Endpoints, args ...string) (string
 	cmd.SilenceUsage, cmd.SilenceErrors = true, true
 	err := cmd.ExecuteContext(ctx)
 	return out.String(), err
-}
-
-func TestSweepSpec(t *testing.T) {
-	spec, when, err := sweepSpec("6h", "")
-	if err != nil || len(spec.Intervals) != 1 || spec.Intervals[0].Every != 6*time.Hour || when != "every 6h" {
-		t.Errorf("--every 6h: %+v %q %v", spec, when, err)
-	}
-	for _, expr := range []string{"0 3 * * *", "*/15 * * * 1-5", "CRON_TZ=Europe/Berlin 0 6 * * *", "@daily", "0 0 1 JAN *"} {
-		spec, _, err := sweepSpec("", expr)
-		if err != nil || len(spec.CronExpressions) != 1 || spec.CronExpressions[0] != expr {
-			t.Errorf("--cron %q: %+v %v", expr, spec, err)
-		}
-	}
-	for _, c := range []struct{ every, cron, want string }{
-		{"6h", "0 3 * * *", "both given"},
-		{"", "", "--every or --cron is required"},
-		{"1d", "", "not a duration"},
-		{"six hours", "", "like 6h"},
-		{"30s", "", "shorter than a minute"},
-		{"", "61 * * * *", "five fields"},
-		{"", "0 3 * *", "five fields"},
-		{"", "0 0 3 * * *", "five fields"},
-		{"", "@every 1h", "use --every"},
-		{"", "@midnight", "shorthands are"},
-		{"", "CRON_TZ=Nowhere/Atlantis 0 3 * * *", "--cron"},
-	} {
-		_, _, err := sweepSpec(c.every, c.cron)
-		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") {
-			t.Errorf("--every %q --cron %q: error %v, want one line with %q", c.every, c.cron, err, c.want)
-		}
-	}
 }
 
 // Every bad input of create, and a bad name anywhere, fails before any
@@ -175,7 +145,7 @@ func TestSweepSchedule(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	d, err := describeSchedule(ctx, c.ScheduleClient(), "sweep-it")
+	d, err := api.DescribeSweep(ctx, c, "it")
 	if err != nil || d.Schedule.Policy == nil || d.Schedule.Policy.Overlap != enumspb.SCHEDULE_OVERLAP_POLICY_SKIP {
 		t.Errorf("schedule policy %+v %v, want overlap skip", d, err)
 	}

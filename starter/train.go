@@ -2,14 +2,11 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -26,40 +23,9 @@ import (
 	"github.com/roundhouse-rl/roundhouse/internal/runs"
 	"github.com/roundhouse-rl/roundhouse/internal/stats"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
-	"github.com/roundhouse-rl/roundhouse/internal/weights"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 	"github.com/roundhouse-rl/roundhouse/workflows/api"
 )
-
-var runName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$`)
-
-func rootCmd() *cobra.Command {
-	e := connect.FromEnv()
-	root := &cobra.Command{Use: "starter", Short: "Start and follow Roundhouse runs", SilenceUsage: true, SilenceErrors: true}
-	root.PersistentFlags().StringVar(&e.Temporal, "temporal", e.Temporal, "Temporal frontend host:port (env ROUNDHOUSE_TEMPORAL)")
-	root.PersistentFlags().StringVar(&e.S3.Endpoint, "s3-endpoint", e.S3.Endpoint, "S3 endpoint URL (env ROUNDHOUSE_S3_ENDPOINT)")
-	root.PersistentFlags().StringVar(&e.S3.Bucket, "bucket", e.S3.Bucket, "S3 bucket (env ROUNDHOUSE_BUCKET)")
-	sec := flag.NewFlagSet("connect", flag.ContinueOnError) // --namespace, --tls*, --api-key-file, --payload-key-file, --s3-path-style
-	connect.AddFlags(sec, &e)
-	root.PersistentFlags().AddGoFlagSet(sec)
-	// The single-host controller's --run-dir, which users still type: say
-	// where a run lives instead of "unknown flag".
-	runDir := root.PersistentFlags().String("run-dir", "", "")
-	_ = root.PersistentFlags().MarkHidden("run-dir")
-	root.PersistentPreRunE = func(*cobra.Command, []string) error {
-		if *runDir != "" {
-			return fmt.Errorf("--run-dir %s: a run lives in the bucket under runs/<run>/ (records, reports, weights, episode files), not in a local folder; name it with --run NAME and read it with `starter report --run NAME`", *runDir)
-		}
-		dc, err := e.DataConverter()
-		if err != nil {
-			return err
-		}
-		historyConverter = dc
-		return nil
-	}
-	root.AddCommand(trainCmd(&e), statusCmd(&e), validateCmd(), reportCmd(&e), compareCmd(&e), stopCmd(&e), cancelCmd(&e), sweepCmd(&e), evalCmd(&e))
-	return root
-}
 
 type trainFlags struct {
 	config, run, weights, poolReport string
@@ -131,61 +97,23 @@ func train(ctx context.Context, out io.Writer, e *connect.Endpoints, f trainFlag
 	if err != nil {
 		return err
 	}
-	if f.groups == 0 {
-		f.groups = h.Collect.Groups
-	}
-	if f.attempts == 0 {
-		f.attempts = h.Collect.Attempts
-	}
-	if f.groups < 1 || f.attempts < 2 {
-		return fmt.Errorf("--groups %d --attempts %d: need at least 1 group of at least 2 attempts", f.groups, f.attempts)
-	}
-	src, err := runs.ParseWeights(f.weights, h.Model.WeightsFile)
-	if err != nil && (f.weights != "" || f.replace) {
+	t := runs.Train{Run: f.run, Config: f.config, Harness: h, Weights: f.weights, PoolReport: f.poolReport, PoolAnyWeights: f.poolAnyWeights,
+		Rounds: int32(f.rounds), Groups: f.groups, Attempts: f.attempts, Heartbeat: f.heartbeat, Replace: f.replace, Given: f.set}
+	if err := t.Check(); err != nil {
 		return err
-	}
-	if err == nil && h.Model.Vision {
-		// Before anything is uploaded: the rollout host would refuse to
-		// serve these weights later anyway.
-		if err := weights.CheckVision(src.Names(), f.weights); err != nil {
-			return fmt.Errorf("--weights: %w", err)
-		}
 	}
 	if f.stopFile == "" {
 		f.stopFile = filepath.Join("runs", f.run, "STOP")
-	}
-	// A local pool report is checked now; one in S3, or one to compare
-	// with weights in S3, once the bucket is reachable.
-	var pool []byte
-	poolInS3 := strings.HasPrefix(f.poolReport, "s3://")
-	if f.poolReport != "" && !poolInS3 {
-		if pool, err = os.ReadFile(f.poolReport); err != nil {
-			return fmt.Errorf("--pool-report %s: %w", f.poolReport, err)
-		}
-		if !src.InS3() {
-			if err := checkPool(context.Background(), nil, f, h, src, pool); err != nil {
-				return err
-			}
-		}
 	}
 	c, s, err := connectBoth(ctx, e)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	if poolInS3 {
-		if pool, err = runs.GetURL(ctx, s, f.poolReport, "--pool-report"); err != nil {
-			return err
-		}
-	}
-	if pool != nil && (poolInS3 || src.InS3()) {
-		if err := checkPool(ctx, s, f, h, src, pool); err != nil {
-			return err
-		}
+	if err := t.CheckPool(ctx, s); err != nil {
+		return err
 	}
 	id := api.WorkflowID(f.run)
-	l := schemas.Layout{Run: f.run}
-
 	running, err := api.IsRunning(ctx, c, id)
 	if err != nil {
 		return err
@@ -194,127 +122,32 @@ func train(ctx context.Context, out io.Writer, e *connect.Endpoints, f trainFlag
 		fmt.Fprintf(out, "run %s is already running; following it\n", f.run)
 		return follow(ctx, out, c, s, e, id, f.run, f.detach, f.stopFile)
 	}
-	exists, err := runs.Exists(ctx, s, f.run)
-	if err != nil {
-		return err
-	}
-	if exists && f.replace {
-		n, err := runs.Wipe(ctx, s, f.run)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(out, "deleted %d objects of the earlier run %s\n", n, f.run)
-		exists = false
-	}
 	if err := api.RegisterSearchAttributes(ctx, c, e.Namespace); err != nil {
 		return err
 	}
-	var in api.TrainInput
-	if exists {
-		if in, err = resumeInput(ctx, out, s, h, f, src); err != nil {
-			return err
-		}
-	} else {
-		if src.Empty() {
-			if _, err := runs.ParseWeights(f.weights, h.Model.WeightsFile); err != nil {
-				return err
-			}
-		}
-		in = api.TrainInput{Run: f.run, Harness: h, InitialWeights: "w0", Weights: "w0", Rounds: int32(f.rounds),
-			Groups: f.groups, Attempts: f.attempts, Round: 1, HeartbeatTimeout: f.heartbeat}
-		if pool != nil {
-			in.PoolReport = l.PoolReport()
-		}
-		spec := schemas.RunSpec{Run: f.run, Rounds: in.Rounds, Groups: f.groups, Attempts: f.attempts,
-			PoolReport: in.PoolReport, WeightsSource: f.weights, HeartbeatTimeout: schemas.Duration(f.heartbeat), StartedAtMS: time.Now().UnixMilli()}
-		if err := runs.Create(ctx, s, spec, src, pool); err != nil {
-			return err
-		}
+	p, err := runs.PrepareTrain(ctx, s, &t)
+	if p.Replaced {
+		fmt.Fprintf(out, "deleted %d objects of the earlier run %s\n", p.Deleted, f.run)
 	}
-	if err := runs.PutHarness(ctx, s, f.run, h); err != nil {
+	if p.OldDigest != "" {
+		fmt.Fprintf(out, "harness changed since the run started (digest %s → %s); resuming with %s\n", p.OldDigest, h.Digest, f.config)
+	}
+	if p.Resumed {
+		fmt.Fprintf(out, "resuming run %s at round %d/%d from weights %s (%d rounds done)\n", f.run, p.Round, p.Rounds, p.Weights, p.RoundsDone)
+	}
+	if err != nil {
 		return err
 	}
-	in.Priority = f.priority
+	in := api.TrainInput{Run: f.run, Harness: h, InitialWeights: p.InitialWeights, Weights: p.Weights, Rounds: p.Rounds, Groups: p.Groups,
+		Attempts: p.Attempts, PoolReport: p.PoolReport, Round: p.Round, Summaries: p.Summaries, HeartbeatTimeout: p.Heartbeat, Priority: f.priority}
 	if _, err := api.StartTrain(ctx, c, in); err != nil {
 		return fmt.Errorf("start workflow %s on %s: %w", id, e.Temporal, err)
 	}
-	if in.Round == 1 && len(in.Summaries) == 0 && !exists {
+	if !p.Resumed {
 		fmt.Fprintf(out, "started run %s: harness %s (digest %s), weights %s, %d rounds of %d groups × %d attempts\n",
 			f.run, h.Name, h.Digest, f.weights, in.Rounds, in.Groups, in.Attempts)
 	}
 	return follow(ctx, out, c, s, e, id, f.run, f.detach, f.stopFile)
-}
-
-// resumeInput continues an existing run that is not running: from the
-// round after its last completed one, with the weights that round left.
-// Episodes, reports and weights already stored are found and kept.
-func resumeInput(ctx context.Context, out io.Writer, s *store.Store, h schemas.Harness, f trainFlags, src runs.Weights) (api.TrainInput, error) {
-	l := schemas.Layout{Run: f.run}
-	var in api.TrainInput
-	spec, st, err := runs.Load(ctx, s, f.run)
-	if err != nil {
-		return in, err
-	}
-	if !src.Empty() {
-		same, err := runs.SameWeights(ctx, s, l.Weights("w0"), src)
-		if err != nil {
-			return in, err
-		}
-		if !same {
-			return in, fmt.Errorf("run %s started from other weights than --weights %s (they differ from s3://%s/%s): resume without --weights, or pass --replace to start over from these", f.run, f.weights, s.Bucket, l.Weights("w0"))
-		}
-	}
-	if f.set["pool-report"] {
-		return in, fmt.Errorf("--pool-report applies to a new run; run %s exists: resume without it, or pass --replace", f.run)
-	}
-	in = api.TrainInput{Run: f.run, Harness: h, InitialWeights: "w0", Weights: st.Weights, Rounds: spec.Rounds,
-		Groups: spec.Groups, Attempts: spec.Attempts, Round: st.RoundsDone + 1, Summaries: st.Summaries,
-		HeartbeatTimeout: spec.HeartbeatTimeout.D()}
-	if in.Round == 1 {
-		in.PoolReport = spec.PoolReport
-	}
-	for flag, v := range map[string]*int{"groups": &in.Groups, "attempts": &in.Attempts} {
-		if f.set[flag] {
-			*v = map[string]int{"groups": f.groups, "attempts": f.attempts}[flag]
-		}
-	}
-	if f.set["rounds"] {
-		in.Rounds = int32(f.rounds)
-	}
-	if f.set["heartbeat-timeout"] {
-		in.HeartbeatTimeout = f.heartbeat
-	}
-	if st.RoundsDone >= in.Rounds && !st.Stopped {
-		return in, fmt.Errorf("run %s finished its %d rounds: pass --rounds N (N > %d) to continue it, or --replace to start over", f.run, st.RoundsDone, st.RoundsDone)
-	}
-	if old, ok, _ := runs.ReadHarness(ctx, s, f.run); ok && old.Digest != h.Digest {
-		fmt.Fprintf(out, "harness changed since the run started (digest %s → %s); resuming with %s\n", old.Digest, h.Digest, f.config)
-	}
-	if err := runs.ClearStop(ctx, s, f.run); err != nil {
-		return in, err
-	}
-	fmt.Fprintf(out, "resuming run %s at round %d/%d from weights %s (%d rounds done)\n", f.run, in.Round, in.Rounds, in.Weights, st.RoundsDone)
-	return in, nil
-}
-
-// checkPool parses a pool report and checks it against the harness and
-// the starting weights (report.CheckPool); s is nil for local weights.
-func checkPool(ctx context.Context, s *store.Store, f trainFlags, h schemas.Harness, src runs.Weights, pool []byte) error {
-	var rep schemas.Report
-	if err := json.Unmarshal(pool, &rep); err != nil || len(rep.Tasks) == 0 {
-		return fmt.Errorf("--pool-report %s is not a report.json with tasks (%v): pass eval/<tag>/report.json of a validation", f.poolReport, err)
-	}
-	var desc []schemas.WeightsFile
-	if !src.Empty() {
-		var err error
-		if desc, err = src.Describe(ctx, s); err != nil {
-			return err
-		}
-	}
-	if err := report.CheckPool(rep, desc, h, f.poolAnyWeights); err != nil {
-		return fmt.Errorf("--pool-report %s %w", f.poolReport, err)
-	}
-	return nil
 }
 
 func uiURL(e *connect.Endpoints, id string) string {

@@ -18,6 +18,20 @@ type Shard struct{ I, N int }
 
 func (s Shard) String() string { return fmt.Sprintf("%d/%d", s.I, s.N) }
 
+// ParseShard reads --shard i/n; "" is the whole split.
+func ParseShard(s string) (Shard, error) {
+	if s == "" {
+		return Shard{I: 0, N: 1}, nil
+	}
+	a, b, ok := strings.Cut(s, "/")
+	i, err1 := strconv.Atoi(strings.TrimSpace(a))
+	n, err2 := strconv.Atoi(strings.TrimSpace(b))
+	if !ok || err1 != nil || err2 != nil || n < 1 || i < 0 || i >= n {
+		return Shard{}, fmt.Errorf("--shard %q: write i/n with 0 ≤ i < n, e.g. --shard 0/8 for the first of 8 shards (omit it for the whole split)", s)
+	}
+	return Shard{I: i, N: n}, nil
+}
+
 // ShardFile is a stored shard report of a tag.
 type ShardFile struct {
 	Key  string

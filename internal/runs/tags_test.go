@@ -59,3 +59,22 @@ func TestPlanTag(t *testing.T) {
 		}
 	}
 }
+
+func TestParseShard(t *testing.T) {
+	for in, want := range map[string]Shard{"": {I: 0, N: 1}, "0/1": {I: 0, N: 1}, "0/2": {I: 0, N: 2}, "7/8": {I: 7, N: 8}, " 1 / 3 ": {I: 1, N: 3}} {
+		got, err := ParseShard(in)
+		if err != nil || got != want {
+			t.Errorf("ParseShard(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"2/2", "x", "0/0", "-1/2", "1/", "/2", "1/2/3", "1", "a/b"} {
+		_, err := ParseShard(in)
+		if err == nil {
+			t.Errorf("ParseShard(%q): no error", in)
+			continue
+		}
+		if msg := err.Error(); !strings.Contains(msg, "--shard") || !strings.Contains(msg, "0/8") || strings.Contains(msg, "\n") {
+			t.Errorf("ParseShard(%q): %q is not a one-line error naming the flag and an example", in, msg)
+		}
+	}
+}

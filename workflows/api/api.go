@@ -1,10 +1,11 @@
 // Package api is the contract of Roundhouse's workflows, what a client
 // needs to start, follow, signal and find them without their code: task
 // queues, search attributes, and per workflow family (train.go, eval.go,
-// sweep.go, episodes.go) the registered workflow type name, workflow ids,
-// signal and query names, and input, result and progress types. client.go
-// holds the client-side helpers (starting, querying progress, stopping,
-// registering search attributes).
+// sweep.go, episodes.go, fleet.go) the registered workflow type name,
+// workflow ids, signal and query names, and input, result and progress
+// types. The client code that uses it: client.go starts, queries and stops
+// workflows and registers search attributes, runs.go lists and describes
+// training runs, schedule.go makes and drives sweeps' schedules.
 //
 // The workflow bodies live in package workflows, which imports this one.
 // They are apart so that a client (the starter) does not link the

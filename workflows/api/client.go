@@ -78,25 +78,6 @@ func StartEval(ctx context.Context, c client.Client, in EvalInput) (client.Workf
 	}, EvalWorkflow, in)
 }
 
-// CreateSweep creates the schedule of sweep in.Name, which starts a Sweep
-// workflow at the times of spec (said as when, e.g. "every 6h").
-func CreateSweep(ctx context.Context, c client.Client, in SweepInput, spec client.ScheduleSpec, when string) (client.ScheduleHandle, error) {
-	id := SweepScheduleID(in.Name)
-	return c.ScheduleClient().Create(ctx, client.ScheduleOptions{
-		ID:   id,
-		Spec: spec,
-		Action: &client.ScheduleWorkflowAction{
-			ID: id, Workflow: SweepWorkflow, Args: []any{in}, TaskQueue: ControlQueue,
-			StaticSummary:         fmt.Sprintf("sweep %s: new weights of %s, evaluated in run %s on %s", in.Name, in.Source, in.Run, in.InitKey),
-			TypedSearchAttributes: temporal.NewSearchAttributes(KindAttr.ValueSet("sweep"), RunAttr.ValueSet(in.Run)),
-		},
-		// A sweep due while the last one runs would evaluate the same
-		// weights twice: skip it.
-		Overlap: enumspb.SCHEDULE_OVERLAP_POLICY_SKIP,
-		Memo:    map[string]any{SweepMemoSource: in.Source, SweepMemoRun: in.Run, SweepMemoWhen: when, SweepMemoInitKey: in.InitKey},
-	})
-}
-
 // RequestStop sends a run's train workflow the stop signal.
 func RequestStop(ctx context.Context, c client.Client, run, reason string) error {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
