@@ -41,16 +41,16 @@ type Trainer struct {
 
 // TrainInput is one training update: batch + input weights → output weights.
 type TrainInput struct {
-	Run        string
-	Round      int32
-	BatchKey   string
-	WeightsIn  string
-	WeightsOut string
+	Run          string
+	Round        int32
+	BatchKey     string
+	WeightsID    string `json:"WeightsIn"`
+	NewWeightsID string `json:"WeightsOut"`
 }
 
 // Label names the update where a failed attempt is shown (internal/failnote).
 func (in TrainInput) Label() string {
-	return fmt.Sprintf("round %d, %s → %s", in.Round, in.WeightsIn, in.WeightsOut)
+	return fmt.Sprintf("round %d, %s → %s", in.Round, in.WeightsID, in.NewWeightsID)
 }
 
 // Train runs the trainer as a subprocess (torchrun in real use) in its own
@@ -66,7 +66,7 @@ func (t *Trainer) Train(ctx context.Context, in TrainInput) (schemas.TrainerMetr
 		return m, err
 	}
 	l := schemas.Layout{Run: in.Run}
-	outPrefix := l.Weights(in.WeightsOut)
+	outPrefix := l.Weights(in.NewWeightsID)
 	if man, err := weights.Read(ctx, t.Store, outPrefix); err == nil {
 		if err := weights.Verify(ctx, t.Store, outPrefix, man); err == nil {
 			return man.Metrics, nil
@@ -117,7 +117,7 @@ func (t *Trainer) Train(ctx context.Context, in TrainInput) (schemas.TrainerMetr
 	if fetched.Images > 0 {
 		activity.GetLogger(ctx).Info("trainer images", "images", fetched.Images, "downloaded", fetched.Downloaded, "bytes", fetched.Bytes)
 	}
-	if _, err := weights.Fetch(ctx, t.Store, l.Weights(in.WeightsIn), inDir); err != nil {
+	if _, err := weights.Fetch(ctx, t.Store, l.Weights(in.WeightsID), inDir); err != nil {
 		return m, err
 	}
 	args, err := harness.FillArgs(h.Trainer.Command, vars)
@@ -135,7 +135,7 @@ func (t *Trainer) Train(ctx context.Context, in TrainInput) (schemas.TrainerMetr
 	logKey := l.TrainerLog(in.Round, try)
 	lastUpload := time.Now()
 	pctx, span := tracer.Start(ctx, "trainer", trace.WithAttributes(attribute.Int("round", int(in.Round)),
-		attribute.String("weights.in", in.WeightsIn), attribute.String("weights.out", in.WeightsOut)))
+		attribute.String("weights.in", in.WeightsID), attribute.String("weights.out", in.NewWeightsID)))
 	steps := stepClock{start: time.Now()}
 	beat := func() {
 		line := lastLine(logPath)
@@ -207,13 +207,13 @@ func (t *Trainer) Train(ctx context.Context, in TrainInput) (schemas.TrainerMetr
 	// with, and a try that loses returns what was published.
 	info := activity.GetInfo(ctx)
 	dirName := schemas.TryID(info.Attempt-1, info.WorkflowExecution.RunID) + "/"
-	pub, created, err := weights.Publish(ctx, t.Store, outPrefix, files, schemas.WeightsManifest{WeightsID: in.WeightsOut, Metrics: m, Dir: dirName})
+	pub, created, err := weights.Publish(ctx, t.Store, outPrefix, files, schemas.WeightsManifest{WeightsID: in.NewWeightsID, Metrics: m, Dir: dirName})
 	if err != nil {
 		return m, err
 	}
 	if !created {
 		activity.GetLogger(ctx).Warn("another trainer try published these weights first; this try's output stays unused",
-			"weights", in.WeightsOut, "published", pub.Dir, "unused", dirName)
+			"weights", in.NewWeightsID, "published", pub.Dir, "unused", dirName)
 	}
 	return pub.Metrics, nil
 }

@@ -75,7 +75,7 @@ func TestTrainPublishesAndVerifies(t *testing.T) {
 		aenv := env.NewTestActivityEnvironment()
 		aenv.RegisterActivity(&activities.Trainer{Store: s, WorkDir: filepath.Join(dir, "work")})
 		var tr *activities.Trainer
-		v, err := aenv.ExecuteActivity(tr.Train, activities.TrainInput{Run: run, Round: 1, BatchKey: schemas.Layout{Run: run}.Batch(1), WeightsIn: "w0", WeightsOut: "r1"})
+		v, err := aenv.ExecuteActivity(tr.Train, activities.TrainInput{Run: run, Round: 1, BatchKey: schemas.Layout{Run: run}.Batch(1), WeightsID: "w0", NewWeightsID: "r1"})
 		var m schemas.TrainerMetrics
 		if err == nil {
 			err = v.Get(&m)
@@ -255,7 +255,7 @@ func TestTrainFetchesImages(t *testing.T) {
 		aenv := env.NewTestActivityEnvironment()
 		aenv.RegisterActivity(&activities.Trainer{Store: s, WorkDir: filepath.Join(dir, "work")})
 		var tr *activities.Trainer
-		_, err := aenv.ExecuteActivity(tr.Train, activities.TrainInput{Run: name, Round: 1, BatchKey: l.Batch(1), WeightsIn: "w0", WeightsOut: "r1"})
+		_, err := aenv.ExecuteActivity(tr.Train, activities.TrainInput{Run: name, Round: 1, BatchKey: l.Batch(1), WeightsID: "w0", NewWeightsID: "r1"})
 		return err
 	}
 

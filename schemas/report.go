@@ -102,9 +102,9 @@ func (r TaskResult) InvalidShare() float64 {
 // workflow result carry it.
 type RoundSummary struct {
 	Round      int32   `json:"round"`
-	WeightsIn  string  `json:"weights_in"`
-	WeightsOut string  `json:"weights_out"`
-	ValSuccess float64 `json:"val_success"` // validation success rate of WeightsIn (-1 when not validated)
+	WeightsID  string  `json:"weights_in"`
+	NewWeightsID string  `json:"weights_out"`
+	ValSuccess float64 `json:"val_success"` // validation success rate of WeightsID (-1 when not validated)
 	PoolTasks  []int32 `json:"pool_tasks"`
 	// The collection's counts; InvalidByCause also counts "lost" episodes
 	// whose activity failed for good and left no record.
@@ -189,8 +189,8 @@ type BatchSummary struct {
 type State struct {
 	Run             string         `json:"run"`
 	Harness         string         `json:"harness"`
-	InitialWeights  string         `json:"initial_weights"`
-	Weights         string         `json:"weights"`
+	InitialWeightsID  string         `json:"initial_weights"`
+	WeightsID         string         `json:"weights"`
 	RoundsDone      int32          `json:"rounds_done"`
 	Rounds          int32          `json:"rounds"`
 	Summaries       []RoundSummary `json:"summaries"`

@@ -15,14 +15,14 @@ import (
 
 func TestPrintDiagnostics(t *testing.T) {
 	sums := []schemas.RoundSummary{
-		{Round: 1, WeightsIn: "w0", WeightsOut: "r1", ValSuccess: 0.3,
+		{Round: 1, WeightsID: "w0", NewWeightsID: "r1", ValSuccess: 0.3,
 			BatchSummary: schemas.BatchSummary{Episodes: 36, Valid: 34, Invalid: 2, InvalidByCause: map[string]int{"timeout": 1, "infrastructure": 1},
 				Successes: 20, Groups: 6, GroupsWithSignal: 4, Calls: 200, UntrainableCalls: 10, Samples: 90, Images: 12, ImageRefs: 90,
 				TaskFailuresByReason: map[string]int{"max_turns": 3, "finish_claimed": 7}},
 			Trainer: schemas.TrainerMetrics{Loss: 0.0123, LogprobMismatch: 1e-8, LogprobMismatchMax: 3.5e-7, DriftShare: 0.25, Steps: 2}},
 		// Round 2: 4 timeouts and 2 lost of 20 attempted (30 %) is over the
 		// 20 % limit; its validation has counts, so an interval.
-		{Round: 2, WeightsIn: "r1", WeightsOut: "r2", ValSuccess: 0.5, Val: &schemas.TaskResult{Episodes: 30, Valid: 30, Successes: 15},
+		{Round: 2, WeightsID: "r1", NewWeightsID: "r2", ValSuccess: 0.5, Val: &schemas.TaskResult{Episodes: 30, Valid: 30, Successes: 15},
 			BatchSummary: schemas.BatchSummary{Episodes: 18, Valid: 14, Invalid: 4, Successes: 7, InvalidByCause: map[string]int{"timeout": 4, "lost": 2}}},
 	}
 	var out bytes.Buffer

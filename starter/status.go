@@ -178,7 +178,7 @@ func renderList(out io.Writer, views []api.RunView) {
 // renderDetail is one run: its state, the current phase, the running
 // chunks, and the per-round table.
 func renderDetail(out io.Writer, v api.RunView) {
-	fmt.Fprintf(out, "run %s: %s, round %s, phase %s, weights %s\n", v.Run, v.Status, roundOf(v), dash(v.Phase), dash(v.Weights))
+	fmt.Fprintf(out, "run %s: %s, round %s, phase %s, weights %s\n", v.Run, v.Status, roundOf(v), dash(v.Phase), dash(v.WeightsID))
 	if v.Live {
 		e := v.Episodes
 		fmt.Fprintf(out, "episodes:   %s  valid %d, successes %s, lost %d, skipped %d\n", bar(e.Done, e.Total), e.Valid, successOf(v), e.Lost, e.Skipped)

@@ -91,20 +91,20 @@ func rowOf(t *testing.T, table, run string) []string {
 }
 
 func TestStatusRows(t *testing.T) {
-	sums := []schemas.RoundSummary{{Round: 1, ValSuccess: 0.3, WeightsIn: "w0", WeightsOut: "r1", Val: &schemas.TaskResult{Successes: 9, Valid: 30, SuccessRate: 0.3}},
-		{Round: 2, ValSuccess: 0.5, WeightsIn: "r1", WeightsOut: "r2"}}
+	sums := []schemas.RoundSummary{{Round: 1, ValSuccess: 0.3, WeightsID: "w0", NewWeightsID: "r1", Val: &schemas.TaskResult{Successes: 9, Valid: 30, SuccessRate: 0.3}},
+		{Round: 2, ValSuccess: 0.5, WeightsID: "r1", NewWeightsID: "r2"}}
 	long := "round 2 training: activity error (type: Train, scheduledEventID: 31, activityID: 31, identity: host-1):\ntrainer exited with status 1: CUDA out of memory. Tried to allocate 20.00 GiB (GPU 0; 79.15 GiB total capacity)"
 
 	// The views as api.ListRuns gives them (api.TestRunViews): running
 	// and stopping from the progress query, the others closed.
 	running := api.RunView{Run: "r-running", Status: "running", Round: 2, Rounds: 3, Phase: "train", Episodes: api.Tally{Total: 10, Done: 4, Valid: 3, Successes: 2},
-		Live: true, Val: 0.3, ValCounts: sums[0].Val, Weights: "r1", Children: []string{"chunk-0"}, Summaries: sums[:1]}
+		Live: true, Val: 0.3, ValCounts: sums[0].Val, WeightsID: "r1", Children: []string{"chunk-0"}, Summaries: sums[:1]}
 	stopping := api.RunView{Run: "r-stopping", Status: "stopping", Round: 1, Rounds: 2, Phase: "train", Episodes: api.Tally{Total: 8, Done: 8, Valid: 8, Successes: 8}, Live: true, Val: -1}
 	completed := api.RunView{Run: "r-completed", Status: "completed", Round: 2, Rounds: 2, Phase: "done", Val: 0.7, ValCounts: &schemas.TaskResult{Successes: 14, Valid: 20, SuccessRate: 0.7},
-		FinalVal: true, Weights: "r2", Summaries: sums}
+		FinalVal: true, WeightsID: "r2", Summaries: sums}
 	stopped := api.RunView{Run: "r-stopped", Status: "stopped", Round: 2, Rounds: 4, Phase: "done", Val: 0.5, Summaries: sums[:1]}
-	failed := api.RunView{Run: "r-failed", Status: "failed", Round: 2, Rounds: 2, Phase: "done", Val: 0.5, Weights: "r1", Err: long, Summaries: sums[:1]}
-	canceled := api.RunView{Run: "r-canceled", Status: "canceled", Round: 2, Rounds: 2, Phase: "done", Val: 0.5, Weights: "r1", Summaries: sums[:1]}
+	failed := api.RunView{Run: "r-failed", Status: "failed", Round: 2, Rounds: 2, Phase: "done", Val: 0.5, WeightsID: "r1", Err: long, Summaries: sums[:1]}
+	canceled := api.RunView{Run: "r-canceled", Status: "canceled", Round: 2, Rounds: 2, Phase: "done", Val: 0.5, WeightsID: "r1", Summaries: sums[:1]}
 	terminated := api.RunView{Run: "r-terminated", Status: "terminated", Round: 2, Phase: "done", Val: 0.5, Err: "terminated: operator: wrong harness"}
 
 	var b bytes.Buffer

@@ -138,7 +138,7 @@ func train(ctx context.Context, out io.Writer, e *connect.Endpoints, f trainFlag
 	if err != nil {
 		return err
 	}
-	in := api.TrainInput{Run: f.run, Harness: h, InitialWeights: p.InitialWeights, Weights: p.Weights, Rounds: p.Rounds, Groups: p.Groups,
+	in := api.TrainInput{Run: f.run, Harness: h, InitialWeightsID: p.InitialWeights, WeightsID: p.Weights, Rounds: p.Rounds, Groups: p.Groups,
 		Attempts: p.Attempts, PoolReport: p.PoolReport, Round: p.Round, Summaries: p.Summaries, HeartbeatTimeout: p.Heartbeat, Priority: f.priority}
 	if _, err := api.StartTrain(ctx, c, in); err != nil {
 		return fmt.Errorf("start workflow %s on %s: %w", id, e.Temporal, err)
@@ -210,15 +210,15 @@ func printResult(out io.Writer, bucket, run string, res api.TrainResult) {
 	}
 	switch v := res.FinalVal; {
 	case v != nil:
-		fmt.Fprintf(out, "final validation success (weights %s): %d/%d %s over valid, %s over attempted\n", res.FinalWeights,
+		fmt.Fprintf(out, "final validation success (weights %s): %d/%d %s over valid, %s over attempted\n", res.FinalWeightsID,
 			v.Successes, v.Valid, stats.Rate(v.Successes, v.Valid), stats.Rate(v.Successes, v.Attempted()))
 		if w := finalValWarning(*v, lastLimit(res.Summaries)); w != "" {
 			fmt.Fprintln(out, w)
 		}
 	case res.FinalValSuccess >= 0: // a result from before counts were kept
-		fmt.Fprintf(out, "final validation success (weights %s): %.1f%%\n", res.FinalWeights, 100*res.FinalValSuccess)
+		fmt.Fprintf(out, "final validation success (weights %s): %.1f%%\n", res.FinalWeightsID, 100*res.FinalValSuccess)
 	}
-	fmt.Fprintf(out, "final weights: s3://%s/%s\n", bucket, schemas.Layout{Run: run}.Weights(res.FinalWeights))
+	fmt.Fprintf(out, "final weights: s3://%s/%s\n", bucket, schemas.Layout{Run: run}.Weights(res.FinalWeightsID))
 }
 
 // followUntil prints progress lines — line() every 2 s, when it changed and is
@@ -261,7 +261,7 @@ func printSummaries(out io.Writer, ss []schemas.RoundSummary) {
 	fmt.Fprintln(tw, "round\tval success [95% CI]\tcollection success / valid\tsuccess / attempted\tinvalid + lost\tgroups w/ signal\tsamples\tweights in\tnew weights\t")
 	for _, r := range ss {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d/%d\t%d/%d\t%d\t%s\t%s\t\n", r.Round, report.ValRate(r), stats.Rate(r.Successes, r.Valid),
-			stats.Rate(r.Successes, r.Attempted()), r.Attempted()-r.Valid, r.Attempted(), r.GroupsWithSignal, r.Groups, r.Samples, r.WeightsIn, r.WeightsOut)
+			stats.Rate(r.Successes, r.Attempted()), r.Attempted()-r.Valid, r.Attempted(), r.GroupsWithSignal, r.Groups, r.Samples, r.WeightsID, r.NewWeightsID)
 	}
 	tw.Flush()
 	for _, r := range ss {

@@ -172,7 +172,7 @@ func TestRunDirSaysWhereRunsLive(t *testing.T) {
 // The end of `starter train`: the final validation with its counts and
 // both denominators, loud when too many of its episodes did not count.
 func TestPrintResult(t *testing.T) {
-	res := api.TrainResult{FinalWeights: "r2", FinalValSuccess: 29.0 / 33,
+	res := api.TrainResult{FinalWeightsID: "r2", FinalValSuccess: 29.0 / 33,
 		FinalVal: &schemas.TaskResult{Episodes: 33, Valid: 33, Successes: 29, Lost: 2}}
 	var out bytes.Buffer
 	printResult(&out, "b", "demo", res)

@@ -119,7 +119,7 @@ func TestRoundTelemetry(t *testing.T) {
 	if err := api.RegisterSearchAttributes(ctx, c, "default"); err != nil {
 		t.Fatal(err)
 	}
-	in := api.TrainInput{Run: run, Harness: h, InitialWeights: "w0", Weights: "w0", Rounds: 1,
+	in := api.TrainInput{Run: run, Harness: h, InitialWeightsID: "w0", WeightsID: "w0", Rounds: 1,
 		Groups: groups, Attempts: attempts, Round: 1, HeartbeatTimeout: 30 * time.Second}
 	started := time.Now()
 	wr, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: api.WorkflowID(run), TaskQueue: api.ControlQueue,

@@ -175,8 +175,8 @@ func TestTrainSurvivesWorkerKill(t *testing.T) {
 		if err != nil {
 			t.Errorf("round 1 trained on %d samples but weights r1 are missing: %v", sum.Samples, err)
 		}
-		if sum.WeightsOut != "r1" {
-			t.Errorf("weights out = %q, want r1", sum.WeightsOut)
+		if sum.NewWeightsID != "r1" {
+			t.Errorf("weights out = %q, want r1", sum.NewWeightsID)
 		}
 	}
 	if ok, _ := stack.Store.Exists(ctx, l.State()); !ok {

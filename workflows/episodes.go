@@ -30,7 +30,7 @@ func Episodes(ctx workflow.Context, in api.EpisodesInput) (api.Tally, error) {
 	// rule 5); histories from before did not tell it.
 	c.backlog = c.routed && workflow.GetVersion(ctx, "backlog-to-fleet", workflow.DefaultVersion, 1) == 1
 	if c.routed {
-		queue = api.WeightsQueue(fleet.Key(in.Run, in.Weights))
+		queue = api.WeightsQueue(fleet.Key(in.Run, in.WeightsID))
 		if err := c.tellDemand(); err != nil {
 			return c.t, err
 		}
@@ -106,7 +106,7 @@ func (c *chunkRun) tellDemand() error {
 	if prio == 0 {
 		prio = fleet.EvalPriority
 	}
-	c.demand.Demand = fleet.Demand{Key: workflow.GetInfo(c.ctx).WorkflowExecution.ID, Run: in.Run, Weights: fleet.Key(in.Run, in.Weights),
+	c.demand.Demand = fleet.Demand{Key: workflow.GetInfo(c.ctx).WorkflowExecution.ID, Run: in.Run, Weights: fleet.Key(in.Run, in.WeightsID),
 		Priority: prio, Episodes: len(in.Cells), PerHost: in.PerHost}
 	return tellFleet(c.ctx, c.demand)
 }
@@ -132,8 +132,8 @@ func (c *chunkRun) stopWhenUnservable(stopEpisodes func()) {
 		var u api.Unservable
 		workflow.GetSignalChannel(ctx, api.UnservableSignal).Receive(ctx, &u)
 		if u.Weights == c.demand.Demand.Weights && c.t.Unservable == "" {
-			c.t.Unservable = fmt.Sprintf("weights %s could not be loaded on any rollout host: %s", c.in.Weights, u.Cause)
-			workflow.GetLogger(ctx).Error("episodes stopped: weights unservable", "weights", c.in.Weights, "cause", u.Cause)
+			c.t.Unservable = fmt.Sprintf("weights %s could not be loaded on any rollout host: %s", c.in.WeightsID, u.Cause)
+			workflow.GetLogger(ctx).Error("episodes stopped: weights unservable", "weights", c.in.WeightsID, "cause", u.Cause)
 			stopEpisodes()
 		}
 	})
@@ -205,7 +205,7 @@ func (c *chunkRun) run(cell api.Cell, retryBase int32) {
 	var rollout *activities.Rollout
 	f := workflow.ExecuteActivity(ectx, rollout.RunEpisode, activities.EpisodeInput{
 		Run: in.Run, Round: in.Round, Phase: in.Phase, Group: cell.Group, Attempt: cell.Attempt,
-		Task: cell.Task, InitID: cell.InitID, WeightsID: in.Weights, InfraTries: in.InfraTries, RetryBase: retryBase,
+		Task: cell.Task, InitID: cell.InitID, WeightsID: in.WeightsID, InfraTries: in.InfraTries, RetryBase: retryBase,
 	})
 	c.sel.AddFuture(f, func(f workflow.Future) { c.finish(id, f) })
 }
@@ -357,7 +357,7 @@ type phaseRun struct {
 	Run        string
 	Round      int32
 	Phase      string
-	Weights    string
+	WeightsID    string
 	Harness    schemas.Harness
 	Heartbeat  time.Duration   // 0: 30s
 	Priority   int             // in the fleet; 0: fleet.EvalPriority
@@ -387,12 +387,12 @@ func runEpisodes(ctx workflow.Context, p phaseRun, cells []api.Cell, running map
 		cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
 			WorkflowID:    id,
 			TaskQueue:     api.ControlQueue,
-			StaticSummary: fmt.Sprintf("run %s round %d %s: episodes %d–%d of %d, weights %s", p.Run, p.Round, p.Phase, start, start+len(chunk)-1, len(cells), p.Weights),
+			StaticSummary: fmt.Sprintf("run %s round %d %s: episodes %d–%d of %d, weights %s", p.Run, p.Round, p.Phase, start, start+len(chunk)-1, len(cells), p.WeightsID),
 			TypedSearchAttributes: temporal.NewSearchAttributes(api.RunAttr.ValueSet(p.Run), api.KindAttr.ValueSet("episodes"),
-				api.RoundAttr.ValueSet(int64(p.Round)), api.PhaseAttr.ValueSet(p.Phase), api.WeightsAttr.ValueSet(p.Weights)),
+				api.RoundAttr.ValueSet(int64(p.Round)), api.PhaseAttr.ValueSet(p.Phase), api.WeightsAttr.ValueSet(p.WeightsID)),
 		})
 		f := workflow.ExecuteChildWorkflow(cctx, Episodes, api.EpisodesInput{
-			Run: p.Run, Round: p.Round, Phase: p.Phase, Weights: p.Weights, Cells: chunk,
+			Run: p.Run, Round: p.Round, Phase: p.Phase, WeightsID: p.WeightsID, Cells: chunk,
 			InfraTries:   int32(h.Collect.InfraRetries + 1),
 			StartToClose: h.Episode.Timeout.D() + startTimeouts(h) + 5*time.Minute,
 			Heartbeat:    hb,

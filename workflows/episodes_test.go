@@ -59,7 +59,7 @@ func corruptEnv(t *testing.T, corrupt string, refuseBelow int32) (api.Tally, []a
 	for g := range int32(3) {
 		cells = append(cells, api.Cell{Group: g, Task: schemas.Task{ID: 1, Name: "b"}, InitID: 11})
 	}
-	env.ExecuteWorkflow(Episodes, api.EpisodesInput{Run: "r", Round: 1, Phase: schemas.PhaseTrain, Weights: "w0", Cells: cells, InfraTries: 2,
+	env.ExecuteWorkflow(Episodes, api.EpisodesInput{Run: "r", Round: 1, Phase: schemas.PhaseTrain, WeightsID: "w0", Cells: cells, InfraTries: 2,
 		StartToClose: time.Minute, Heartbeat: 10 * time.Second})
 	if err := env.GetWorkflowError(); err != nil {
 		t.Fatalf("episodes failed: %v", err)

@@ -60,7 +60,7 @@ func Eval(ctx workflow.Context, in api.EvalInput) (schemas.Report, error) {
 	fails = watchFailures(ctx, details)
 	note = watchFleetNotes(ctx, details, false)
 	started := workflow.GetInfo(ctx).WorkflowStartTime.UnixMilli()
-	t := runEpisodes(ctx, phaseRun{Run: in.Run, Phase: phase, Weights: in.WeightsID, Harness: h, Heartbeat: in.Heartbeat,
+	t := runEpisodes(ctx, phaseRun{Run: in.Run, Phase: phase, WeightsID: in.WeightsID, Harness: h, Heartbeat: in.Heartbeat,
 		Priority: cmp.Or(in.Priority, fleet.EvalPriority), OnProgress: func(t api.Tally) { prog.Episodes = t; note.fromChunk(t); details() }}, cells, running)
 	if t.Unservable != "" {
 		return rep, fmt.Errorf("eval %s: %s", in.Tag, t.Unservable)

@@ -145,7 +145,7 @@ func TestUnservableStopsEpisodes(t *testing.T) {
 		env.SignalWorkflow(api.UnservableSignal, api.Unservable{Weights: "r/w0", Cause: "h1: out of memory"})
 	}, time.Minute)
 	cells := []api.Cell{{Task: schemas.Task{ID: 0, Name: "a"}, InitID: 1}, {Task: schemas.Task{ID: 0, Name: "a"}, InitID: 2, Group: 1}}
-	env.ExecuteWorkflow(Episodes, api.EpisodesInput{Run: "r", Round: 1, Phase: schemas.PhaseTrain, Weights: "w0", Cells: cells,
+	env.ExecuteWorkflow(Episodes, api.EpisodesInput{Run: "r", Round: 1, Phase: schemas.PhaseTrain, WeightsID: "w0", Cells: cells,
 		InfraTries: 1, StartToClose: 2 * time.Hour, Heartbeat: time.Minute, Priority: fleet.TrainPriority})
 	var tl api.Tally
 	if err := env.GetWorkflowResult(&tl); err != nil {
@@ -176,7 +176,7 @@ func TestEpisodesTellWhatIsLeft(t *testing.T) {
 	}
 	env.OnActivity(rec.Publish, mock.Anything, mock.Anything).Return(activities.PublishResult{}, nil)
 	demands := recordDemands(env)
-	env.ExecuteWorkflow(Episodes, api.EpisodesInput{Run: "r", Round: 1, Phase: schemas.PhaseTrain, Weights: "w0",
+	env.ExecuteWorkflow(Episodes, api.EpisodesInput{Run: "r", Round: 1, Phase: schemas.PhaseTrain, WeightsID: "w0",
 		Cells: cells, InfraTries: 1, StartToClose: time.Hour, Heartbeat: time.Minute})
 	if err := env.GetWorkflowError(); err != nil {
 		t.Fatal(err)
@@ -241,7 +241,7 @@ func TestDemandEndsWithAgain(t *testing.T) {
 	env.OnActivity(ro.RunEpisode, mock.Anything, mock.Anything).Return(activities.EpisodeResult{Valid: true, Try: "try0-x"}, nil)
 	env.OnActivity(rec.Publish, mock.Anything, mock.Anything).Return(activities.PublishResult{}, nil)
 	demands := recordDemands(env)
-	env.ExecuteWorkflow(Episodes, api.EpisodesInput{Run: "r", Round: 1, Phase: schemas.PhaseVal, Weights: "w0",
+	env.ExecuteWorkflow(Episodes, api.EpisodesInput{Run: "r", Round: 1, Phase: schemas.PhaseVal, WeightsID: "w0",
 		Cells: []api.Cell{{Task: schemas.Task{ID: 0, Name: "a"}, InitID: 45}}, InfraTries: 1, StartToClose: time.Hour, Heartbeat: time.Minute, Again: true})
 	if err := env.GetWorkflowError(); err != nil {
 		t.Fatal(err)
@@ -306,7 +306,7 @@ func notesParent(ctx workflow.Context, cells []api.Cell) (string, error) {
 	if err := workflow.SetQueryHandler(ctx, "note", func() (string, error) { return note.text, nil }); err != nil {
 		return "", err
 	}
-	runEpisodes(ctx, phaseRun{Run: "r", Round: 1, Phase: schemas.PhaseTrain, Weights: "w0", Harness: testHarness(),
+	runEpisodes(ctx, phaseRun{Run: "r", Round: 1, Phase: schemas.PhaseTrain, WeightsID: "w0", Harness: testHarness(),
 		OnProgress: func(tl api.Tally) { note.fromChunk(tl) }}, cells, map[string]bool{})
 	return note.text, nil
 }

@@ -34,7 +34,7 @@ type tracker struct {
 
 func newTracker(ctx workflow.Context, in api.TrainInput) *tracker {
 	t := &tracker{ctx: ctx, in: in, running: map[string]bool{},
-		prog: &api.Progress{Run: in.Run, Round: in.Round, Rounds: in.Rounds, Weights: in.Weights, Summaries: in.Summaries}}
+		prog: &api.Progress{Run: in.Run, Round: in.Round, Rounds: in.Rounds, WeightsID: in.WeightsID, Summaries: in.Summaries}}
 	stop := workflow.GetSignalChannel(ctx, api.StopSignal)
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		var why string
@@ -49,7 +49,7 @@ func newTracker(ctx workflow.Context, in api.TrainInput) *tracker {
 	})
 	t.fails = watchFailures(ctx, t.update)
 	t.fleet = watchFleetNotes(ctx, t.update, false)
-	t.upsert(api.KindAttr.ValueSet("train"), api.RunAttr.ValueSet(in.Run), api.RoundAttr.ValueSet(int64(in.Round)), api.WeightsAttr.ValueSet(in.Weights))
+	t.upsert(api.KindAttr.ValueSet("train"), api.RunAttr.ValueSet(in.Run), api.RoundAttr.ValueSet(int64(in.Round)), api.WeightsAttr.ValueSet(in.WeightsID))
 	t.update()
 	return t
 }
@@ -63,7 +63,7 @@ func (t *tracker) phase(p string) {
 
 // weights records the weights the run has reached.
 func (t *tracker) weights(id string) {
-	t.prog.Weights = id
+	t.prog.WeightsID = id
 	t.upsert(api.WeightsAttr.ValueSet(id))
 	t.update()
 }
@@ -80,7 +80,7 @@ func (t *tracker) episodes(phase string, round int32, weights string, cells []ap
 	t.phase(phase)
 	t.epPhase = phase
 	t.prog.Episodes = api.Tally{Total: len(cells)}
-	return runEpisodes(t.ctx, phaseRun{Run: t.in.Run, Round: round, Phase: phase, Weights: weights, Harness: t.in.Harness,
+	return runEpisodes(t.ctx, phaseRun{Run: t.in.Run, Round: round, Phase: phase, WeightsID: weights, Harness: t.in.Harness,
 		Heartbeat: t.in.HeartbeatTimeout, Priority: cmp.Or(t.in.Priority, fleet.TrainPriority), Again: again, OnProgress: func(tl api.Tally) { t.prog.Episodes = tl; t.fleet.fromChunk(tl); t.update() }}, cells, t.running)
 }
 
@@ -109,7 +109,7 @@ func (t *tracker) update() {
 	if t.stopping && p.Phase != "stopped" {
 		state += " (stopping)"
 	}
-	fmt.Fprintf(&b, "**Run %s** · round %d/%d · weights %s · %s\n\n", p.Run, p.Round, p.Rounds, p.Weights, state)
+	fmt.Fprintf(&b, "**Run %s** · round %d/%d · weights %s · %s\n\n", p.Run, p.Round, p.Rounds, p.WeightsID, state)
 	b.WriteString(t.fleet.markdown())
 	b.WriteString(t.fails.markdown())
 	if e := p.Episodes; e.Total > 0 {
@@ -131,7 +131,7 @@ func (t *tracker) update() {
 		for _, s := range p.Summaries {
 			fmt.Fprintf(&b, "| %d | %s | %s | %s | %d/%d | %d | %.4f | %.2g / %.2g | %s → %s |\n", s.Round, report.ValRate(s), stats.Rate(s.Successes, s.Valid),
 				stats.Rate(s.Successes, s.Attempted()), s.Attempted()-s.Valid, s.Attempted(), s.Samples, s.Trainer.Loss,
-				s.Trainer.LogprobMismatch, s.Trainer.LogprobMismatchMax, s.WeightsIn, s.WeightsOut)
+				s.Trainer.LogprobMismatch, s.Trainer.LogprobMismatchMax, s.WeightsID, s.NewWeightsID)
 		}
 		for _, s := range p.Summaries {
 			if w := report.RoundWarning(s); w != "" {

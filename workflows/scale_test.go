@@ -430,9 +430,9 @@ func TestScaleChunks(t *testing.T) {
 		t.Errorf("%d distinct episode rows, want %d", len(seen), n)
 	}
 	res := r.Summary
-	if res.Episodes != n || res.Valid != n || res.Samples != 0 || res.WeightsOut != "w0" {
+	if res.Episodes != n || res.Valid != n || res.Samples != 0 || res.NewWeightsID != "w0" {
 		t.Errorf("round summary: %d episodes, %d valid, %d samples, weights out %q; want %d, %d, 0, w0",
-			res.Episodes, res.Valid, res.Samples, res.WeightsOut, n, n)
+			res.Episodes, res.Valid, res.Samples, res.NewWeightsID, n, n)
 	}
 	withSignal := 0
 	for _, k := range successes {

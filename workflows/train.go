@@ -33,7 +33,7 @@ func Train(ctx workflow.Context, in api.TrainInput) (api.TrainResult, error) {
 	l := schemas.Layout{Run: in.Run}
 	r := &round{ctx: ctx, in: in, t: t,
 		result: api.TrainResult{Run: in.Run, Prefix: l.Prefix(), Summaries: in.Summaries},
-		summary: schemas.RoundSummary{Round: in.Round, WeightsIn: in.Weights, ValSuccess: -1, Prefix: l.Prefix(),
+		summary: schemas.RoundSummary{Round: in.Round, WeightsID: in.WeightsID, ValSuccess: -1, Prefix: l.Prefix(),
 			MaxInvalidShare: in.Harness.Collect.InvalidLimit()}}
 
 	// 1. Validate (before round 1 without a pool report; every round when configured).
@@ -82,7 +82,7 @@ type round struct {
 func (r *round) stopped(phase string) (api.TrainResult, error) {
 	in := r.in
 	var records *activities.Records
-	state := schemas.State{Run: in.Run, Harness: in.Harness.Name, InitialWeights: in.InitialWeights, Weights: in.Weights,
+	state := schemas.State{Run: in.Run, Harness: in.Harness.Name, InitialWeightsID: in.InitialWeightsID, WeightsID: in.WeightsID,
 		RoundsDone: in.Round - 1, Rounds: in.Rounds, Summaries: in.Summaries, FinalValSuccess: -1,
 		Stopped: true, StoppedPhase: phase}
 	if err := workflow.ExecuteActivity(controlContext(r.ctx), records.SaveState, state).Get(r.ctx, nil); err != nil {
@@ -108,7 +108,7 @@ func (r *round) validateFirst() (report schemas.Report, stop bool, err error) {
 		}
 	case in.Round == 1 || in.Harness.Collect.ValidateEveryRound:
 		// The round's collection follows with the same weights.
-		if report, err = validate(r.ctx, in, r.t, in.Round, in.Weights, true); err != nil {
+		if report, err = validate(r.ctx, in, r.t, in.Round, in.WeightsID, true); err != nil {
 			return report, false, err
 		}
 		if r.t.stopping {
@@ -151,7 +151,7 @@ func (r *round) collect(pool []int32) (api.Tally, int, error) {
 			eps = append(eps, api.Cell{Task: taskByID(h, g.Task), InitID: g.InitID, Group: int32(gi), Attempt: int32(a)})
 		}
 	}
-	collected := r.t.episodes(schemas.PhaseTrain, in.Round, in.Weights, eps, false)
+	collected := r.t.episodes(schemas.PhaseTrain, in.Round, in.WeightsID, eps, false)
 	if collected.Unservable != "" {
 		return collected, len(eps), fmt.Errorf("round %d collection: %s", in.Round, collected.Unservable)
 	}
@@ -193,7 +193,7 @@ func (r *round) buildBatch(n, lost int) (schemas.BatchSummary, error) {
 // without samples leaves them as they were.
 func (r *round) train(batch schemas.BatchSummary) error {
 	in, h := r.in, r.in.Harness
-	r.summary.WeightsOut = in.Weights
+	r.summary.NewWeightsID = in.WeightsID
 	if batch.BatchKey == "" {
 		workflow.GetLogger(r.ctx).Warn("no training samples this round; weights unchanged", "round", in.Round)
 		return nil
@@ -212,13 +212,13 @@ func (r *round) train(batch schemas.BatchSummary) error {
 			MaximumInterval: 5 * time.Minute, NonRetryableErrorTypes: []string{"BadHarness"}},
 	})
 	var trainer *activities.Trainer
-	tctx = summarized(tctx, fmt.Sprintf("round %d: train %s → %s on %d samples (heartbeat: step, loss, tokens/s)", in.Round, in.Weights, out, batch.Samples))
+	tctx = summarized(tctx, fmt.Sprintf("round %d: train %s → %s on %d samples (heartbeat: step, loss, tokens/s)", in.Round, in.WeightsID, out, batch.Samples))
 	if err := workflow.ExecuteActivity(tctx, trainer.Train, activities.TrainInput{
-		Run: in.Run, Round: in.Round, BatchKey: batch.BatchKey, WeightsIn: in.Weights, WeightsOut: out,
+		Run: in.Run, Round: in.Round, BatchKey: batch.BatchKey, WeightsID: in.WeightsID, NewWeightsID: out,
 	}).Get(r.ctx, &r.summary.Trainer); err != nil {
 		return fmt.Errorf("round %d training: %w", in.Round, err)
 	}
-	r.summary.WeightsOut = out
+	r.summary.NewWeightsID = out
 	// Version 1: RoundhouseWeights follows the run to its new weights.
 	if workflow.GetVersion(r.ctx, "weights-after-training", workflow.DefaultVersion, 1) == 1 {
 		r.t.weights(out)
@@ -239,7 +239,7 @@ func (r *round) finish() (api.TrainResult, error) {
 	r.t.prog.Summaries = summaries
 	r.result.Summaries = summaries
 	r.t.update()
-	state := schemas.State{Run: in.Run, Harness: in.Harness.Name, InitialWeights: in.InitialWeights, Weights: summary.WeightsOut,
+	state := schemas.State{Run: in.Run, Harness: in.Harness.Name, InitialWeightsID: in.InitialWeightsID, WeightsID: summary.NewWeightsID,
 		RoundsDone: in.Round, Rounds: in.Rounds, Summaries: summaries, FinalValSuccess: -1}
 	if in.Round < in.Rounds {
 		return r.next(state)
@@ -262,7 +262,7 @@ func (r *round) next(state schemas.State) (api.TrainResult, error) {
 		return r.result, nil
 	}
 	next := in
-	next.Round, next.Weights, next.Summaries, next.PoolReport = in.Round+1, r.summary.WeightsOut, state.Summaries, ""
+	next.Round, next.WeightsID, next.Summaries, next.PoolReport = in.Round+1, r.summary.NewWeightsID, state.Summaries, ""
 	return r.result, workflow.NewContinueAsNewError(r.ctx, Train, next)
 }
 
@@ -270,10 +270,10 @@ func (r *round) next(state schemas.State) (api.TrainResult, error) {
 // configured, then the run's state.
 func (r *round) end(state schemas.State) (api.TrainResult, error) {
 	in := r.in
-	r.result.FinalWeights = r.summary.WeightsOut
+	r.result.FinalWeightsID = r.summary.NewWeightsID
 	r.result.FinalValSuccess = -1
 	if in.Harness.Collect.FinalValidation && !r.t.stopping {
-		rep, err := validate(r.ctx, in, r.t, in.Round+1, r.summary.WeightsOut, false)
+		rep, err := validate(r.ctx, in, r.t, in.Round+1, r.summary.NewWeightsID, false)
 		if err != nil {
 			return r.result, err
 		}

@@ -81,7 +81,7 @@ func TestRoundFlow(t *testing.T) {
 	env.OnActivity(rec.FinishRound, mock.Anything, mock.Anything).Return(nil)
 	env.OnActivity(rec.Compact, mock.Anything, mock.Anything).Return(store.CompactStats{}, nil)
 
-	env.ExecuteWorkflow(Train, api.TrainInput{Run: "r", Harness: testHarness(), Weights: "w0", InitialWeights: "w0",
+	env.ExecuteWorkflow(Train, api.TrainInput{Run: "r", Harness: testHarness(), WeightsID: "w0", InitialWeightsID: "w0",
 		Rounds: 2, Groups: 4, Attempts: 2, Round: 1})
 	if !env.IsWorkflowCompleted() {
 		t.Fatal("workflow did not complete")
@@ -107,7 +107,7 @@ func TestRoundFlow(t *testing.T) {
 			t.Errorf("episode input %+v", in)
 		}
 	}
-	if trained.WeightsIn != "w0" || trained.WeightsOut != "r1" || trained.BatchKey != "b" {
+	if trained.WeightsID != "w0" || trained.NewWeightsID != "r1" || trained.BatchKey != "b" {
 		t.Errorf("train input %+v", trained)
 	}
 }
@@ -129,7 +129,7 @@ func TestEpisodeLossDoesNotAbortRound(t *testing.T) {
 	env.OnActivity(rec.BuildBatch, mock.Anything, mock.Anything).Return(schemas.BatchSummary{Episodes: 7, Samples: 0}, nil)
 	env.OnActivity(rec.FinishRound, mock.Anything, mock.Anything).Return(nil)
 	env.OnActivity(rec.Compact, mock.Anything, mock.Anything).Return(store.CompactStats{}, nil)
-	env.ExecuteWorkflow(Train, api.TrainInput{Run: "r", Harness: testHarness(), Weights: "w0", Rounds: 1, Groups: 4, Attempts: 2, Round: 1})
+	env.ExecuteWorkflow(Train, api.TrainInput{Run: "r", Harness: testHarness(), WeightsID: "w0", Rounds: 1, Groups: 4, Attempts: 2, Round: 1})
 	if err := env.GetWorkflowError(); err != nil {
 		t.Fatalf("round aborted: %v", err)
 	}
@@ -141,8 +141,8 @@ func TestEpisodeLossDoesNotAbortRound(t *testing.T) {
 	if s0.InvalidByCause["lost"] != 1 {
 		t.Errorf("lost episodes = %v, want 1", s0.InvalidByCause)
 	}
-	if s0.WeightsOut != "w0" {
-		t.Errorf("no samples must leave weights unchanged, got %q", s0.WeightsOut)
+	if s0.NewWeightsID != "w0" {
+		t.Errorf("no samples must leave weights unchanged, got %q", s0.NewWeightsID)
 	}
 	// No valid collection episode of 8 attempted: over the default limit,
 	// and the summary says so; the validation's counts are kept.

@@ -115,7 +115,7 @@ func TestUITellsTheStory(t *testing.T) {
 	var details, detailsSrc string
 	ci := `[0-9.]+% \[[0-9]+–[0-9]+\]` // a rate and its 95 % interval
 	roundRow := regexp.MustCompile(`(?m)^\| 1 \| ` + ci + ` \| ` + ci + ` \| ` + ci + ` \| [0-9]+/[0-9]+ \| ` + strconv.Itoa(sum.Samples) +
-		` \| -?[0-9.]+ \| [0-9.e+-]+ / [0-9.e+-]+ \| w0 → ` + regexp.QuoteMeta(sum.WeightsOut) + ` \|$`)
+		` \| -?[0-9.]+ \| [0-9.e+-]+ / [0-9.e+-]+ \| w0 → ` + regexp.QuoteMeta(sum.NewWeightsID) + ` \|$`)
 	br.until(meta, "User Metadata tab", func(dom string) error {
 		var gotSummary bool
 		details, detailsSrc = "", ""
@@ -138,14 +138,14 @@ func TestUITellsTheStory(t *testing.T) {
 		if details == "" {
 			return fmt.Errorf("no Current Details iframe yet")
 		}
-		if err := uiWantAll(details, fmt.Sprintf("**Run %s** · round 1/1 · weights %s · done", run, sum.WeightsOut),
+		if err := uiWantAll(details, fmt.Sprintf("**Run %s** · round 1/1 · weights %s · done", run, sum.NewWeightsID),
 			// The fleet line, from the last chunk's result: no signal.
 			"**fleet**: weights `"+run+"/", ": served by ", " · run "+run+" on the fleet: ",
 			"| batch | value |", "| round | val success [95% CI] | collection success / valid | success / attempted | invalid + lost | samples | loss | logprob Δ mean / max | weights |"); err != nil {
 			return err
 		}
 		if !roundRow.MatchString(details) {
-			return fmt.Errorf("no row for round 1 (%d samples, w0 → %s) in the details:\n%s", sum.Samples, sum.WeightsOut, details)
+			return fmt.Errorf("no row for round 1 (%d samples, w0 → %s) in the details:\n%s", sum.Samples, sum.NewWeightsID, details)
 		}
 		return nil
 	})
@@ -154,7 +154,7 @@ func TestUITellsTheStory(t *testing.T) {
 	// The UI's markdown renderer turns the details into real tables.
 	br.until(ui+detailsSrc, "rendered current details", func(dom string) error {
 		return uiWantAll(html.UnescapeString(dom), "<strong>Run "+run+"</strong>", "<table>",
-			"<th>round</th>", "<td>w0 → "+sum.WeightsOut+"</td>")
+			"<th>round</th>", "<td>w0 → "+sum.NewWeightsID+"</td>")
 	})
 
 	// The fleet's current details, as the UI renders them. The fleet
@@ -186,7 +186,7 @@ func TestUITellsTheStory(t *testing.T) {
 		func(dom string) error {
 			d := strings.Join(strings.Fields(html.UnescapeString(uiStripTags(dom))), " ")
 			return uiWantAll(d, `"RoundhouseRun" : "`+run+`"`, `"RoundhouseKind" : "train"`, `"RoundhouseRound" : 1`,
-				`"RoundhousePhase" : "done"`, `"RoundhouseWeights" : "`+sum.WeightsOut+`"`, `"RoundhouseSuccessRate" :`)
+				`"RoundhousePhase" : "done"`, `"RoundhouseWeights" : "`+sum.NewWeightsID+`"`, `"RoundhouseSuccessRate" :`)
 		})
 
 	// A child Episodes workflow: every RunEpisode bar on its timeline is

@@ -253,7 +253,7 @@ func walkExecution(ctx context.Context, c client.Client, dc converter.DataConver
 			if err := dc.FromPayloads(a.GetResult(), &m); err != nil {
 				return "", 0, fmt.Errorf("Train result in %s: %w", id, err)
 			}
-			acc.Train[in.WeightsOut] = m
+			acc.Train[in.NewWeightsID] = m
 		}
 	}
 	for _, ch := range children {

@@ -75,7 +75,7 @@ func Create(ctx context.Context, s *store.Store, spec schemas.RunSpec, w Weights
 func Load(ctx context.Context, s *store.Store, run string) (schemas.RunSpec, schemas.State, error) {
 	l := schemas.Layout{Run: run}
 	var spec schemas.RunSpec
-	st := schemas.State{Weights: "w0", FinalValSuccess: -1}
+	st := schemas.State{WeightsID: "w0", FinalValSuccess: -1}
 	if err := store.GetJSON(ctx, s, l.RunSpec(), &spec); err != nil {
 		return spec, st, fmt.Errorf("run %s has data but no readable run.json (%v): pass --replace to start it over", run, err)
 	}

@@ -52,7 +52,7 @@ func TestCreateLoadWipe(t *testing.T) {
 		t.Fatalf("unknown run's harness: %v %v", ok, err)
 	}
 	got, st, err := runs.Load(ctx, s, "r")
-	if err != nil || got.Rounds != 3 || got.Attempts != 4 || st.Weights != "w0" || st.RoundsDone != 0 || st.FinalValSuccess != -1 {
+	if err != nil || got.Rounds != 3 || got.Attempts != 4 || st.WeightsID != "w0" || st.RoundsDone != 0 || st.FinalValSuccess != -1 {
 		t.Fatalf("loaded %+v %+v %v", got, st, err)
 	}
 	if _, _, err := runs.Load(ctx, s, "nope"); err == nil || !strings.Contains(err.Error(), "--replace") {

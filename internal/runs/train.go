@@ -195,7 +195,7 @@ func (t *Train) resume(ctx context.Context, s *store.Store, p *Prepared) error {
 	if t.Given["pool-report"] {
 		return fmt.Errorf("--pool-report applies to a new run; run %s exists: resume without it, or pass --replace", t.Run)
 	}
-	p.InitialWeights, p.Weights, p.Rounds, p.Groups, p.Attempts = "w0", st.Weights, spec.Rounds, spec.Groups, spec.Attempts
+	p.InitialWeights, p.Weights, p.Rounds, p.Groups, p.Attempts = "w0", st.WeightsID, spec.Rounds, spec.Groups, spec.Attempts
 	p.Round, p.Summaries, p.Heartbeat, p.RoundsDone = st.RoundsDone+1, st.Summaries, spec.HeartbeatTimeout.D(), st.RoundsDone
 	if p.Round == 1 {
 		p.PoolReport = spec.PoolReport

@@ -57,9 +57,9 @@ func StartTrain(ctx context.Context, c client.Client, in TrainInput) (client.Wor
 	defer cancel()
 	return c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID: WorkflowID(in.Run), TaskQueue: ControlQueue,
-		StaticSummary: fmt.Sprintf("run %s: %s, %d rounds × %d groups × %d attempts from %s", in.Run, in.Harness.Name, in.Rounds, in.Groups, in.Attempts, in.InitialWeights),
+		StaticSummary: fmt.Sprintf("run %s: %s, %d rounds × %d groups × %d attempts from %s", in.Run, in.Harness.Name, in.Rounds, in.Groups, in.Attempts, in.InitialWeightsID),
 		TypedSearchAttributes: temporal.NewSearchAttributes(RunAttr.ValueSet(in.Run), KindAttr.ValueSet("train"),
-			RoundAttr.ValueSet(int64(in.Round)), WeightsAttr.ValueSet(in.Weights)),
+			RoundAttr.ValueSet(int64(in.Round)), WeightsAttr.ValueSet(in.WeightsID)),
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 	}, TrainWorkflow, in)
 }

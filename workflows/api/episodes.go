@@ -39,7 +39,7 @@ type EpisodesInput struct {
 	Run          string
 	Round        int32
 	Phase        string
-	Weights      string
+	WeightsID    string `json:"Weights"`
 	Cells        []Cell
 	InfraTries   int32
 	StartToClose time.Duration

@@ -42,7 +42,7 @@ type RunView struct {
 	// ValCounts are Val's counts when known, for its interval.
 	ValCounts *schemas.TaskResult
 	FinalVal  bool // Val is the final validation's
-	Weights   string
+	WeightsID string
 	Err       string // the run's failure, or the last failure of an activity being retried
 	Started   time.Time
 	Children  []string
@@ -168,7 +168,7 @@ func viewFromInfo(info *workflowpb.WorkflowExecutionInfo) RunView {
 		v.Round = int32(round)
 	}
 	attr(PhaseAttr.GetName(), &v.Phase)
-	attr(WeightsAttr.GetName(), &v.Weights)
+	attr(WeightsAttr.GetName(), &v.WeightsID)
 	var rate float64
 	if attr(SuccessRateAttr.GetName(), &rate) {
 		v.Val = rate
@@ -198,7 +198,7 @@ func statusName(s enumspb.WorkflowExecutionStatus) string {
 
 // applyProgress takes a running run's live state from its progress query.
 func applyProgress(v *RunView, p Progress) {
-	v.Round, v.Rounds, v.Phase, v.Weights = p.Round, p.Rounds, p.Phase, p.Weights
+	v.Round, v.Rounds, v.Phase, v.WeightsID = p.Round, p.Rounds, p.Phase, p.WeightsID
 	v.Episodes, v.Live, v.Children, v.Summaries = p.Episodes, true, p.Children, p.Summaries
 	if p.Stopping {
 		v.Status = "stopping"
@@ -211,8 +211,8 @@ func applyProgress(v *RunView, p Progress) {
 func applyClose(v *RunView, dc converter.DataConverter, in *TrainInput, last *historypb.HistoryEvent) {
 	if in != nil {
 		v.Round, v.Rounds, v.Summaries = in.Round, in.Rounds, in.Summaries
-		if v.Weights == "" {
-			v.Weights = in.Weights
+		if v.WeightsID == "" {
+			v.WeightsID = in.WeightsID
 		}
 	}
 	switch {
@@ -227,7 +227,7 @@ func applyClose(v *RunView, dc converter.DataConverter, in *TrainInput, last *hi
 			v.Status, v.Round = "stopped", res.StoppedRound
 		} else if n := len(res.Summaries); n > 0 {
 			v.Round = res.Summaries[n-1].Round
-			v.Weights = res.FinalWeights
+			v.WeightsID = res.FinalWeightsID
 		}
 		if res.FinalValSuccess >= 0 {
 			v.Val, v.FinalVal, v.ValCounts = res.FinalValSuccess, true, res.FinalVal

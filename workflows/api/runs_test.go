@@ -47,12 +47,12 @@ func info(t *testing.T, run string, st enumspb.WorkflowExecutionStatus, round in
 // (running) or its input and close event (closed). Validation counts are
 // taken only where they are those of the rate shown.
 func TestRunViews(t *testing.T) {
-	sums := []schemas.RoundSummary{{Round: 1, ValSuccess: 0.3, WeightsIn: "w0", WeightsOut: "r1", Val: &schemas.TaskResult{Successes: 9, Valid: 30, SuccessRate: 0.3}},
-		{Round: 2, ValSuccess: 0.5, WeightsIn: "r1", WeightsOut: "r2"}}
+	sums := []schemas.RoundSummary{{Round: 1, ValSuccess: 0.3, WeightsID: "w0", NewWeightsID: "r1", Val: &schemas.TaskResult{Successes: 9, Valid: 30, SuccessRate: 0.3}},
+		{Round: 2, ValSuccess: 0.5, WeightsID: "r1", NewWeightsID: "r2"}}
 	long := "round 2 training: activity error (type: Train, scheduledEventID: 31, activityID: 31, identity: host-1):\ntrainer exited with status 1: CUDA out of memory. Tried to allocate 20.00 GiB (GPU 0; 79.15 GiB total capacity)"
 
 	running := viewFromInfo(info(t, "r-running", enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, 2, "val", 0.3))
-	applyProgress(&running, Progress{Run: "r-running", Round: 2, Rounds: 3, Phase: "train", Weights: "r1",
+	applyProgress(&running, Progress{Run: "r-running", Round: 2, Rounds: 3, Phase: "train", WeightsID: "r1",
 		Episodes: Tally{Total: 10, Done: 4, Valid: 3, Successes: 2}, Children: []string{"chunk-0"}, Summaries: sums[:1]})
 	stopping := viewFromInfo(info(t, "r-stopping", enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, 1, "train", -1))
 	applyProgress(&stopping, Progress{Round: 1, Rounds: 2, Phase: "train", Stopping: true, Episodes: Tally{Total: 8, Done: 8, Valid: 8, Successes: 8}})
@@ -62,11 +62,11 @@ func TestRunViews(t *testing.T) {
 		applyClose(&v, nil, in, ev)
 		return v
 	}
-	in := &TrainInput{Round: 2, Rounds: 2, Weights: "r1", Summaries: sums[:1]}
+	in := &TrainInput{Round: 2, Rounds: 2, WeightsID: "r1", Summaries: sums[:1]}
 	finalVal := &schemas.TaskResult{Successes: 14, Valid: 20, SuccessRate: 0.7}
 	completed := closed("r-completed", enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, in, &historypb.HistoryEvent{
 		Attributes: &historypb.HistoryEvent_WorkflowExecutionCompletedEventAttributes{WorkflowExecutionCompletedEventAttributes: &historypb.WorkflowExecutionCompletedEventAttributes{
-			Result: payloads(t, TrainResult{Summaries: sums, FinalWeights: "r2", FinalValSuccess: 0.7, FinalVal: finalVal})}}})
+			Result: payloads(t, TrainResult{Summaries: sums, FinalWeightsID: "r2", FinalValSuccess: 0.7, FinalVal: finalVal})}}})
 	stopped := closed("r-stopped", enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, &TrainInput{Round: 2, Rounds: 4, Summaries: sums[:1]}, &historypb.HistoryEvent{
 		Attributes: &historypb.HistoryEvent_WorkflowExecutionCompletedEventAttributes{WorkflowExecutionCompletedEventAttributes: &historypb.WorkflowExecutionCompletedEventAttributes{
 			Result: payloads(t, TrainResult{Summaries: sums[:1], FinalValSuccess: -1, Stopped: true, StoppedRound: 2})}}})
@@ -82,12 +82,12 @@ func TestRunViews(t *testing.T) {
 	// counts are not taken; r-running's attribute is round 1's validation.
 	want := []RunView{
 		{Run: "r-running", Status: "running", Round: 2, Rounds: 3, Phase: "train", Episodes: Tally{Total: 10, Done: 4, Valid: 3, Successes: 2}, Live: true,
-			Val: 0.3, ValCounts: sums[0].Val, Weights: "r1", Children: []string{"chunk-0"}, Summaries: sums[:1]},
+			Val: 0.3, ValCounts: sums[0].Val, WeightsID: "r1", Children: []string{"chunk-0"}, Summaries: sums[:1]},
 		{Run: "r-stopping", Status: "stopping", Round: 1, Rounds: 2, Phase: "train", Episodes: Tally{Total: 8, Done: 8, Valid: 8, Successes: 8}, Live: true, Val: -1},
-		{Run: "r-completed", Status: "completed", Round: 2, Rounds: 2, Phase: "done", Val: 0.7, ValCounts: finalVal, FinalVal: true, Weights: "r2", Summaries: sums},
+		{Run: "r-completed", Status: "completed", Round: 2, Rounds: 2, Phase: "done", Val: 0.7, ValCounts: finalVal, FinalVal: true, WeightsID: "r2", Summaries: sums},
 		{Run: "r-stopped", Status: "stopped", Round: 2, Rounds: 4, Phase: "done", Val: 0.5, Summaries: sums[:1]},
-		{Run: "r-failed", Status: "failed", Round: 2, Rounds: 2, Phase: "done", Val: 0.5, Weights: "r1", Err: long, Summaries: sums[:1]},
-		{Run: "r-canceled", Status: "canceled", Round: 2, Rounds: 2, Phase: "done", Val: 0.5, Weights: "r1", Summaries: sums[:1]},
+		{Run: "r-failed", Status: "failed", Round: 2, Rounds: 2, Phase: "done", Val: 0.5, WeightsID: "r1", Err: long, Summaries: sums[:1]},
+		{Run: "r-canceled", Status: "canceled", Round: 2, Rounds: 2, Phase: "done", Val: 0.5, WeightsID: "r1", Summaries: sums[:1]},
 		{Run: "r-terminated", Status: "terminated", Round: 2, Phase: "done", Val: 0.5, Err: "terminated: operator: wrong harness"},
 	}
 	for i, got := range []RunView{running, stopping, completed, stopped, failed, canceled, terminated} {

@@ -25,16 +25,16 @@ const StopSignal = "stop"
 
 // TrainInput starts (and, through continue-as-new, carries) a train run.
 type TrainInput struct {
-	Run            string
-	Harness        schemas.Harness
-	InitialWeights string // weights id of round 1's input
-	Weights        string // weights id the next round starts from
-	Rounds         int32
-	Groups         int
-	Attempts       int
-	PoolReport     string // bucket key of a report choosing round 1's pool; "" validates first
-	Round          int32  // the round this run executes (1-based)
-	Summaries      []schemas.RoundSummary
+	Run              string
+	Harness          schemas.Harness
+	InitialWeightsID string `json:"InitialWeights"` // weights id of round 1's input
+	WeightsID        string `json:"Weights"`        // weights id the next round starts from
+	Rounds           int32
+	Groups           int
+	Attempts         int
+	PoolReport       string // bucket key of a report choosing round 1's pool; "" validates first
+	Round            int32  // the round this run executes (1-based)
+	Summaries        []schemas.RoundSummary
 	// HeartbeatTimeout bounds how long a dead rollout worker holds an
 	// episode before Temporal retries it elsewhere (default 30s).
 	HeartbeatTimeout time.Duration
@@ -48,7 +48,7 @@ type TrainResult struct {
 	Run             string
 	Prefix          string
 	Summaries       []schemas.RoundSummary
-	FinalWeights    string
+	FinalWeightsID  string `json:"FinalWeights"`
 	FinalValSuccess float64
 	// FinalVal is the final validation's overall counts (nil when none
 	// ran, or in results from before), so its rate carries an interval.
@@ -61,12 +61,12 @@ type TrainResult struct {
 
 // Progress is what the progress query answers.
 type Progress struct {
-	Run      string
-	Round    int32
-	Rounds   int32
-	Phase    string
-	Weights  string
-	Stopping bool
+	Run       string
+	Round     int32
+	Rounds    int32
+	Phase     string
+	WeightsID string `json:"Weights"`
+	Stopping  bool
 	// Episodes of the current phase; QueryProgress adds the live counts of
 	// the running chunks named in Children.
 	Episodes  Tally

@@ -177,7 +177,7 @@ func TestStandinRounds(t *testing.T) {
 		if s.Episodes != 4 || s.Invalid != 0 || s.Valid != 4 {
 			t.Errorf("summary %+v", s.BatchSummary)
 		}
-		t.Logf("summary: %d valid, %d successes, %d samples, weights %s → %s", s.Valid, s.Successes, s.Samples, s.WeightsIn, s.WeightsOut)
+		t.Logf("summary: %d valid, %d successes, %d samples, weights %s → %s", s.Valid, s.Successes, s.Samples, s.WeightsID, s.NewWeightsID)
 	})
 
 	t.Run("service", func(t *testing.T) {
@@ -190,8 +190,8 @@ func TestStandinRounds(t *testing.T) {
 			}
 		}
 		s := summary(t, run)
-		if s.Episodes != 4 || s.Valid != 0 || s.InvalidByCause[schemas.FailureInfra] != 4 || s.Samples != 0 || s.WeightsOut != "w0" {
-			t.Errorf("summary %+v, weights out %s", s.BatchSummary, s.WeightsOut)
+		if s.Episodes != 4 || s.Valid != 0 || s.InvalidByCause[schemas.FailureInfra] != 4 || s.Samples != 0 || s.NewWeightsID != "w0" {
+			t.Errorf("summary %+v, weights out %s", s.BatchSummary, s.NewWeightsID)
 		}
 		if !strings.Contains(out, "final weights") {
 			t.Errorf("the round did not complete:\n%s", out)
@@ -237,8 +237,8 @@ func TestStandinRounds(t *testing.T) {
 			}
 		}
 		s := summary(t, run)
-		if s.Episodes != 4 || s.Valid != 4 || s.GroupsWithSignal == 0 || s.Samples == 0 || s.WeightsOut != "r1" {
-			t.Fatalf("summary %+v, weights out %s: want 4 valid episodes, a group with signal, samples and weights r1", s.BatchSummary, s.WeightsOut)
+		if s.Episodes != 4 || s.Valid != 4 || s.GroupsWithSignal == 0 || s.Samples == 0 || s.NewWeightsID != "r1" {
+			t.Fatalf("summary %+v, weights out %s: want 4 valid episodes, a group with signal, samples and weights r1", s.BatchSummary, s.NewWeightsID)
 		}
 		// The batch's samples are recorded calls of the round's episodes.
 		samples, err := store.ReadParquet[schemas.Sample](ctx, stack.Store, l.Samples(1))
@@ -258,7 +258,7 @@ func TestStandinRounds(t *testing.T) {
 				t.Errorf("%s missing (%v): the round did not train", key, err)
 			}
 		}
-		t.Logf("model_seed %d: %d successes, %d groups with signal, %d samples, weights %s → %s", seed, s.Successes, s.GroupsWithSignal, s.Samples, s.WeightsIn, s.WeightsOut)
+		t.Logf("model_seed %d: %d successes, %d groups with signal, %d samples, weights %s → %s", seed, s.Successes, s.GroupsWithSignal, s.Samples, s.WeightsID, s.NewWeightsID)
 	})
 }
 
