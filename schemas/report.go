@@ -101,11 +101,11 @@ func (r TaskResult) InvalidShare() float64 {
 // RoundSummary is what one round did; rounds/round=R/summary.json and the
 // workflow result carry it.
 type RoundSummary struct {
-	Round      int32   `json:"round"`
-	WeightsID  string  `json:"weights_in"`
+	Round        int32   `json:"round"`
+	WeightsID    string  `json:"weights_in"`
 	NewWeightsID string  `json:"weights_out"`
-	ValSuccess float64 `json:"val_success"` // validation success rate of WeightsID (-1 when not validated)
-	PoolTasks  []int32 `json:"pool_tasks"`
+	ValSuccess   float64 `json:"val_success"` // validation success rate of WeightsID (-1 when not validated)
+	PoolTasks    []int32 `json:"pool_tasks"`
 	// The collection's counts; InvalidByCause also counts "lost" episodes
 	// whose activity failed for good and left no record.
 	BatchSummary
@@ -187,14 +187,14 @@ type BatchSummary struct {
 // State is runs/<run>/state.json: where a run stands, for people and tools
 // (the workflow itself resumes from Temporal history, not from this file).
 type State struct {
-	Run             string         `json:"run"`
-	Harness         string         `json:"harness"`
-	InitialWeightsID  string         `json:"initial_weights"`
-	WeightsID         string         `json:"weights"`
-	RoundsDone      int32          `json:"rounds_done"`
-	Rounds          int32          `json:"rounds"`
-	Summaries       []RoundSummary `json:"summaries"`
-	FinalValSuccess float64        `json:"final_val_success"`
+	Run              string         `json:"run"`
+	Harness          string         `json:"harness"`
+	InitialWeightsID string         `json:"initial_weights"`
+	WeightsID        string         `json:"weights"`
+	RoundsDone       int32          `json:"rounds_done"`
+	Rounds           int32          `json:"rounds"`
+	Summaries        []RoundSummary `json:"summaries"`
+	FinalValSuccess  float64        `json:"final_val_success"`
 	// Stopped: the run ended on a stop request during round RoundsDone+1
 	// in StoppedPhase; resuming restarts that round, skipping what it did.
 	Stopped      bool   `json:"stopped,omitempty"`

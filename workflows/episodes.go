@@ -357,7 +357,7 @@ type phaseRun struct {
 	Run        string
 	Round      int32
 	Phase      string
-	WeightsID    string
+	WeightsID  string
 	Harness    schemas.Harness
 	Heartbeat  time.Duration   // 0: 30s
 	Priority   int             // in the fleet; 0: fleet.EvalPriority
