@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -234,46 +233,11 @@ func compare(ctx context.Context, out io.Writer, s *store.Store, run, tagA, tagB
 	if err != nil {
 		return c, err
 	}
-	printComparison(out, c)
+	report.WriteComparison(out, c)
 	key, err := runs.PutComparison(ctx, s, run, tagA, tagB, c)
 	if err != nil {
 		return c, err
 	}
 	fmt.Fprintf(out, "\nstored: s3://%s/%s\n", s.Bucket, key)
 	return c, nil
-}
-
-func printComparison(out io.Writer, c schemas.Comparison) {
-	fmt.Fprintf(out, "A = %s (weights %s), B = %s (weights %s); pairs are cells valid under both (%d left out)\n\n",
-		c.A, c.WeightsA, c.B, c.WeightsB, c.Unpaired)
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "task\tname\tpairs\tA success [95% CI]\tB success [95% CI]\tB − A\tonly A\tonly B\tMcNemar p\t")
-	row := func(r schemas.PairedResult, task, name string) {
-		pct := func(k int) string { return fmt.Sprintf("%d: %s", k, stats.Rate(k, r.Pairs)) }
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%+.1f pp\t%d\t%d\t%.3g\t\n", task, name, r.Pairs, pct(r.SuccessA), pct(r.SuccessB),
-			100*r.Difference, r.OnlyA, r.OnlyB, r.PValue)
-	}
-	for _, r := range c.Tasks {
-		row(r, fmt.Sprint(r.Task), r.Name)
-	}
-	for _, r := range c.Suites {
-		row(r, "suite", r.Suite)
-	}
-	row(c.Overall, "all", "")
-	tw.Flush()
-	if len(c.Discordant) == 0 {
-		fmt.Fprintln(out, "\nno discordant cell: A and B succeeded on exactly the same pairs")
-		return
-	}
-	fmt.Fprintf(out, "\ndiscordant cells: %d\n", len(c.Discordant))
-	for _, g := range report.GroupDiscordant(c.Discordant) {
-		won, lost := "B", "A"
-		if g.Winner == "a" {
-			won, lost = "A", "B"
-		}
-		fmt.Fprintf(out, "\n%s solved, %s did not (%s ended: %s): %d\n", won, lost, lost, g.Termination, len(g.Cells))
-		for _, d := range g.Cells {
-			fmt.Fprintf(out, "  task %d init %d  A %s %s\n                B %s %s\n", d.Task, d.InitID, d.A.EpisodeID, d.A.Artifacts, d.B.EpisodeID, d.B.Artifacts)
-		}
-	}
 }

@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -19,7 +17,6 @@ import (
 	"github.com/roundhouse-rl/roundhouse/internal/harness"
 	"github.com/roundhouse-rl/roundhouse/internal/report"
 	"github.com/roundhouse-rl/roundhouse/internal/runs"
-	"github.com/roundhouse-rl/roundhouse/internal/stats"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/internal/weights"
 	"github.com/roundhouse-rl/roundhouse/schemas"
@@ -256,7 +253,7 @@ func followEval(ctx context.Context, out io.Writer, c client.Client, s *store.St
 		return err
 	}
 	fmt.Fprintln(out)
-	return printEvalReport(out, rep, s.Bucket)
+	return report.WriteTable(out, rep, s.Bucket)
 }
 
 // printEvalLinks says where to watch an evaluation: its workflow in the
@@ -284,64 +281,4 @@ func waitEval(ctx context.Context, out io.Writer, c client.Client, id string) (s
 		return rep, fmt.Errorf("evaluation %s failed: %w (details in the Temporal UI; fix the cause, then rerun the same command: no report was written)", id, err)
 	}
 	return rep, nil
-}
-
-// printEvalReport prints a report's table, with both denominators and
-// 95 % intervals, and says what kind of score it is. An evaluation on
-// eval_init_ids whose invalid share is over the limit is printed, then
-// refused as a final score (the error says why and what to do).
-func printEvalReport(out io.Writer, rep schemas.Report, bucket string) error {
-	l := schemas.Layout{Run: rep.Run}
-	key := l.Report(rep.Tag)
-	if rep.IsShard() {
-		key = l.ShardReport(rep.Tag, rep.Shard, rep.Shards)
-	}
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "task\tname\tsuite\tattempted\tvalid\tinvalid\tlost\tsuccesses\tsuccess / valid [95% CI]\tsuccess / attempted\tinvalid by cause\t")
-	row := func(id, name, suite string, r schemas.TaskResult) {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t\n", id, name, suite, r.Attempted(), r.Valid, r.Invalid, r.Lost, r.Successes,
-			stats.Rate(r.Successes, r.Valid), stats.Rate(r.Successes, r.Attempted()), report.Causes(r))
-	}
-	for _, t := range rep.Tasks {
-		row(strconv.Itoa(int(t.Task)), t.Name, t.Suite, t)
-	}
-	for _, su := range rep.Suites {
-		row("suite", "", su.Suite, su)
-	}
-	row("all", "", "", rep.Overall)
-	tw.Flush()
-	took := ""
-	if rep.StartedAtMS > 0 && rep.FinishedAtMS >= rep.StartedAtMS {
-		took = ", took " + (time.Duration(rep.FinishedAtMS-rep.StartedAtMS) * time.Millisecond).Round(time.Second).String()
-	}
-	fmt.Fprintf(out, "weights %s (digest %.12s), %s, harness %s (config %s)%s\nreport: s3://%s/%s\n",
-		rep.WeightsID, rep.WeightsDigest, rep.InitKey, rep.Harness, rep.Digest, took, bucket, key)
-	o := rep.Overall
-	if o.Invalid+o.Lost > 0 {
-		fmt.Fprintf(out, "invalid by cause: %s (%.1f%% of %d attempted; lost cells are listed as missing in the report)\n", report.Causes(o), 100*o.InvalidShare(), o.Attempted())
-	}
-	over := report.OverInvalidLimit(rep)
-	if over {
-		fmt.Fprintf(out, "!! TOO MANY INVALID: %.1f%% of attempted episodes were invalid or lost, over the limit of %.0f%% (collect.max_invalid_share): the success rate speaks for the episodes that ran, not for the split\n",
-			100*o.InvalidShare(), 100*report.InvalidLimit(rep))
-	}
-	score := stats.Rate(o.Successes, o.Valid)
-	switch {
-	case rep.IsShard():
-		fmt.Fprintf(out, "SHARD %d/%d of tag %s: not a score of the split. Once all %d shards are done: starter report merge --run %s --tag %s\n",
-			rep.Shard, rep.Shards, rep.Tag, rep.Shards, rep.Run, rep.Tag)
-	case rep.InitKey == finalKey:
-		if err := report.FinalScoreError(rep); err != nil {
-			return fmt.Errorf("tag %s of run %s: %w", rep.Tag, rep.Run, err)
-		}
-		what := fmt.Sprintf("all %d tasks", len(rep.Tasks))
-		if rep.Protocol != "" {
-			what = fmt.Sprintf("%s: %d required tasks", rep.Protocol, len(rep.RequiredTasks))
-		}
-		p := report.ProtocolResult(rep)
-		fmt.Fprintf(out, "final score (eval_init_ids, %s): %s over %d valid of %d attempted episodes\n", what, stats.Rate(p.Successes, p.Valid), p.Valid, p.Attempted())
-	default:
-		fmt.Fprintf(out, "validation score (%s): %s over %d valid of %d attempted episodes — for choosing weights, not a final score\n", rep.InitKey, score, o.Valid, o.Attempted())
-	}
-	return nil
 }

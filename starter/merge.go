@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
+	"github.com/roundhouse-rl/roundhouse/internal/report"
 	"github.com/roundhouse-rl/roundhouse/internal/runs"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 )
@@ -56,5 +57,5 @@ func mergeReports(ctx context.Context, out io.Writer, s *store.Store, run, tag s
 	} else {
 		fmt.Fprintf(out, "merged %d shards of tag %s (%s)\n\n", len(m.Keys), tag, strings.Join(m.Keys, ", "))
 	}
-	return printEvalReport(out, m.Report, s.Bucket)
+	return report.WriteTable(out, m.Report, s.Bucket)
 }

@@ -9,7 +9,6 @@ import (
 	"github.com/wcharczuk/go-chart/v2/drawing"
 
 	"github.com/roundhouse-rl/roundhouse/internal/chart"
-	"github.com/roundhouse-rl/roundhouse/internal/runs"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 )
 
@@ -68,12 +67,6 @@ var (
 	colorTrain, colorVal   = chart.ColorTrain, chart.ColorVal
 )
 
-var testSuccess = []runs.RoundSuccess{
-	{Round: 1, Train: runs.Counts{Episodes: 4, Valid: 4, Successes: 2}, Val: runs.Counts{Episodes: 30, Valid: 30, Successes: 9}},
-	{Round: 2, Train: runs.Counts{Episodes: 36, Valid: 35, Successes: 20}, Val: runs.Counts{Episodes: 30, Valid: 29, Successes: 14}},
-	{Round: 3, Val: runs.Counts{Episodes: 30, Valid: 30, Successes: 21}},
-}
-
 func TestChartFormat(t *testing.T) {
 	for _, f := range []string{"a.svg", "b.PNG", "dir/c.png"} {
 		if err := checkChartFile(f); err != nil {
@@ -84,52 +77,6 @@ func TestChartFormat(t *testing.T) {
 		if err := checkChartFile(f); err == nil || !strings.Contains(err.Error(), "--chart "+f) || !strings.Contains(err.Error(), ".svg or .png") {
 			t.Errorf("%s: error %v, want one naming the flag and the formats", f, err)
 		}
-	}
-}
-
-func TestPrintSuccess(t *testing.T) {
-	var out bytes.Buffer
-	rs := append([]runs.RoundSuccess(nil), testSuccess...)
-	rs[1].Train.Lost = 2 // as runs.ReadRounds adds them from round 2's summary
-	printSuccess(&out, rs, 3)
-	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	want := [][]string{
-		{"round", "collection", "success", "/", "valid", "/", "attempted", "validation", "success", "/", "valid", "/", "attempted"},
-		{"1", "2/4", "(50.0%", "[15–85])", "2/4", "(50.0%", "[15–85])", "9/30", "(30.0%", "[16–48])", "9/30", "(30.0%", "[16–48])"},
-		// One invalid collection episode, two lost: 20 of 38 attempted.
-		{"2", "20/35", "(57.1%", "[40–73])", "20/38", "(52.6%", "[37–68])", "14/29", "(48.3%", "[31–66])", "14/30", "(46.7%", "[30–64])"},
-		{"3", "(final)", "-", "-", "21/30", "(70.0%", "[52–84])", "21/30", "(70.0%", "[52–84])"},
-	}
-	if len(lines) != len(want) {
-		t.Fatalf("%d lines, want %d:\n%s", len(lines), len(want), out.String())
-	}
-	for i, l := range lines {
-		if got := strings.Fields(l); strings.Join(got, " ") != strings.Join(want[i], " ") {
-			t.Errorf("line %d = %q, want %q", i, got, want[i])
-		}
-	}
-	if s := (runs.Counts{Episodes: 3}).String(); s != "0/0 valid of 3" {
-		t.Errorf("no valid episode: %q", s)
-	}
-
-	// Two suites: the table splits by suite as well, so a family that does
-	// not learn shows.
-	mixed := []runs.RoundSuccess{{Round: 1,
-		Train: runs.Counts{Episodes: 6, Valid: 6, Successes: 3}, Val: runs.Counts{Episodes: 2, Valid: 2, Successes: 1},
-		TrainBySuite: map[string]runs.Counts{"toy": {Episodes: 4, Valid: 4, Successes: 3}, "vision": {Episodes: 2, Valid: 2}},
-		ValBySuite:   map[string]runs.Counts{"toy": {Episodes: 1, Valid: 1, Successes: 1}, "vision": {Episodes: 1, Valid: 1}},
-	}}
-	out.Reset()
-	printSuccess(&out, mixed, 0)
-	lines = strings.Split(strings.TrimSpace(out.String()), "\n")
-	if n := len(lines); n != 5 || strings.Join(strings.Fields(lines[3]), " ") != "round toy collection toy validation vision collection vision validation" ||
-		strings.Join(strings.Fields(lines[4]), " ") != "1 3/4 (75.0% [30–96]) 1/1 (100.0% [20–100]) 0/2 (0.0% [0–66]) 0/1 (0.0% [0–80])" {
-		t.Errorf("by suite:\n%s", out.String())
-	}
-	out.Reset()
-	printSuccess(&out, testSuccess, 3)
-	if strings.Contains(out.String(), "toy") || strings.Count(out.String(), "round") != 1 {
-		t.Errorf("one suite printed a suite table:\n%s", out.String())
 	}
 }
 
@@ -149,16 +96,5 @@ func TestPrintOldLeaderboard(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("leaderboard lacks %q:\n%s", want, out.String())
 		}
-	}
-}
-
-func TestFinalValWarning(t *testing.T) {
-	v := schemas.TaskResult{Episodes: 28, Valid: 24, Invalid: 4, Lost: 2, Successes: 20, InvalidByCause: map[string]int{"timeout": 4}}
-	// 6 of 30 attempted is 20 %: at the default limit, not over it.
-	if w := finalValWarning(v, 0); w != "" {
-		t.Errorf("20%% at a 20%% limit warned: %s", w)
-	}
-	if w := finalValWarning(v, 0.1); !strings.Contains(w, "6 of 30 attempted episodes invalid or lost (lost:2 timeout:4), over the limit of 10%") {
-		t.Errorf("20%% over a 10%% limit: %q", w)
 	}
 }

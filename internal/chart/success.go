@@ -2,7 +2,6 @@ package chart
 
 import (
 	"fmt"
-	"strconv"
 
 	gochart "github.com/wcharczuk/go-chart/v2"
 	"github.com/wcharczuk/go-chart/v2/drawing"
@@ -10,16 +9,6 @@ import (
 	"github.com/roundhouse-rl/roundhouse/internal/runs"
 	"github.com/roundhouse-rl/roundhouse/internal/stats"
 )
-
-// RoundLabel names a round on the chart and in the table printed with it;
-// final is the round of the run's final validation (N+1), 0 when there is
-// none.
-func RoundLabel(round, final int32) string {
-	if round == final {
-		return fmt.Sprintf("%d (final)", round)
-	}
-	return strconv.Itoa(int(round))
-}
 
 // Series names, as the legend shows them.
 const (
@@ -58,7 +47,7 @@ func Success(file, run string, rs []runs.RoundSuccess, final int32) ([]byte, err
 	var ticks []gochart.Tick
 	for _, r := range rs {
 		x := float64(r.Round)
-		ticks = append(ticks, gochart.Tick{Value: x, Label: RoundLabel(r.Round, final)})
+		ticks = append(ticks, gochart.Tick{Value: x, Label: runs.RoundLabel(r.Round, final)})
 		for i, p := range []struct {
 			s    *gochart.ContinuousSeries
 			bars *errorBars
@@ -72,7 +61,7 @@ func Success(file, run string, rs []runs.RoundSuccess, final int32) ([]byte, err
 			p.s.XValues = append(p.s.XValues, x+p.dx)
 			p.s.YValues = append(p.s.YValues, 100*p.c.Rate())
 			p.bars.bars = append(p.bars.bars, interval{x: x + p.dx, lo: 100 * iv.Lo, hi: 100 * iv.Hi})
-			entries[i].last = fmt.Sprintf("round %s: %s", RoundLabel(r.Round, final), stats.Rate(p.c.Successes, p.c.Valid))
+			entries[i].last = fmt.Sprintf("round %s: %s", runs.RoundLabel(r.Round, final), stats.Rate(p.c.Successes, p.c.Valid))
 		}
 	}
 	var series []gochart.Series

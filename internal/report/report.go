@@ -1,7 +1,8 @@
 // Package report holds what Roundhouse's reports and leaderboards say,
 // computed without I/O: the cells of a split (and of a shard), per-task
 // and per-suite results, merging shard reports, checking a report chosen
-// as a training pool, and ordering and rendering a sweep's leaderboard.
+// as a training pool, ordering and rendering a sweep's leaderboard, and
+// the text forms of a report, a comparison and a run's rounds.
 // Workflows, activities and the starter share it, so the cells an
 // evaluation runs are the cells its report counts.
 package report
@@ -258,6 +259,27 @@ func RoundWarning(r schemas.RoundSummary) string {
 	}
 	return fmt.Sprintf("round %d: too many invalid or lost episodes, over the limit of %.0f%% (collect.max_invalid_share): %s; its %s success speaks for the episodes that ran, not for the tasks",
 		r.Round, 100*r.InvalidLimit(), strings.Join(parts, ", "), what)
+}
+
+// FinalValWarning is the loud line for a final validation whose invalid
+// and lost episodes exceed the limit (0: the default), "" otherwise. The
+// final validation has no round summary to carry it.
+func FinalValWarning(v schemas.TaskResult, limit float64) string {
+	rep := schemas.Report{Overall: v, MaxInvalidShare: limit}
+	if !OverInvalidLimit(rep) {
+		return ""
+	}
+	return fmt.Sprintf("!! final validation: %d of %d attempted episodes invalid or lost (%s), over the limit of %.0f%% (collect.max_invalid_share): its success speaks for the episodes that ran, not for the tasks",
+		v.Invalid+v.Lost, v.Attempted(), Causes(v), 100*InvalidLimit(rep))
+}
+
+// LastLimit is the invalid limit of a run's last round (0: unknown), the
+// one its final validation is held to.
+func LastLimit(sums []schemas.RoundSummary) float64 {
+	if len(sums) == 0 {
+		return 0
+	}
+	return sums[len(sums)-1].MaxInvalidShare
 }
 
 // ValRate is the validation success of a round as "63.3% [45–79]", from

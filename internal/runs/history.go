@@ -4,9 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"maps"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"text/tabwriter"
 
 	"github.com/roundhouse-rl/roundhouse/internal/stats"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
@@ -194,4 +198,59 @@ func partition(rest string) (int32, string, bool) {
 		return 0, "", false
 	}
 	return int32(r), strings.TrimPrefix(parts[1], "phase="), true
+}
+
+// RoundLabel names a round in the success table and on its chart; final
+// is the round of the run's final validation (N+1), 0 when there is none.
+func RoundLabel(round, final int32) string {
+	if round == final {
+		return fmt.Sprintf("%d (final)", round)
+	}
+	return strconv.Itoa(int(round))
+}
+
+// WriteSuccess writes the success chart's data as a table, so the numbers
+// can be read (and grepped) without opening the chart.
+func WriteSuccess(w io.Writer, rs []RoundSuccess, final int32) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "round\tcollection success / valid\t/ attempted\tvalidation success / valid\t/ attempted\t")
+	for _, r := range rs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t\n", RoundLabel(r.Round, final), r.Train, r.Train.OfAttempted(), r.Val, r.Val.OfAttempted())
+	}
+	tw.Flush()
+	writeBySuite(w, rs, final)
+}
+
+// writeBySuite splits the success table by task suite when the run has
+// more than one (the minimal harness's vision task is suite "vision"), so
+// a task family that does not learn is not hidden in the mean.
+func writeBySuite(w io.Writer, rs []RoundSuccess, final int32) {
+	set := map[string]bool{}
+	for _, r := range rs {
+		for s := range r.TrainBySuite {
+			set[s] = true
+		}
+		for s := range r.ValBySuite {
+			set[s] = true
+		}
+	}
+	if len(set) < 2 {
+		return
+	}
+	suites := slices.Sorted(maps.Keys(set))
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprint(tw, "round\t")
+	for _, s := range suites {
+		fmt.Fprintf(tw, "%s collection\t%s validation\t", s, s)
+	}
+	fmt.Fprintln(tw)
+	for _, r := range rs {
+		fmt.Fprintf(tw, "%s\t", RoundLabel(r.Round, final))
+		for _, s := range suites {
+			fmt.Fprintf(tw, "%s\t%s\t", r.TrainBySuite[s], r.ValBySuite[s])
+		}
+		fmt.Fprintln(tw)
+	}
+	tw.Flush()
 }

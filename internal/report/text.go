@@ -1,0 +1,162 @@
+package report
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/roundhouse-rl/roundhouse/internal/stats"
+	"github.com/roundhouse-rl/roundhouse/schemas"
+)
+
+// The text forms of reports, comparisons and a run's rounds: the terminal
+// prints them, and a file written beside the JSON can hold the same.
+
+// WriteTable writes a report's per-task, per-suite and overall table, with
+// both denominators and 95 % intervals, then says what kind of score it is
+// and where the report is stored (bucket). A report on eval_init_ids whose
+// invalid share is over the limit is written, then refused as a final
+// score: the error says why and what to do.
+func WriteTable(w io.Writer, rep schemas.Report, bucket string) error {
+	l := schemas.Layout{Run: rep.Run}
+	key := l.Report(rep.Tag)
+	if rep.IsShard() {
+		key = l.ShardReport(rep.Tag, rep.Shard, rep.Shards)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "task\tname\tsuite\tattempted\tvalid\tinvalid\tlost\tsuccesses\tsuccess / valid [95% CI]\tsuccess / attempted\tinvalid by cause\t")
+	row := func(id, name, suite string, r schemas.TaskResult) {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t\n", id, name, suite, r.Attempted(), r.Valid, r.Invalid, r.Lost, r.Successes,
+			stats.Rate(r.Successes, r.Valid), stats.Rate(r.Successes, r.Attempted()), Causes(r))
+	}
+	for _, t := range rep.Tasks {
+		row(strconv.Itoa(int(t.Task)), t.Name, t.Suite, t)
+	}
+	for _, su := range rep.Suites {
+		row("suite", "", su.Suite, su)
+	}
+	row("all", "", "", rep.Overall)
+	tw.Flush()
+	took := ""
+	if rep.StartedAtMS > 0 && rep.FinishedAtMS >= rep.StartedAtMS {
+		took = ", took " + (time.Duration(rep.FinishedAtMS-rep.StartedAtMS) * time.Millisecond).Round(time.Second).String()
+	}
+	fmt.Fprintf(w, "weights %s (digest %.12s), %s, harness %s (config %s)%s\nreport: s3://%s/%s\n",
+		rep.WeightsID, rep.WeightsDigest, rep.InitKey, rep.Harness, rep.Digest, took, bucket, key)
+	o := rep.Overall
+	if o.Invalid+o.Lost > 0 {
+		fmt.Fprintf(w, "invalid by cause: %s (%.1f%% of %d attempted; lost cells are listed as missing in the report)\n", Causes(o), 100*o.InvalidShare(), o.Attempted())
+	}
+	if OverInvalidLimit(rep) {
+		fmt.Fprintf(w, "!! TOO MANY INVALID: %.1f%% of attempted episodes were invalid or lost, over the limit of %.0f%% (collect.max_invalid_share): the success rate speaks for the episodes that ran, not for the split\n",
+			100*o.InvalidShare(), 100*InvalidLimit(rep))
+	}
+	switch {
+	case rep.IsShard():
+		fmt.Fprintf(w, "SHARD %d/%d of tag %s: not a score of the split. Once all %d shards are done: starter report merge --run %s --tag %s\n",
+			rep.Shard, rep.Shards, rep.Tag, rep.Shards, rep.Run, rep.Tag)
+	case rep.InitKey == FinalKey:
+		if err := FinalScoreError(rep); err != nil {
+			return fmt.Errorf("tag %s of run %s: %w", rep.Tag, rep.Run, err)
+		}
+		what := fmt.Sprintf("all %d tasks", len(rep.Tasks))
+		if rep.Protocol != "" {
+			what = fmt.Sprintf("%s: %d required tasks", rep.Protocol, len(rep.RequiredTasks))
+		}
+		p := ProtocolResult(rep)
+		fmt.Fprintf(w, "final score (eval_init_ids, %s): %s over %d valid of %d attempted episodes\n", what, stats.Rate(p.Successes, p.Valid), p.Valid, p.Attempted())
+	default:
+		fmt.Fprintf(w, "validation score (%s): %s over %d valid of %d attempted episodes — for choosing weights, not a final score\n",
+			rep.InitKey, stats.Rate(o.Successes, o.Valid), o.Valid, o.Attempted())
+	}
+	return nil
+}
+
+// WriteComparison writes a paired comparison: per task, suite and overall
+// both success rates, B's gain and the McNemar p-value, then the
+// discordant cells grouped by how the losing side ended.
+func WriteComparison(w io.Writer, c schemas.Comparison) {
+	fmt.Fprintf(w, "A = %s (weights %s), B = %s (weights %s); pairs are cells valid under both (%d left out)\n\n",
+		c.A, c.WeightsA, c.B, c.WeightsB, c.Unpaired)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "task\tname\tpairs\tA success [95% CI]\tB success [95% CI]\tB − A\tonly A\tonly B\tMcNemar p\t")
+	row := func(r schemas.PairedResult, task, name string) {
+		pct := func(k int) string { return fmt.Sprintf("%d: %s", k, stats.Rate(k, r.Pairs)) }
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%+.1f pp\t%d\t%d\t%.3g\t\n", task, name, r.Pairs, pct(r.SuccessA), pct(r.SuccessB),
+			100*r.Difference, r.OnlyA, r.OnlyB, r.PValue)
+	}
+	for _, r := range c.Tasks {
+		row(r, fmt.Sprint(r.Task), r.Name)
+	}
+	for _, r := range c.Suites {
+		row(r, "suite", r.Suite)
+	}
+	row(c.Overall, "all", "")
+	tw.Flush()
+	if len(c.Discordant) == 0 {
+		fmt.Fprintln(w, "\nno discordant cell: A and B succeeded on exactly the same pairs")
+		return
+	}
+	fmt.Fprintf(w, "\ndiscordant cells: %d\n", len(c.Discordant))
+	for _, g := range GroupDiscordant(c.Discordant) {
+		won, lost := "B", "A"
+		if g.Winner == "a" {
+			won, lost = "A", "B"
+		}
+		fmt.Fprintf(w, "\n%s solved, %s did not (%s ended: %s): %d\n", won, lost, lost, g.Termination, len(g.Cells))
+		for _, d := range g.Cells {
+			fmt.Fprintf(w, "  task %d init %d  A %s %s\n                B %s %s\n", d.Task, d.InitID, d.A.EpisodeID, d.A.Artifacts, d.B.EpisodeID, d.B.Artifacts)
+		}
+	}
+}
+
+// WriteDiagnostics writes the table a user reads when training does or
+// does not move: signal, validity, selection, token capture, trainer per
+// round; then how the collection's task failures ended and the validation
+// success over the rounds (with the final validation once st is done).
+func WriteDiagnostics(w io.Writer, sums []schemas.RoundSummary, st schemas.State) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "round\tgroups w/o signal\tinvalid by cause\tzero-weight\ttoken capture\timages\tlogprob Δ mean\tmax\tdrift share\tloss\tclip frac\tsteps\t")
+	for _, r := range sums {
+		capture := "-"
+		if r.Calls > 0 {
+			capture = fmt.Sprintf("%.1f%%", 100*float64(r.Calls-r.UntrainableCalls)/float64(r.Calls))
+		}
+		// Distinct images the batch took to the trainer, and their uses.
+		images := "-"
+		if r.ImageRefs > 0 {
+			images = fmt.Sprintf("%d (%d uses)", r.Images, r.ImageRefs)
+		}
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%d\t%s\t%s\t%.2g\t%.2g\t%.1f%%\t%.4f\t%.3f\t%d\t\n", r.Round, r.Groups-r.GroupsWithSignal,
+			CauseList(r.InvalidByCause), r.ZeroWeightSamples, capture, images, r.Trainer.LogprobMismatch, r.Trainer.LogprobMismatchMax,
+			100*r.Trainer.DriftShare, r.Trainer.Loss, r.Trainer.ClipFraction, r.Trainer.Steps)
+	}
+	tw.Flush()
+	// How the collection's task failures ended: a planner that loops to its
+	// turn budget, one that claims success early and one that errors call
+	// for different fixes.
+	var reasons []string
+	for _, r := range sums {
+		if len(r.TaskFailuresByReason) > 0 {
+			reasons = append(reasons, fmt.Sprintf("r%d %s", r.Round, CauseList(r.TaskFailuresByReason)))
+		}
+	}
+	if len(reasons) > 0 {
+		fmt.Fprintf(w, "\ntask failures by reason: %s\n", strings.Join(reasons, " · "))
+	}
+	var trend []string
+	for _, r := range sums {
+		if r.ValSuccess >= 0 {
+			trend = append(trend, fmt.Sprintf("%.1f%%", 100*r.ValSuccess))
+		}
+	}
+	if st.FinalValSuccess >= 0 && st.RoundsDone == st.Rounds && st.Rounds > 0 {
+		trend = append(trend, fmt.Sprintf("%.1f%% (final)", 100*st.FinalValSuccess))
+	}
+	if len(trend) > 0 {
+		fmt.Fprintf(w, "\nvalidation success: %s\n", strings.Join(trend, " → "))
+	}
+}
