@@ -128,7 +128,7 @@ func checkCompareFlags(f compareFlags, changed func(string) bool) error {
 		return fmt.Errorf("--weights-a %q --weights-b %q: name two different weights, ids of run %s (w0, r1, …) or local weights directories", f.weightsA, f.weightsB, f.run)
 	}
 	for _, w := range []struct{ flag, v string }{{"weights-a", f.weightsA}, {"weights-b", f.weightsB}} {
-		if !localWeights(w.v) && !runName.MatchString(w.v) {
+		if !runs.LocalWeights(w.v) && !runName.MatchString(w.v) {
 			return fmt.Errorf("--%s %q is neither a local path nor a weights id: pass w0, r1, … or a weights directory", w.flag, w.v)
 		}
 	}
@@ -153,13 +153,13 @@ func compareWeights(ctx context.Context, out io.Writer, e *connect.Endpoints, f 
 		if err != nil {
 			return schemas.Comparison{}, err
 		}
-		t.flag = []string{"--weights-a", "--weights-b"}[i]
+		t.Flag = []string{"--weights-a", "--weights-b"}[i]
 		ts[i] = t
 	}
-	if a, b := ts[0].wid, ts[1].wid; a == b {
+	if a, b := ts[0].WeightsID, ts[1].WeightsID; a == b {
 		return schemas.Comparison{}, fmt.Errorf("--weights-a %s and --weights-b %s are the same weights (%s): compare two different ones", f.weightsA, f.weightsB, a)
 	}
-	h := ts[0].h
+	h := ts[0].Harness
 	cells, err := report.SplitCellIDs(h, f.initKey)
 	if err != nil {
 		return schemas.Comparison{}, err
@@ -176,7 +176,7 @@ func compareWeights(ctx context.Context, out io.Writer, e *connect.Endpoints, f 
 		if _, err := checkRun(ctx, s, &ts[i]); err != nil {
 			return schemas.Comparison{}, err
 		}
-		want[i] = report.Wanted{WeightsID: ts[i].wid, WeightsDigest: ts[i].digest, Config: h.Digest, InitKey: f.initKey, Cells: cells}
+		want[i] = report.Wanted{WeightsID: ts[i].WeightsID, WeightsDigest: ts[i].Digest, Config: h.Digest, InitKey: f.initKey, Cells: cells}
 	}
 	reuse, err := runs.ReuseReports(ctx, s, f.run, want)
 	if err != nil {
@@ -184,24 +184,24 @@ func compareWeights(ctx context.Context, out io.Writer, e *connect.Endpoints, f 
 	}
 	var tags, ids [2]string // the reports compared; the evaluations run for them
 	for i, r := range reuse {
-		name, wid := names[i], ts[i].wid
+		name, wid := names[i], ts[i].WeightsID
 		if r.Tag != "" {
 			tags[i] = r.Tag
 			fmt.Fprintf(out, "%s: weights %s — reusing report %s (%s, all %d cells, harness digest %s)\n", name, wid, r.Tag, f.initKey, len(cells), h.Digest)
 			continue
 		}
-		ts[i].f.tag = runs.CompareTag(wid, f.initKey, h.Digest)
+		ts[i].Tag = runs.CompareTag(wid, f.initKey, h.Digest)
 		why := r.Why
 		if why != "" {
 			why = "; " + why
 		}
 		fmt.Fprintf(out, "%s: weights %s — no report covers its %d cells of %s with harness digest %s%s: evaluating under tag %s\n",
-			name, wid, len(cells), f.initKey, h.Digest, why, ts[i].f.tag)
+			name, wid, len(cells), f.initKey, h.Digest, why, ts[i].Tag)
 	}
 	for i := range ts {
 		if tags[i] == "" {
 			if ids[i], err = startEval(ctx, out, c, s, e, &ts[i]); err != nil {
-				return schemas.Comparison{}, fmt.Errorf("evaluate weights %s (%s) for the comparison: %w", ts[i].wid, names[i], err)
+				return schemas.Comparison{}, fmt.Errorf("evaluate weights %s (%s) for the comparison: %w", ts[i].WeightsID, names[i], err)
 			}
 		}
 	}

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -14,11 +12,9 @@ import (
 
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
 	"github.com/roundhouse-rl/roundhouse/internal/fleet"
-	"github.com/roundhouse-rl/roundhouse/internal/harness"
 	"github.com/roundhouse-rl/roundhouse/internal/report"
 	"github.com/roundhouse-rl/roundhouse/internal/runs"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
-	"github.com/roundhouse-rl/roundhouse/internal/weights"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 	"github.com/roundhouse-rl/roundhouse/workflows/api"
 )
@@ -93,15 +89,6 @@ func checkEvalFlags(f evalFlags) (runs.Shard, error) {
 	return runs.ParseShard(f.shard)
 }
 
-// localWeights says --weights names local files rather than a weights id
-// of the run: it exists on disk or looks like a path.
-func localWeights(w string) bool {
-	if _, err := os.Stat(w); err == nil {
-		return true
-	}
-	return strings.ContainsRune(w, os.PathSeparator) || strings.HasPrefix(w, ".")
-}
-
 func runEval(ctx context.Context, out io.Writer, e *connect.Endpoints, f evalFlags) error {
 	// Check every input before touching anything, so a bad one starts nothing.
 	sh, err := checkEvalFlags(f)
@@ -124,70 +111,43 @@ func runEval(ctx context.Context, out io.Writer, e *connect.Endpoints, f evalFla
 	return followEval(ctx, out, c, s, e, id, f.run, f.detach)
 }
 
-// evalTarget is an evaluation as far as it is known without servers: its
-// flags, the harness they load, and the weights they name. `starter eval`
-// runs one, `starter compare` up to two.
+// evalTarget is an evaluation as far as it is known without servers (its
+// harness and weights, runs.ResolveEval) and how its workflow is to run.
+// `starter eval` runs one, `starter compare` up to two.
 type evalTarget struct {
-	f  evalFlags
-	sh runs.Shard
-	h  schemas.Harness
-	// files and local describe local weights to publish (nil for a
-	// weights id of the run); digest is their weights digest, or the run's
-	// weights' once checkRun has read it; wid the weights id evaluated.
-	files  []weights.File
-	local  []schemas.WeightsFile
-	digest string
-	wid    string
-	// flag names the weights in messages: --weights, or compare's
-	// --weights-a and --weights-b.
-	flag string
+	runs.Eval
+	weights   string // as --weights names them, for messages
+	heartbeat time.Duration
+	priority  int
 }
 
 // resolveEval loads the harness with the vars and finds the weights f
-// names: a weights id of the run, or local files (then described and named
-// ext-<digest>, as they will be published).
+// names: a weights id of the run, or local files (then named ext-<digest>,
+// as they will be published).
 func resolveEval(f evalFlags, sh runs.Shard) (evalTarget, error) {
-	t := evalTarget{f: f, sh: sh, wid: f.weights, flag: "--weights"}
+	t := evalTarget{weights: f.weights, heartbeat: f.heartbeat, priority: f.priority}
 	if err := checkPriority(f.priority); err != nil {
 		return t, err
 	}
-	vars, err := harness.ParseVars(f.vars)
+	ev, err := runs.ResolveEval(runs.Eval{Run: f.run, Tag: f.tag, InitKey: f.initKey, Config: f.config, Shard: sh, ReplaceTag: f.replaceTag, Flag: "--weights"}, f.vars, f.weights)
+	t.Eval = ev
 	if err != nil {
 		return t, err
 	}
-	if t.h, err = harness.Load(f.config, vars); err != nil {
-		return t, err
-	}
-	if localWeights(f.weights) {
-		if t.files, err = runs.FindWeights(f.weights, t.h.Model.WeightsFile); err != nil {
-			return t, err
-		}
-		if t.local, err = weights.Describe(t.files); err != nil {
-			return t, fmt.Errorf("--weights %s: %w", f.weights, err)
-		}
-		t.digest = schemas.WeightsDigest(t.local)
-		t.wid = runs.ExternalID(t.digest)
-	} else if !runName.MatchString(f.weights) {
+	if ev.Files == nil && !runName.MatchString(f.weights) {
 		return t, fmt.Errorf("--weights %q is neither a local path nor a weights id: pass w0, r1, … or a weights directory", f.weights)
 	}
 	return t, nil
 }
 
-// eval is the target as internal/runs takes it.
-func (t *evalTarget) eval() runs.Eval {
-	f := t.f
-	return runs.Eval{Run: f.run, Tag: f.tag, InitKey: f.initKey, Phase: schemas.TagPhase(f.tag), Config: f.config, Harness: t.h, Shard: t.sh,
-		ReplaceTag: f.replaceTag, WeightsID: t.wid, Files: t.files, Desc: t.local, Digest: t.digest, Flag: t.flag}
-}
-
 // checkRun checks the target against its run in S3 (runs.CheckEval),
 // reading a weights id's digest into t, and says whether the run exists.
 func checkRun(ctx context.Context, s *store.Store, t *evalTarget) (bool, error) {
-	exists, digest, err := runs.CheckEval(ctx, s, t.eval())
+	exists, digest, err := runs.CheckEval(ctx, s, t.Eval)
 	if err != nil {
 		return exists, err
 	}
-	t.digest = digest
+	t.Digest = digest
 	return exists, nil
 }
 
@@ -196,19 +156,18 @@ func checkRun(ctx context.Context, s *store.Store, t *evalTarget) (bool, error) 
 // evaluation of the same weights already running under the tag is joined
 // instead. It returns the workflow id to follow.
 func startEval(ctx context.Context, out io.Writer, c client.Client, s *store.Store, e *connect.Endpoints, t *evalTarget) (string, error) {
-	f, sh, h := t.f, t.sh, t.h
 	exists, err := checkRun(ctx, s, t)
 	if err != nil {
 		return "", err
 	}
-	id := api.EvalWorkflowID(f.run, f.tag, sh.I, sh.N)
+	id := api.EvalWorkflowID(t.Run, t.Tag, t.Shard.I, t.Shard.N)
 	running, err := api.IsRunning(ctx, c, id)
 	if err != nil {
 		return "", err
 	}
 	if running {
 		p, err := api.QueryEvalProgress(ctx, c, id)
-		if err == nil && (p.WeightsID != t.wid || p.InitKey != f.initKey) {
+		if err == nil && (p.WeightsID != t.WeightsID || p.InitKey != t.InitKey) {
 			return "", fmt.Errorf("evaluation %s is running with weights %s on %s: wait for it, or use another --tag", id, p.WeightsID, p.InitKey)
 		}
 		fmt.Fprintf(out, "evaluation %s is already running; following it\n", id)
@@ -217,28 +176,28 @@ func startEval(ctx context.Context, out io.Writer, c client.Client, s *store.Sto
 	if err := api.RegisterSearchAttributes(ctx, c, e.Namespace); err != nil {
 		return "", err
 	}
-	p, err := runs.PrepareEval(ctx, s, t.eval(), exists)
+	p, err := runs.PrepareEval(ctx, s, t.Eval, exists)
 	if p.Wiped {
-		fmt.Fprintf(out, "--replace-tag: deleted tag %s of run %s (%d objects)\n", f.tag, f.run, p.Deleted)
+		fmt.Fprintf(out, "--replace-tag: deleted tag %s of run %s (%d objects)\n", t.Tag, t.Run, p.Deleted)
 	}
 	for _, k := range p.Removed {
 		fmt.Fprintf(out, "--replace-tag: deleted s3://%s/%s\n", s.Bucket, k)
 	}
 	if p.Published {
-		fmt.Fprintf(out, "published %s as weights %s of run %s\n", f.weights, t.wid, f.run)
+		fmt.Fprintf(out, "published %s as weights %s of run %s\n", t.weights, t.WeightsID, t.Run)
 	}
 	if p.Created {
-		fmt.Fprintf(out, "created run %s for evaluation: harness %s (digest %s)\n", f.run, h.Name, h.Digest)
+		fmt.Fprintf(out, "created run %s for evaluation: harness %s (digest %s)\n", t.Run, t.Harness.Name, t.Harness.Digest)
 	}
 	if err != nil {
 		return "", err
 	}
-	_, err = api.StartEval(ctx, c, api.EvalInput{Run: f.run, Harness: h, WeightsID: t.wid, Tag: f.tag, InitKey: f.initKey,
-		Shard: sh.I, Shards: sh.N, Heartbeat: f.heartbeat, Priority: f.priority})
+	_, err = api.StartEval(ctx, c, api.EvalInput{Run: t.Run, Harness: t.Harness, WeightsID: t.WeightsID, Tag: t.Tag, InitKey: t.InitKey,
+		Shard: t.Shard.I, Shards: t.Shard.N, Heartbeat: t.heartbeat, Priority: t.priority})
 	if err != nil {
 		return "", fmt.Errorf("start workflow %s on %s: %w", id, e.Temporal, err)
 	}
-	fmt.Fprintf(out, "started evaluation %s: weights %s (digest %.12s) on %s, shard %s, harness %s\n", f.tag, t.wid, t.digest, f.initKey, sh, h.Name)
+	fmt.Fprintf(out, "started evaluation %s: weights %s (digest %.12s) on %s, shard %s, harness %s\n", t.Tag, t.WeightsID, t.Digest, t.InitKey, t.Shard, t.Harness.Name)
 	return id, nil
 }
 

@@ -3,18 +3,20 @@ package runs
 import (
 	"context"
 	"fmt"
+	"os"
+	"strings"
 
+	"github.com/roundhouse-rl/roundhouse/internal/harness"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/internal/weights"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 )
 
 // Eval is an evaluation as `starter eval` and `starter compare` ask for
-// it: CheckEval checks it against its run, PrepareEval writes what its
-// workflow needs.
+// it: ResolveEval loads its harness and finds its weights, CheckEval
+// checks it against its run, PrepareEval writes what its workflow needs.
 type Eval struct {
 	Run, Tag, InitKey string
-	Phase             string // the partition the tag's records go to
 	Config            string // the harness file, for messages
 	Harness           schemas.Harness
 	Shard             Shard
@@ -27,6 +29,42 @@ type Eval struct {
 	Desc   []schemas.WeightsFile
 	Digest string
 	Flag   string // names the weights in messages: --weights, --weights-a, …
+}
+
+// ResolveEval loads ev's harness (ev.Config with vars, as --var gives
+// them) and finds the weights that w names: local files (LocalWeights),
+// described and named ext-<digest> as they will be published, or else a
+// weights id of the run, which CheckEval looks up.
+func ResolveEval(ev Eval, vars []string, w string) (Eval, error) {
+	vs, err := harness.ParseVars(vars)
+	if err != nil {
+		return ev, err
+	}
+	if ev.Harness, err = harness.Load(ev.Config, vs); err != nil {
+		return ev, err
+	}
+	ev.WeightsID = w
+	if !LocalWeights(w) {
+		return ev, nil
+	}
+	if ev.Files, err = FindWeights(w, ev.Harness.Model.WeightsFile); err != nil {
+		return ev, err
+	}
+	if ev.Desc, err = weights.Describe(ev.Files); err != nil {
+		return ev, fmt.Errorf("--weights %s: %w", w, err)
+	}
+	ev.Digest = schemas.WeightsDigest(ev.Desc)
+	ev.WeightsID = ExternalID(ev.Digest)
+	return ev, nil
+}
+
+// LocalWeights says w names local files rather than a weights id of the
+// run: it exists on disk or looks like a path.
+func LocalWeights(w string) bool {
+	if _, err := os.Stat(w); err == nil {
+		return true
+	}
+	return strings.ContainsRune(w, os.PathSeparator) || strings.HasPrefix(w, ".")
 }
 
 // CheckEval checks an evaluation against its run in S3, writing nothing:
@@ -74,7 +112,7 @@ func PrepareEval(ctx context.Context, s *store.Store, ev Eval, exists bool) (p E
 		return p, err
 	}
 	if plan.Wipe {
-		if p.Deleted, err = WipeTag(ctx, s, ev.Run, ev.Tag, ev.Phase); err != nil {
+		if p.Deleted, err = WipeTag(ctx, s, ev.Run, ev.Tag, schemas.TagPhase(ev.Tag)); err != nil {
 			return p, err
 		}
 		p.Wiped = true
