@@ -20,6 +20,7 @@ import (
 
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
 	"github.com/roundhouse-rl/roundhouse/internal/fleet"
+	"github.com/roundhouse-rl/roundhouse/internal/report"
 	"github.com/roundhouse-rl/roundhouse/internal/stats"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 	"github.com/roundhouse-rl/roundhouse/workflows/api"
@@ -192,7 +193,7 @@ func renderDetail(out io.Writer, v api.RunView) {
 	}
 	if len(v.Summaries) > 0 {
 		fmt.Fprintln(out)
-		printSummaries(out, v.Summaries)
+		report.WriteRounds(out, v.Summaries)
 	}
 }
 
