@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/signal"
 	"slices"
-	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -321,19 +320,7 @@ func renderFleet(w io.Writer, st api.FleetStatus, run string, now time.Time) {
 			loads, sum.LoadTime.Round(100*time.Millisecond), sum.Idle.Round(time.Second), sum.Waits, sum.Waiting)
 	}
 	by := s.ServedBy()
-	keys := make([]string, 0, len(s.Demands))
-	for k, d := range s.Demands {
-		if run == "" || d.Run == run {
-			keys = append(keys, k)
-		}
-	}
-	sort.Slice(keys, func(i, j int) bool {
-		a, b := s.Demands[keys[i]], s.Demands[keys[j]]
-		if a.Priority != b.Priority {
-			return a.Priority < b.Priority
-		}
-		return keys[i] < keys[j]
-	})
+	keys := s.DemandKeys(run)
 	if len(keys) == 0 {
 		fmt.Fprintln(w, "  no episodes waiting for weights")
 		return

@@ -67,18 +67,10 @@ func sweepCreateCmd(e *connect.Endpoints) *cobra.Command {
 	return cmd
 }
 
-// checkSweepName refuses names that cannot name a schedule, a run and keys.
-func checkSweepName(name string) error {
-	if !runName.MatchString(name) || !runName.MatchString(schemas.SweepRun(name)) {
-		return fmt.Errorf("--name %q: give a sweep name of letters, digits, '.', '_' or '-' (at most 90)", name)
-	}
-	return nil
-}
-
 func sweepCreate(ctx context.Context, out io.Writer, e *connect.Endpoints, f sweepFlags) error {
 	// Every input is checked before a server is contacted, so a bad
 	// command changes nothing.
-	if err := checkSweepName(f.name); err != nil {
+	if err := runs.CheckSweepName(f.name); err != nil {
 		return err
 	}
 	spec, when, err := api.SweepSpec(f.every, f.cron)
@@ -123,7 +115,7 @@ func sweepCreate(ctx context.Context, out io.Writer, e *connect.Endpoints, f swe
 
 // sweepClient checks a sweep's name and connects to Temporal.
 func sweepClient(ctx context.Context, e *connect.Endpoints, name string) (client.Client, error) {
-	if err := checkSweepName(name); err != nil {
+	if err := runs.CheckSweepName(name); err != nil {
 		return nil, err
 	}
 	return connect.Temporal(ctx, *e, quietLogger())
@@ -228,7 +220,7 @@ func sweepShowCmd(e *connect.Endpoints) *cobra.Command {
 		Use:   "show",
 		Short: "Print a sweep's leaderboard",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkSweepName(name); err != nil {
+			if err := runs.CheckSweepName(name); err != nil {
 				return err
 			}
 			ro := *e

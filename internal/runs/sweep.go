@@ -30,10 +30,18 @@ type Sweep struct {
 	Own bool
 }
 
+// CheckSweepName refuses names that cannot name a schedule, a run and keys.
+func CheckSweepName(name string) error {
+	if !NamePattern.MatchString(name) || !NamePattern.MatchString(schemas.SweepRun(name)) {
+		return fmt.Errorf("--name %q: give a sweep name of letters, digits, '.', '_' or '-' (at most 90)", name)
+	}
+	return nil
+}
+
 // Check checks the inputs of a new sweep that need no server — its source
 // (--run or --weights-prefix in the bucket workers read), split,
-// parallelism, priority — and loads its harness. The name and the schedule
-// are the starter's to check first.
+// parallelism, priority — and loads its harness. The starter checks the
+// name (CheckSweepName) and the schedule (api.SweepSpec) before it.
 func (w *Sweep) Check(bucket string) error {
 	switch {
 	case w.Run != "" && w.Prefix != "":
