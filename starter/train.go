@@ -146,7 +146,7 @@ func follow(ctx context.Context, out io.Writer, c client.Client, s *store.Store,
 	}
 	res, err := api.FollowTrain(ctx, out, c, run, func() {
 		if _, err := os.Stat(stopFile); stopFile == "" || err != nil {
-			return
+			return // no STOP file
 		}
 		if err := api.RequestStop(ctx, c, run, "STOP file "+stopFile); err != nil {
 			fmt.Fprintf(out, "STOP file seen, but the stop request failed: %v\n", err)
