@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"regexp"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
 	"github.com/roundhouse-rl/roundhouse/internal/fleet"
+	"github.com/roundhouse-rl/roundhouse/internal/runs"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/internal/telemetry"
 )
@@ -37,7 +37,8 @@ func main() {
 	}
 }
 
-var runName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$`)
+// runName is what --run (and a sweep's --name) may be.
+var runName = runs.NamePattern
 
 func rootCmd() *cobra.Command {
 	e := connect.FromEnv()
@@ -65,19 +66,10 @@ func rootCmd() *cobra.Command {
 	return root
 }
 
-// connectBoth connects to Temporal and S3, the pair most commands need;
-// the caller closes the client.
+// connectBoth connects to Temporal and S3 (connect.Both) with the CLI's
+// quiet logger; the caller closes the client.
 func connectBoth(ctx context.Context, e *connect.Endpoints) (client.Client, *store.Store, error) {
-	c, err := connect.Temporal(ctx, *e, quietLogger())
-	if err != nil {
-		return nil, nil, err
-	}
-	s, err := connect.Store(ctx, *e)
-	if err != nil {
-		c.Close()
-		return nil, nil, err
-	}
-	return c, s, nil
+	return connect.Both(ctx, *e, quietLogger())
 }
 
 // quietLogger keeps the SDK's own logs out of the CLI's output unless they are warnings.
@@ -91,11 +83,5 @@ func priorityFlag(fl *pflag.FlagSet, p *int, def int, what string) {
 	fl.IntVar(p, "priority", def, fmt.Sprintf("order of %s on a shared rollout fleet, 1 (served first) to %d; training defaults to %d, evaluations and sweeps to %d", what, fleet.MaxPriority, fleet.TrainPriority, fleet.EvalPriority))
 }
 
-// checkPriority refuses a priority out of range; 0 stands for the
-// default (flag structs built in code, commands without the flag).
-func checkPriority(p int) error {
-	if p < 0 || p > fleet.MaxPriority {
-		return fmt.Errorf("--priority %d: give 1 (served first) to %d", p, fleet.MaxPriority)
-	}
-	return nil
-}
+// checkPriority is runs.CheckPriority, under the name the evaluations call.
+var checkPriority = runs.CheckPriority

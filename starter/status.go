@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/signal"
 	"slices"
-	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -20,7 +19,9 @@ import (
 
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
 	"github.com/roundhouse-rl/roundhouse/internal/fleet"
+	"github.com/roundhouse-rl/roundhouse/internal/report"
 	"github.com/roundhouse-rl/roundhouse/internal/stats"
+	"github.com/roundhouse-rl/roundhouse/internal/term"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 	"github.com/roundhouse-rl/roundhouse/workflows/api"
 )
@@ -108,56 +109,7 @@ func status(ctx context.Context, out io.Writer, e *connect.Endpoints, f statusFl
 	// Ctrl-C ends the watch as a normal exit, not an error.
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt)
 	defer stop()
-	return watch(ctx, out, isTerminal(out), f.interval, draw)
-}
-
-// watch redraws until ctx ends or draw says it is done. On a terminal it
-// clears the screen first; elsewhere (a log, a pipe) frames follow each
-// other. Only the first draw's error ends it: later ones are shown and
-// retried, since a watch outlives a Temporal restart.
-func watch(ctx context.Context, out io.Writer, tty bool, every time.Duration, draw func(context.Context) (string, bool, error)) error {
-	for frame := 0; ; frame++ {
-		text, done, err := draw(ctx)
-		if err != nil {
-			if frame == 0 || ctx.Err() != nil {
-				return ignoreCanceled(ctx, err)
-			}
-			text = fmt.Sprintf("error: %s (retrying)\n", oneLine(err.Error(), 300))
-		}
-		head := fmt.Sprintf("%s, every %s (Ctrl-C ends)\n", time.Now().Format("15:04:05"), every)
-		if tty {
-			head = "\x1b[H\x1b[2J" + head
-		} else if frame > 0 {
-			head = "\n" + head
-		}
-		if _, err := io.WriteString(out, head+text); err != nil {
-			return err
-		}
-		if done {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(every):
-		}
-	}
-}
-
-func ignoreCanceled(ctx context.Context, err error) error {
-	if ctx.Err() != nil {
-		return nil
-	}
-	return err
-}
-
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
+	return term.Watch(ctx, out, term.IsTerminal(out), f.interval, draw)
 }
 
 // renderList is the table of runs, one row each.
@@ -170,7 +122,7 @@ func renderList(out io.Writer, views []api.RunView) {
 	fmt.Fprintln(tw, "RUN\tSTATUS\tROUND\tPHASE\tEPISODES\tSUCCESS\tVALIDATION\tLAST ERROR")
 	for _, v := range views {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Run, v.Status, roundOf(v), dash(v.Phase),
-			episodesOf(v), successOf(v), valOf(v), dash(oneLine(v.Err, 60)))
+			episodesOf(v), successOf(v), valOf(v), dash(term.OneLine(v.Err, 60)))
 	}
 	tw.Flush()
 }
@@ -185,14 +137,14 @@ func renderDetail(out io.Writer, v api.RunView) {
 	}
 	fmt.Fprintf(out, "validation: %s\n", valOf(v))
 	if v.Err != "" {
-		fmt.Fprintf(out, "last error: %s\n", oneLine(v.Err, 400))
+		fmt.Fprintf(out, "last error: %s\n", term.OneLine(v.Err, 400))
 	}
 	if len(v.Children) > 0 {
 		fmt.Fprintf(out, "running episode chunks: %s\n", strings.Join(v.Children, ", "))
 	}
 	if len(v.Summaries) > 0 {
 		fmt.Fprintln(out)
-		printSummaries(out, v.Summaries)
+		report.WriteRounds(out, v.Summaries)
 	}
 }
 
@@ -259,15 +211,6 @@ func bar(done, total int) string {
 	return strings.TrimRight(strings.TrimLeft(b.String(), "\r"), " ")
 }
 
-// oneLine folds a message onto one line of at most n runes.
-func oneLine(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if r := []rune(s); len(r) > n {
-		return string(r[:n-1]) + "…"
-	}
-	return s
-}
-
 func dash(s string) string {
 	if s == "" {
 		return "-"
@@ -320,19 +263,7 @@ func renderFleet(w io.Writer, st api.FleetStatus, run string, now time.Time) {
 			loads, sum.LoadTime.Round(100*time.Millisecond), sum.Idle.Round(time.Second), sum.Waits, sum.Waiting)
 	}
 	by := s.ServedBy()
-	keys := make([]string, 0, len(s.Demands))
-	for k, d := range s.Demands {
-		if run == "" || d.Run == run {
-			keys = append(keys, k)
-		}
-	}
-	sort.Slice(keys, func(i, j int) bool {
-		a, b := s.Demands[keys[i]], s.Demands[keys[j]]
-		if a.Priority != b.Priority {
-			return a.Priority < b.Priority
-		}
-		return keys[i] < keys[j]
-	})
+	keys := s.DemandKeys(run)
 	if len(keys) == 0 {
 		fmt.Fprintln(w, "  no episodes waiting for weights")
 		return

@@ -2,11 +2,9 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/spf13/cobra"
-	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
@@ -24,7 +22,7 @@ func stopCmd(e *connect.Endpoints) *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			if err := requestStop(cmd.Context(), c, run, reason); err != nil {
+			if err := api.RequestStop(cmd.Context(), c, run, reason); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "stop requested for run %s: running episodes finish, then it ends; `starter train --run %s …` resumes it\n", run, run)
@@ -48,7 +46,7 @@ func cancelCmd(e *connect.Endpoints) *cobra.Command {
 			}
 			defer c.Close()
 			if err := api.CancelTrain(cmd.Context(), c, run); err != nil {
-				return notRunning(run, err)
+				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "run %s cancelled: episodes and trainer are being killed; `starter train --run %s …` resumes it\n", run, run)
 			return nil
@@ -64,20 +62,4 @@ func runClient(ctx context.Context, e *connect.Endpoints, run string) (client.Cl
 		return nil, fmt.Errorf("--run %q: give the name of a run (see `starter status`)", run)
 	}
 	return connect.Temporal(ctx, *e, quietLogger())
-}
-
-// requestStop sends the stop signal to a running run.
-func requestStop(ctx context.Context, c client.Client, run, reason string) error {
-	if err := api.RequestStop(ctx, c, run, reason); err != nil {
-		return notRunning(run, err)
-	}
-	return nil
-}
-
-func notRunning(run string, err error) error {
-	var nf *serviceerror.NotFound
-	if errors.As(err, &nf) {
-		return fmt.Errorf("run %s is not running (unknown run, or it already ended): see `starter status`", run)
-	}
-	return fmt.Errorf("run %s: %w", run, err)
 }

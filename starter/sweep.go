@@ -14,7 +14,6 @@ import (
 
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
 	"github.com/roundhouse-rl/roundhouse/internal/fleet"
-	"github.com/roundhouse-rl/roundhouse/internal/harness"
 	"github.com/roundhouse-rl/roundhouse/internal/report"
 	"github.com/roundhouse-rl/roundhouse/internal/runs"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
@@ -68,70 +67,18 @@ func sweepCreateCmd(e *connect.Endpoints) *cobra.Command {
 	return cmd
 }
 
-// checkSweepName refuses names that cannot name a schedule, a run and keys.
-func checkSweepName(name string) error {
-	if !runName.MatchString(name) || !runName.MatchString(schemas.SweepRun(name)) {
-		return fmt.Errorf("--name %q: give a sweep name of letters, digits, '.', '_' or '-' (at most 90)", name)
-	}
-	return nil
-}
-
-// sweepSource checks --run and --weights-prefix (exactly one) and returns
-// the sweep's source and evaluation run.
-func sweepSource(f sweepFlags, bucket string) (source, run string, err error) {
-	switch {
-	case f.run != "" && f.prefix != "":
-		return "", "", errors.New("--run and --weights-prefix both given: sweep the weights of a run (--run R) or of an s3 prefix (--weights-prefix s3://bucket/prefix/), not both")
-	case f.run == "" && f.prefix == "":
-		return "", "", errors.New("--run or --weights-prefix is required: --run R sweeps runs/R/weights/, --weights-prefix s3://bucket/prefix/ the weights ids under it")
-	case f.run != "":
-		if !runName.MatchString(f.run) {
-			return "", "", fmt.Errorf("--run %q: give the name of a run of letters, digits, '.', '_' or '-'", f.run)
-		}
-		return f.run, f.run, nil
-	}
-	b, _, err := store.ParseURL(f.prefix)
-	if err != nil {
-		return "", "", fmt.Errorf("--weights-prefix: %w", err)
-	}
-	if b != bucket {
-		return "", "", fmt.Errorf("--weights-prefix %s is in bucket %s, but workers read bucket %s: copy the weights into s3://%s/… or run with --bucket %s", f.prefix, b, bucket, bucket, b)
-	}
-	return f.prefix, schemas.SweepRun(f.name), nil
-}
-
 func sweepCreate(ctx context.Context, out io.Writer, e *connect.Endpoints, f sweepFlags) error {
 	// Every input is checked before a server is contacted, so a bad
 	// command changes nothing.
-	if err := checkSweepName(f.name); err != nil {
+	if err := runs.CheckSweepName(f.name); err != nil {
 		return err
 	}
 	spec, when, err := api.SweepSpec(f.every, f.cron)
 	if err != nil {
 		return err
 	}
-	source, run, err := sweepSource(f, e.S3.Bucket)
-	if err != nil {
-		return err
-	}
-	if err := checkPriority(f.priority); err != nil {
-		return err
-	}
-	if f.initKey != "val_init_ids" && f.initKey != "eval_init_ids" {
-		return fmt.Errorf("--init-key %q: use val_init_ids or eval_init_ids", f.initKey)
-	}
-	if f.parallel < 1 {
-		return fmt.Errorf("--parallel %d: need at least 1", f.parallel)
-	}
-	if f.config == "" {
-		return errors.New("--config is required: pass the harness file the evaluations run, e.g. --config harnesses/minimal/harness.yaml")
-	}
-	vars, err := harness.ParseVars(f.vars)
-	if err != nil {
-		return err
-	}
-	h, err := harness.Load(f.config, vars)
-	if err != nil {
+	w := runs.Sweep{Name: f.name, Run: f.run, Prefix: f.prefix, InitKey: f.initKey, Parallel: f.parallel, Priority: f.priority, Config: f.config, Vars: f.vars}
+	if err := w.Check(e.S3.Bucket); err != nil {
 		return err
 	}
 	c, s, err := connectBoth(ctx, e)
@@ -146,20 +93,19 @@ func sweepCreate(ctx context.Context, out io.Writer, e *connect.Endpoints, f swe
 	} else if !errors.Is(err, api.ErrNoSweep) {
 		return err
 	}
-	w := runs.Sweep{Name: f.name, Source: source, Run: run, InitKey: f.initKey, Config: f.config, Harness: h, Own: f.run == ""}
 	if err := runs.PrepareSweep(ctx, s, w); err != nil {
 		return err
 	}
 	if err := api.RegisterSearchAttributes(ctx, c, e.Namespace); err != nil {
 		return err
 	}
-	in := api.SweepInput{Name: f.name, Source: source, Run: run, Harness: h, InitKey: f.initKey, Parallel: f.parallel, Priority: f.priority}
+	in := api.SweepInput{Name: f.name, Source: w.Source, Run: w.Run, Harness: w.Harness, InitKey: f.initKey, Parallel: f.parallel, Priority: f.priority}
 	if _, err := api.CreateSweep(ctx, c, in, spec, when); errors.Is(err, api.ErrSweepExists) {
 		return exists
 	} else if err != nil {
 		return fmt.Errorf("create schedule %s on %s: %w", id, e.Temporal, err)
 	}
-	fmt.Fprintf(out, "created sweep %s (schedule %s): %s, weights of %s evaluated in run %s on %s\n", f.name, id, when, source, run, f.initKey)
+	fmt.Fprintf(out, "created sweep %s (schedule %s): %s, weights of %s evaluated in run %s on %s\n", f.name, id, when, w.Source, w.Run, f.initKey)
 	if d, err := api.DescribeSweep(ctx, c, f.name); err == nil && len(d.Info.NextActionTimes) > 0 {
 		fmt.Fprintf(out, "next sweep: %s\n", d.Info.NextActionTimes[0].UTC().Format(time.RFC3339))
 	}
@@ -169,7 +115,7 @@ func sweepCreate(ctx context.Context, out io.Writer, e *connect.Endpoints, f swe
 
 // sweepClient checks a sweep's name and connects to Temporal.
 func sweepClient(ctx context.Context, e *connect.Endpoints, name string) (client.Client, error) {
-	if err := checkSweepName(name); err != nil {
+	if err := runs.CheckSweepName(name); err != nil {
 		return nil, err
 	}
 	return connect.Temporal(ctx, *e, quietLogger())
@@ -252,10 +198,7 @@ func sweepTrigger(ctx context.Context, out io.Writer, e *connect.Endpoints, name
 	}
 	wctx, wcancel := context.WithTimeout(ctx, timeout)
 	defer wcancel()
-	var res api.SweepResult
-	err = followUntil(wctx, out, c, started.WorkflowID, func(ctx context.Context) error {
-		return c.GetWorkflow(ctx, started.WorkflowID, started.FirstExecutionRunID).Get(ctx, &res)
-	}, func() string { return "" })
+	res, err := api.FollowSweep(wctx, out, c, started)
 	if err != nil {
 		return fmt.Errorf("sweep %s (workflow %s, details in the Temporal UI): %w", name, started.WorkflowID, err)
 	}
@@ -277,7 +220,7 @@ func sweepShowCmd(e *connect.Endpoints) *cobra.Command {
 		Use:   "show",
 		Short: "Print a sweep's leaderboard",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkSweepName(name); err != nil {
+			if err := runs.CheckSweepName(name); err != nil {
 				return err
 			}
 			ro := *e

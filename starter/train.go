@@ -2,13 +2,10 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -16,9 +13,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
-	"github.com/roundhouse-rl/roundhouse/internal/failnote"
 	"github.com/roundhouse-rl/roundhouse/internal/fleet"
-	"github.com/roundhouse-rl/roundhouse/internal/harness"
 	"github.com/roundhouse-rl/roundhouse/internal/report"
 	"github.com/roundhouse-rl/roundhouse/internal/runs"
 	"github.com/roundhouse-rl/roundhouse/internal/stats"
@@ -76,32 +71,12 @@ weights are kept) with the same starting weights.`,
 }
 
 func train(ctx context.Context, out io.Writer, e *connect.Endpoints, f trainFlags) error {
-	// Check every input before touching anything, so a bad one starts nothing.
-	if f.config == "" {
-		return errors.New("--config is required: pass the harness file, e.g. --config harnesses/minimal/harness.yaml")
-	}
-	if !runName.MatchString(f.run) {
-		return fmt.Errorf("--run %q: give a run name of letters, digits, '.', '_' or '-'", f.run)
-	}
-	if f.rounds < 1 {
-		return fmt.Errorf("--rounds %d: need at least 1", f.rounds)
-	}
-	if err := checkPriority(f.priority); err != nil {
-		return err
-	}
-	vars, err := harness.ParseVars(f.vars)
-	if err != nil {
-		return err
-	}
-	h, err := harness.Load(f.config, vars)
-	if err != nil {
-		return err
-	}
-	t := runs.Train{Run: f.run, Config: f.config, Harness: h, Weights: f.weights, PoolReport: f.poolReport, PoolAnyWeights: f.poolAnyWeights,
-		Rounds: int32(f.rounds), Groups: f.groups, Attempts: f.attempts, Heartbeat: f.heartbeat, Replace: f.replace, Given: f.set}
+	t := runs.Train{Run: f.run, Config: f.config, Vars: f.vars, Weights: f.weights, PoolReport: f.poolReport, PoolAnyWeights: f.poolAnyWeights,
+		Rounds: int32(f.rounds), Groups: f.groups, Attempts: f.attempts, Heartbeat: f.heartbeat, Priority: f.priority, Replace: f.replace, Given: f.set}
 	if err := t.Check(); err != nil {
 		return err
 	}
+	h := t.Harness
 	if f.stopFile == "" {
 		f.stopFile = filepath.Join("runs", f.run, "STOP")
 	}
@@ -120,7 +95,7 @@ func train(ctx context.Context, out io.Writer, e *connect.Endpoints, f trainFlag
 	}
 	if running {
 		fmt.Fprintf(out, "run %s is already running; following it\n", f.run)
-		return follow(ctx, out, c, s, e, id, f.run, f.detach, f.stopFile)
+		return follow(ctx, out, c, s, e, f.run, f.detach, f.stopFile)
 	}
 	if err := api.RegisterSearchAttributes(ctx, c, e.Namespace); err != nil {
 		return err
@@ -147,49 +122,38 @@ func train(ctx context.Context, out io.Writer, e *connect.Endpoints, f trainFlag
 		fmt.Fprintf(out, "started run %s: harness %s (digest %s), weights %s, %d rounds of %d groups × %d attempts\n",
 			f.run, h.Name, h.Digest, f.weights, in.Rounds, in.Groups, in.Attempts)
 	}
-	return follow(ctx, out, c, s, e, id, f.run, f.detach, f.stopFile)
+	return follow(ctx, out, c, s, e, f.run, f.detach, f.stopFile)
 }
 
-func uiURL(e *connect.Endpoints, id string) string {
-	ui := os.Getenv("ROUNDHOUSE_UI")
-	if ui == "" {
-		ui = "http://127.0.0.1:8233"
-	}
-	return fmt.Sprintf("%s/namespaces/%s/workflows/%s", strings.TrimRight(ui, "/"), e.Namespace, id)
-}
+// uiURL is workflow id's page in the Temporal UI.
+func uiURL(e *connect.Endpoints, id string) string { return e.WorkflowURL(id) }
+
+// followUntil is api.Follow, under the name the evaluations call.
+var followUntil = api.Follow
+
+// printSummaries is report.WriteRounds, under the name the report calls.
+var printSummaries = report.WriteRounds
 
 // follow prints progress until the run ends, then the per-round table.
 // A STOP file (the upstream controller's habit) asks for a controlled stop.
-func follow(ctx context.Context, out io.Writer, c client.Client, s *store.Store, e *connect.Endpoints, id, run string, detach bool, stopFile string) error {
-	fmt.Fprintf(out, "Temporal UI: %s\nS3 prefix:   s3://%s/%s\n", uiURL(e, id), s.Bucket, schemas.Layout{Run: run}.Prefix())
+func follow(ctx context.Context, out io.Writer, c client.Client, s *store.Store, e *connect.Endpoints, run string, detach bool, stopFile string) error {
+	fmt.Fprintf(out, "Temporal UI: %s\nS3 prefix:   s3://%s/%s\n", e.WorkflowURL(api.WorkflowID(run)), s.Bucket, schemas.Layout{Run: run}.Prefix())
 	if detach {
 		return nil
 	}
 	if stopFile != "" {
 		fmt.Fprintf(out, "controlled stop: starter stop --run %s, or touch %s\n", run, stopFile)
 	}
-	var res api.TrainResult
-	err := followUntil(ctx, out, c, id, func(ctx context.Context) error { return c.GetWorkflow(ctx, id, "").Get(ctx, &res) }, func() string {
-		if stopFile != "" {
-			if _, err := os.Stat(stopFile); err == nil {
-				if err := requestStop(ctx, c, run, "STOP file "+stopFile); err != nil {
-					fmt.Fprintf(out, "STOP file seen, but the stop request failed: %v\n", err)
-				} else {
-					fmt.Fprintf(out, "STOP file %s seen: stop requested (running episodes finish)\n", stopFile)
-					os.Remove(stopFile)
-				}
-			}
+	res, err := api.FollowTrain(ctx, out, c, run, func() {
+		if _, err := os.Stat(stopFile); stopFile == "" || err != nil {
+			return // no STOP file
 		}
-		p, err := api.QueryProgress(ctx, c, run)
-		if err != nil {
-			return "" // between runs of a continue-as-new chain the query may miss
+		if err := api.RequestStop(ctx, c, run, "STOP file "+stopFile); err != nil {
+			fmt.Fprintf(out, "STOP file seen, but the stop request failed: %v\n", err)
+		} else {
+			fmt.Fprintf(out, "STOP file %s seen: stop requested (running episodes finish)\n", stopFile)
+			os.Remove(stopFile)
 		}
-		e := p.Episodes
-		line := fmt.Sprintf("round %d/%d  %-10s %d/%d episodes, %d successes", p.Round, p.Rounds, p.Phase, e.Done, e.Total, e.Successes)
-		if p.Stopping {
-			line += " (stopping)"
-		}
-		return line
 	})
 	if err != nil {
 		return fmt.Errorf("run %s failed: %w (details in the Temporal UI; fix the cause, then `starter train --run %s` resumes it)", run, err, run)
@@ -203,7 +167,7 @@ func follow(ctx context.Context, out io.Writer, c client.Client, s *store.Store,
 // many of its episodes did not count) and the final weights.
 func printResult(out io.Writer, bucket, run string, res api.TrainResult) {
 	fmt.Fprintln(out)
-	printSummaries(out, res.Summaries)
+	report.WriteRounds(out, res.Summaries)
 	if res.Stopped {
 		fmt.Fprintf(out, "run %s stopped in round %d; `starter train --run %s --config …` resumes it\n", run, res.StoppedRound, run)
 		return
@@ -219,54 +183,4 @@ func printResult(out io.Writer, bucket, run string, res api.TrainResult) {
 		fmt.Fprintf(out, "final validation success (weights %s): %.1f%%\n", res.FinalWeightsID, 100*res.FinalValSuccess)
 	}
 	fmt.Fprintf(out, "final weights: s3://%s/%s\n", bucket, schemas.Layout{Run: run}.Weights(res.FinalWeightsID))
-}
-
-// followUntil prints progress lines — line() every 2 s, when it changed and is
-// not empty — until wait returns, and returns its error. Each failed attempt
-// of an activity of workflow id (or of its running children) that Temporal
-// is still retrying is printed once, as soon as the server has it, with
-// its cause and when it is retried.
-func followUntil(ctx context.Context, out io.Writer, c client.Client, id string, wait func(context.Context) error, line func() string) error {
-	done := make(chan error, 1)
-	go func() { done <- wait(ctx) }()
-	tick := time.NewTicker(2 * time.Second)
-	defer tick.Stop()
-	last := ""
-	var fails failnote.Printer
-	for {
-		select {
-		case err := <-done:
-			return err
-		case <-tick.C:
-			if l := line(); l != "" && l != last {
-				fmt.Fprintln(out, l)
-				last = l
-			}
-			// Describe may miss between runs of a continue-as-new chain;
-			// the next tick asks again.
-			if fs, err := failnote.Pending(ctx, c, id); err == nil {
-				fails.Print(out, fs, time.Now())
-			}
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-}
-
-// printSummaries is the per-round table of `starter status --run` and
-// `starter report`: success over valid and over attempted episodes, with
-// 95 % intervals, and a loud line for each round over its invalid limit.
-func printSummaries(out io.Writer, ss []schemas.RoundSummary) {
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "round\tval success [95% CI]\tcollection success / valid\tsuccess / attempted\tinvalid + lost\tgroups w/ signal\tsamples\tweights in\tnew weights\t")
-	for _, r := range ss {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d/%d\t%d/%d\t%d\t%s\t%s\t\n", r.Round, report.ValRate(r), stats.Rate(r.Successes, r.Valid),
-			stats.Rate(r.Successes, r.Attempted()), r.Attempted()-r.Valid, r.Attempted(), r.GroupsWithSignal, r.Groups, r.Samples, r.WeightsID, r.NewWeightsID)
-	}
-	tw.Flush()
-	for _, r := range ss {
-		if w := report.RoundWarning(r); w != "" {
-			fmt.Fprintf(out, "!! %s\n", w)
-		}
-	}
 }

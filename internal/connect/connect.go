@@ -404,6 +404,31 @@ func Store(ctx context.Context, e Endpoints) (*store.Store, error) {
 	return s, nil
 }
 
+// Both connects to Temporal and opens the bucket, the pair most of the
+// starter's commands need; the caller closes the client.
+func Both(ctx context.Context, e Endpoints, logger tlog.Logger) (client.Client, *store.Store, error) {
+	c, err := Temporal(ctx, e, logger)
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := Store(ctx, e)
+	if err != nil {
+		c.Close()
+		return nil, nil, err
+	}
+	return c, s, nil
+}
+
+// WorkflowURL is workflow id's page in the Temporal UI: ROUNDHOUSE_UI, by
+// default the dev server's http://127.0.0.1:8233.
+func (e Endpoints) WorkflowURL(id string) string {
+	ui := os.Getenv("ROUNDHOUSE_UI")
+	if ui == "" {
+		ui = "http://127.0.0.1:8233"
+	}
+	return fmt.Sprintf("%s/namespaces/%s/workflows/%s", strings.TrimRight(ui, "/"), e.Namespace, id)
+}
+
 // bucketError replaces Check's "not reachable" when the server did answer:
 // 404 is a missing bucket, 403 credentials that may not use it.
 func bucketError(c store.Config, err error) error {

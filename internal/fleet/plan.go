@@ -7,6 +7,7 @@
 package fleet
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -501,6 +502,21 @@ func (s *State) ServedBy() map[string][]string {
 		}
 	}
 	return out
+}
+
+// DemandKeys returns the keys of run's demands (every run's when run is
+// ""), most urgent priority first, then by key.
+func (s *State) DemandKeys(run string) []string {
+	var keys []string
+	for k, d := range s.Demands {
+		if run == "" || d.Run == run {
+			keys = append(keys, k)
+		}
+	}
+	slices.SortFunc(keys, func(a, b string) int {
+		return cmp.Or(cmp.Compare(s.Demands[a].Priority, s.Demands[b].Priority), cmp.Compare(a, b))
+	})
+	return keys
 }
 
 // Expect records that w's demand ended at now and more will come soon.

@@ -360,3 +360,16 @@ func TestHostKeepsSeveralWeights(t *testing.T) {
 	plan(mixed, t0)
 	wantAssign(t, mixed, map[string][]string{"h1": {"tr/w0"}})
 }
+
+// Status lists what waits most urgent first, one run's or all.
+func TestDemandKeys(t *testing.T) {
+	s := State{Demands: map[string]Demand{
+		"b": {Run: "sweep-x", Priority: 3}, "a": {Run: "sweep-x", Priority: 3}, "z": {Run: "tr", Priority: 1},
+	}}
+	if got := s.DemandKeys(""); !reflect.DeepEqual(got, []string{"z", "a", "b"}) {
+		t.Errorf("all runs: %v, want z a b", got)
+	}
+	if got := s.DemandKeys("tr"); !reflect.DeepEqual(got, []string{"z"}) {
+		t.Errorf("run tr: %v, want z", got)
+	}
+}

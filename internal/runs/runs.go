@@ -12,11 +12,26 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"strings"
 
+	"github.com/roundhouse-rl/roundhouse/internal/fleet"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 )
+
+// NamePattern is what a run's (or a sweep's) name may be: it becomes a
+// prefix in the bucket and part of workflow and schedule ids.
+var NamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$`)
+
+// CheckPriority refuses a priority out of range; 0 stands for the
+// default (flag structs built in code, commands without the flag).
+func CheckPriority(p int) error {
+	if p < 0 || p > fleet.MaxPriority {
+		return fmt.Errorf("--priority %d: give 1 (served first) to %d", p, fleet.MaxPriority)
+	}
+	return nil
+}
 
 // ReadHarness reads a run's harness.json; ok is false when the run has
 // none (an unknown run).

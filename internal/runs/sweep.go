@@ -2,23 +2,85 @@ package runs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
+	"github.com/roundhouse-rl/roundhouse/internal/harness"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 )
 
-// Sweep is a new sweep as `starter sweep create` asks for it.
+// Sweep is a new sweep as `starter sweep create` asks for it. Check
+// checks it and fills in what it finds; PrepareSweep writes it.
 type Sweep struct {
-	Name    string
-	Source  string // a run name, or s3://bucket/prefix/
-	Run     string // the evaluation run
-	InitKey string
-	Config  string // the harness file, for messages
-	Harness schemas.Harness
+	Name   string
+	Source string // a run name, or s3://bucket/prefix/ (Check sets it)
+	// Run is --run, the run whose weights are swept; after Check, the
+	// evaluation run: that one, or the sweep's own.
+	Run      string
+	Prefix   string // --weights-prefix: s3://bucket/prefix/
+	InitKey  string
+	Parallel int
+	Priority int
+	Config   string   // the harness file
+	Vars     []string // --var name=value
+	Harness  schemas.Harness
 	// Own says Run is the sweep's own (it sweeps an s3 prefix), created
 	// here when absent; a run named by the user must exist.
 	Own bool
+}
+
+// CheckSweepName refuses names that cannot name a schedule, a run and keys.
+func CheckSweepName(name string) error {
+	if !NamePattern.MatchString(name) || !NamePattern.MatchString(schemas.SweepRun(name)) {
+		return fmt.Errorf("--name %q: give a sweep name of letters, digits, '.', '_' or '-' (at most 90)", name)
+	}
+	return nil
+}
+
+// Check checks the inputs of a new sweep that need no server — its source
+// (--run or --weights-prefix in the bucket workers read), split,
+// parallelism, priority — and loads its harness. The starter checks the
+// name (CheckSweepName) and the schedule (api.SweepSpec) before it.
+func (w *Sweep) Check(bucket string) error {
+	switch {
+	case w.Run != "" && w.Prefix != "":
+		return errors.New("--run and --weights-prefix both given: sweep the weights of a run (--run R) or of an s3 prefix (--weights-prefix s3://bucket/prefix/), not both")
+	case w.Run == "" && w.Prefix == "":
+		return errors.New("--run or --weights-prefix is required: --run R sweeps runs/R/weights/, --weights-prefix s3://bucket/prefix/ the weights ids under it")
+	case w.Run != "":
+		if !NamePattern.MatchString(w.Run) {
+			return fmt.Errorf("--run %q: give the name of a run of letters, digits, '.', '_' or '-'", w.Run)
+		}
+		w.Source = w.Run
+	default:
+		b, _, err := store.ParseURL(w.Prefix)
+		if err != nil {
+			return fmt.Errorf("--weights-prefix: %w", err)
+		}
+		if b != bucket {
+			return fmt.Errorf("--weights-prefix %s is in bucket %s, but workers read bucket %s: copy the weights into s3://%s/… or run with --bucket %s", w.Prefix, b, bucket, bucket, b)
+		}
+		w.Source, w.Run, w.Own = w.Prefix, schemas.SweepRun(w.Name), true
+	}
+	if err := CheckPriority(w.Priority); err != nil {
+		return err
+	}
+	if w.InitKey != "val_init_ids" && w.InitKey != "eval_init_ids" {
+		return fmt.Errorf("--init-key %q: use val_init_ids or eval_init_ids", w.InitKey)
+	}
+	if w.Parallel < 1 {
+		return fmt.Errorf("--parallel %d: need at least 1", w.Parallel)
+	}
+	if w.Config == "" {
+		return errors.New("--config is required: pass the harness file the evaluations run, e.g. --config harnesses/minimal/harness.yaml")
+	}
+	vars, err := harness.ParseVars(w.Vars)
+	if err != nil {
+		return err
+	}
+	w.Harness, err = harness.Load(w.Config, vars)
+	return err
 }
 
 // PrepareSweep checks a new sweep against the bucket, then creates its own

@@ -3,11 +3,13 @@ package runs
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
 	"time"
 
+	"github.com/roundhouse-rl/roundhouse/internal/harness"
 	"github.com/roundhouse-rl/roundhouse/internal/report"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/internal/weights"
@@ -19,15 +21,17 @@ import (
 // PrepareTrain writes the run.
 type Train struct {
 	Run            string
-	Config         string // the harness file, for messages
-	Harness        schemas.Harness
-	Weights        string // --weights: a local path, an s3:// URL, or "" to resume
-	PoolReport     string // --pool-report: a local file, an s3:// URL, or ""
+	Config         string          // the harness file
+	Vars           []string        // --var name=value
+	Harness        schemas.Harness // Check loads it
+	Weights        string          // --weights: a local path, an s3:// URL, or "" to resume
+	PoolReport     string          // --pool-report: a local file, an s3:// URL, or ""
 	PoolAnyWeights bool
 	Rounds         int32
 	Groups         int // 0: the harness's collect.groups
 	Attempts       int // 0: the harness's collect.attempts
 	Heartbeat      time.Duration
+	Priority       int
 	Replace        bool
 	// Given names the flags the user gave: a resumed run keeps its own
 	// rounds, groups, attempts and heartbeat timeout unless told otherwise.
@@ -37,11 +41,31 @@ type Train struct {
 	pool []byte
 }
 
-// Check fills groups and attempts from the harness's collect section
-// when unset, and checks them, the weights and a local pool report, before
-// any server is contacted; a pool report in S3, or one to compare with
-// weights in S3, waits for CheckPool.
+// Check checks every input before any server is contacted, so a bad one
+// starts nothing: it loads the harness, fills groups and attempts from its
+// collect section when unset, and checks them, the weights and a local
+// pool report; a pool report in S3, or one to compare with weights in S3,
+// waits for CheckPool.
 func (t *Train) Check() error {
+	if t.Config == "" {
+		return errors.New("--config is required: pass the harness file, e.g. --config harnesses/minimal/harness.yaml")
+	}
+	if !NamePattern.MatchString(t.Run) {
+		return fmt.Errorf("--run %q: give a run name of letters, digits, '.', '_' or '-'", t.Run)
+	}
+	if t.Rounds < 1 {
+		return fmt.Errorf("--rounds %d: need at least 1", t.Rounds)
+	}
+	if err := CheckPriority(t.Priority); err != nil {
+		return err
+	}
+	vars, err := harness.ParseVars(t.Vars)
+	if err != nil {
+		return err
+	}
+	if t.Harness, err = harness.Load(t.Config, vars); err != nil {
+		return err
+	}
 	if t.Groups == 0 {
 		t.Groups = t.Harness.Collect.Groups
 	}
@@ -51,7 +75,6 @@ func (t *Train) Check() error {
 	if t.Groups < 1 || t.Attempts < 2 {
 		return fmt.Errorf("--groups %d --attempts %d: need at least 1 group of at least 2 attempts", t.Groups, t.Attempts)
 	}
-	var err error
 	t.src, err = ParseWeights(t.Weights, t.Harness.Model.WeightsFile)
 	if err != nil && (t.Weights != "" || t.Replace) {
 		return err

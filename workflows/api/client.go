@@ -82,14 +82,26 @@ func StartEval(ctx context.Context, c client.Client, in EvalInput) (client.Workf
 func RequestStop(ctx context.Context, c client.Client, run, reason string) error {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	return c.SignalWorkflow(ctx, WorkflowID(run), "", StopSignal, reason)
+	return notRunning(run, c.SignalWorkflow(ctx, WorkflowID(run), "", StopSignal, reason))
 }
 
 // CancelTrain cancels a run's train workflow: a hard stop.
 func CancelTrain(ctx context.Context, c client.Client, run string) error {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	return c.CancelWorkflow(ctx, WorkflowID(run), "")
+	return notRunning(run, c.CancelWorkflow(ctx, WorkflowID(run), ""))
+}
+
+// notRunning says what Temporal's NotFound means to whoever stops a run.
+func notRunning(run string, err error) error {
+	var nf *serviceerror.NotFound
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &nf):
+		return fmt.Errorf("run %s is not running (unknown run, or it already ended): see `starter status`", run)
+	}
+	return fmt.Errorf("run %s: %w", run, err)
 }
 
 // IsRunning says whether workflow id has a running execution.
