@@ -126,7 +126,7 @@ type evalTarget struct {
 // as they will be published).
 func resolveEval(f evalFlags, sh runs.Shard) (evalTarget, error) {
 	t := evalTarget{weights: f.weights, heartbeat: f.heartbeat, priority: f.priority}
-	if err := checkPriority(f.priority); err != nil {
+	if err := runs.CheckPriority(f.priority); err != nil {
 		return t, err
 	}
 	ev, err := runs.ResolveEval(runs.Eval{Run: f.run, Tag: f.tag, InitKey: f.initKey, Config: f.config, Shard: sh, ReplaceTag: f.replaceTag, Flag: "--weights"}, f.vars, f.weights)
@@ -218,14 +218,14 @@ func followEval(ctx context.Context, out io.Writer, c client.Client, s *store.St
 // printEvalLinks says where to watch an evaluation: its workflow in the
 // Temporal UI and the run's prefix in S3.
 func printEvalLinks(out io.Writer, s *store.Store, e *connect.Endpoints, id, run string) {
-	fmt.Fprintf(out, "Temporal UI: %s\nS3 prefix:   s3://%s/%s\n", uiURL(e, id), s.Bucket, schemas.Layout{Run: run}.Prefix())
+	fmt.Fprintf(out, "Temporal UI: %s\nS3 prefix:   s3://%s/%s\n", e.WorkflowURL(id), s.Bucket, schemas.Layout{Run: run}.Prefix())
 }
 
 // waitEval prints progress lines (and failing activities) until the
 // evaluation ends, and returns its report.
 func waitEval(ctx context.Context, out io.Writer, c client.Client, id string) (schemas.Report, error) {
 	var rep schemas.Report
-	err := followUntil(ctx, out, c, id, func(ctx context.Context) error { return c.GetWorkflow(ctx, id, "").Get(ctx, &rep) }, func() string {
+	err := api.Follow(ctx, out, c, id, func(ctx context.Context) error { return c.GetWorkflow(ctx, id, "").Get(ctx, &rep) }, func() string {
 		p, err := api.QueryEvalProgress(ctx, c, id)
 		if err != nil {
 			return ""

@@ -82,6 +82,3 @@ func quietLogger() tlog.Logger {
 func priorityFlag(fl *pflag.FlagSet, p *int, def int, what string) {
 	fl.IntVar(p, "priority", def, fmt.Sprintf("order of %s on a shared rollout fleet, 1 (served first) to %d; training defaults to %d, evaluations and sweeps to %d", what, fleet.MaxPriority, fleet.TrainPriority, fleet.EvalPriority))
 }
-
-// checkPriority is runs.CheckPriority, under the name the evaluations call.
-var checkPriority = runs.CheckPriority

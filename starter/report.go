@@ -80,14 +80,7 @@ func showReport(ctx context.Context, out io.Writer, s *store.Store, run, chartFi
 // printDiagnostics is the rounds' table (as `starter status --run` prints
 // it), then what a user reads when training does or does not move.
 func printDiagnostics(out io.Writer, sums []schemas.RoundSummary, st schemas.State) {
-	printSummaries(out, sums)
+	report.WriteRounds(out, sums)
 	fmt.Fprintln(out)
 	report.WriteDiagnostics(out, sums, st)
 }
-
-// finalValWarning and lastLimit are report.FinalValWarning and
-// report.LastLimit, for train.go's result until it calls those.
-func finalValWarning(v schemas.TaskResult, limit float64) string {
-	return report.FinalValWarning(v, limit)
-}
-func lastLimit(sums []schemas.RoundSummary) float64 { return report.LastLimit(sums) }

@@ -125,15 +125,6 @@ func train(ctx context.Context, out io.Writer, e *connect.Endpoints, f trainFlag
 	return follow(ctx, out, c, s, e, f.run, f.detach, f.stopFile)
 }
 
-// uiURL is workflow id's page in the Temporal UI.
-func uiURL(e *connect.Endpoints, id string) string { return e.WorkflowURL(id) }
-
-// followUntil is api.Follow, under the name the evaluations call.
-var followUntil = api.Follow
-
-// printSummaries is report.WriteRounds, under the name the report calls.
-var printSummaries = report.WriteRounds
-
 // follow prints progress until the run ends, then the per-round table.
 // A STOP file (the upstream controller's habit) asks for a controlled stop.
 func follow(ctx context.Context, out io.Writer, c client.Client, s *store.Store, e *connect.Endpoints, run string, detach bool, stopFile string) error {
@@ -176,7 +167,7 @@ func printResult(out io.Writer, bucket, run string, res api.TrainResult) {
 	case v != nil:
 		fmt.Fprintf(out, "final validation success (weights %s): %d/%d %s over valid, %s over attempted\n", res.FinalWeightsID,
 			v.Successes, v.Valid, stats.Rate(v.Successes, v.Valid), stats.Rate(v.Successes, v.Attempted()))
-		if w := finalValWarning(*v, lastLimit(res.Summaries)); w != "" {
+		if w := report.FinalValWarning(*v, report.LastLimit(res.Summaries)); w != "" {
 			fmt.Fprintln(out, w)
 		}
 	case res.FinalValSuccess >= 0: // a result from before counts were kept
