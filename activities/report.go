@@ -42,6 +42,44 @@ func (c *Records) WriteReport(ctx context.Context, in ReportInput) (schemas.Repo
 	if err != nil {
 		return schemas.Report{}, err
 	}
+	rep, key, err := c.newReport(ctx, h, in)
+	if err != nil {
+		return rep, err
+	}
+	cells, want, err := reportCells(h, in, &rep)
+	if err != nil {
+		return rep, err
+	}
+	rep.Tasks, rep.Suites = report.EmptyResults(h.Tasks)
+	if in.InitKey == report.FinalKey {
+		rep.Protocol, rep.ProtocolEpisodes, rep.RequiredTasks = h.Protocol.Name, h.Protocol.Episodes, h.RequiredTasks()
+	}
+	t := newTally(&rep)
+	seen, err := t.countEpisodes(eps, want, in.WeightsID, h.Name)
+	if err != nil {
+		return rep, err
+	}
+	if want != nil {
+		t.countLost(cells, seen)
+	}
+	rep.MaxInvalidShare = h.Collect.InvalidLimit()
+	report.FinishRates(&rep)
+	if rep.Scope == schemas.ScopeFull && rep.Overall.Valid > 0 {
+		instr.RoundSuccess(ctx, in.Run, in.Round, in.Phase, rep.Overall.SuccessRate)
+	}
+	rep.FinishedAtMS = time.Now().UnixMilli()
+	if rep, err = c.storeOnce(ctx, key, rep); err != nil {
+		return rep, err
+	}
+	// The cell lists stay in S3: workflow history gets the counts only.
+	rep.Cells, rep.Missing = nil, nil
+	return rep, nil
+}
+
+// newReport is the report's identity, nothing counted yet, and the key
+// it is stored at: a shard's report has its own. With weights named, it
+// carries their digest, so shards of other weights do not merge.
+func (c *Records) newReport(ctx context.Context, h schemas.Harness, in ReportInput) (schemas.Report, string, error) {
 	l := schemas.Layout{Run: in.Run}
 	rep := schemas.Report{Run: in.Run, Tag: in.Tag, WeightsID: in.WeightsID, InitKey: in.InitKey,
 		Harness: h.Name, Digest: h.Digest, Round: in.Round, Scope: schemas.ScopeFull, Shards: 1, StartedAtMS: in.StartedAtMS}
@@ -53,49 +91,75 @@ func (c *Records) WriteReport(ctx context.Context, in ReportInput) (schemas.Repo
 	if in.WeightsID != "" {
 		man, err := weights.Read(ctx, c.Store, l.Weights(in.WeightsID))
 		if err != nil {
-			return rep, fmt.Errorf("report %s: %w", in.Tag, err)
+			return rep, key, fmt.Errorf("report %s: %w", in.Tag, err)
 		}
 		rep.WeightsDigest = schemas.WeightsDigest(man.Files)
 	}
-	type cellKey struct{ task, init int32 }
-	var want map[cellKey]bool // nil: every episode of the phase counts
-	cells, total, cellErr := report.SplitCells(h, in.InitKey, in.Shard, in.Shards)
-	if cellErr == nil {
-		want = make(map[cellKey]bool, len(cells))
-		rep.SplitCells = total
-		for _, cl := range cells {
-			want[cellKey{cl.Task.ID, cl.InitID}] = true
-			rep.Cells = append(rep.Cells, schemas.CellID(cl.Task.ID, cl.InitID))
+	return rep, key, nil
+}
+
+// cellKey is a cell of a split: a task and one of its init states.
+type cellKey struct{ task, init int32 }
+
+// reportCells lists in rep the cells of the split the init key names
+// (a shard's alone) and returns them, with the set of them whose
+// episodes count. The set is nil when the init key names no split: every
+// episode of the phase counts. A shard's report needs a split.
+func reportCells(h schemas.Harness, in ReportInput, rep *schemas.Report) ([]report.Cell, map[cellKey]bool, error) {
+	cells, total, err := report.SplitCells(h, in.InitKey, in.Shard, in.Shards)
+	if err != nil {
+		if in.Shards > 1 {
+			return nil, nil, fmt.Errorf("report %s: %w", in.Tag, err)
 		}
-	} else if in.Shards > 1 {
-		return rep, fmt.Errorf("report %s: %w", in.Tag, cellErr)
+		return nil, nil, nil
 	}
-	rep.Tasks, rep.Suites = report.EmptyResults(h.Tasks)
-	if in.InitKey == report.FinalKey {
-		rep.Protocol, rep.ProtocolEpisodes, rep.RequiredTasks = h.Protocol.Name, h.Protocol.Episodes, h.RequiredTasks()
+	want := make(map[cellKey]bool, len(cells))
+	rep.SplitCells = total
+	for _, cl := range cells {
+		want[cellKey{cl.Task.ID, cl.InitID}] = true
+		rep.Cells = append(rep.Cells, schemas.CellID(cl.Task.ID, cl.InitID))
 	}
-	byTask := map[int32]*schemas.TaskResult{}
+	return cells, want, nil
+}
+
+// tally counts episodes into a report's results: their task's, their
+// suite's and the overall.
+type tally struct {
+	rep     *schemas.Report
+	byTask  map[int32]*schemas.TaskResult
+	bySuite map[string]*schemas.TaskResult
+}
+
+func newTally(rep *schemas.Report) tally {
+	t := tally{rep: rep, byTask: map[int32]*schemas.TaskResult{}, bySuite: map[string]*schemas.TaskResult{}}
 	for i := range rep.Tasks {
-		byTask[rep.Tasks[i].Task] = &rep.Tasks[i]
+		t.byTask[rep.Tasks[i].Task] = &rep.Tasks[i]
 	}
-	bySuite := map[string]*schemas.TaskResult{}
 	for i := range rep.Suites {
-		bySuite[rep.Suites[i].Suite] = &rep.Suites[i]
+		t.bySuite[rep.Suites[i].Suite] = &rep.Suites[i]
 	}
+	return t
+}
+
+// countEpisodes counts the episodes of the wanted cells (all, with want
+// nil) run with weightsID, valid or not and why, and returns the cells
+// they covered. An episode of a task the harness does not list is
+// refused.
+func (t tally) countEpisodes(eps []schemas.Episode, want map[cellKey]bool, weightsID, harnessName string) (map[cellKey]bool, error) {
 	seen := map[cellKey]bool{}
 	for _, e := range eps {
 		k := cellKey{e.Task, e.InitID}
 		// Other shards' cells share the phase; rows of other weights are a
 		// replaced evaluation's leftovers.
-		if want != nil && (!want[k] || e.WeightsID != in.WeightsID) {
+		if want != nil && (!want[k] || e.WeightsID != weightsID) {
 			continue
 		}
-		t := byTask[e.Task]
-		if t == nil {
-			return rep, fmt.Errorf("episode %s has task %d, which harness %s does not list", e.EpisodeID, e.Task, h.Name)
+		task := t.byTask[e.Task]
+		if task == nil {
+			return seen, fmt.Errorf("episode %s has task %d, which harness %s does not list", e.EpisodeID, e.Task, harnessName)
 		}
 		seen[k] = true
-		for _, r := range []*schemas.TaskResult{t, bySuite[t.Suite], &rep.Overall} {
+		for _, r := range []*schemas.TaskResult{task, t.bySuite[task.Suite], &t.rep.Overall} {
 			if r == nil {
 				continue
 			}
@@ -118,41 +182,43 @@ func (c *Records) WriteReport(ctx context.Context, in ReportInput) (schemas.Repo
 			}
 		}
 	}
+	return seen, nil
+}
+
+// countLost lists the cells no episode covered as missing, and counts
+// them lost.
+func (t tally) countLost(cells []report.Cell, seen map[cellKey]bool) {
 	for _, cl := range cells {
-		if cellErr != nil || seen[cellKey{cl.Task.ID, cl.InitID}] {
+		if seen[cellKey{cl.Task.ID, cl.InitID}] {
 			continue
 		}
-		rep.Missing = append(rep.Missing, schemas.CellID(cl.Task.ID, cl.InitID))
-		for _, r := range []*schemas.TaskResult{byTask[cl.Task.ID], bySuite[cl.Task.Suite], &rep.Overall} {
+		t.rep.Missing = append(t.rep.Missing, schemas.CellID(cl.Task.ID, cl.InitID))
+		for _, r := range []*schemas.TaskResult{t.byTask[cl.Task.ID], t.bySuite[cl.Task.Suite], &t.rep.Overall} {
 			if r != nil {
 				r.Lost++
 			}
 		}
 	}
-	rep.MaxInvalidShare = h.Collect.InvalidLimit()
-	report.FinishRates(&rep)
-	if rep.Scope == schemas.ScopeFull && rep.Overall.Valid > 0 {
-		instr.RoundSuccess(ctx, in.Run, in.Round, in.Phase, rep.Overall.SuccessRate)
-	}
-	rep.FinishedAtMS = time.Now().UnixMilli()
-	// Written once: a report that is there stands (a tag is replaced only
-	// by --replace-tag, which deletes it first), so a late or repeated
-	// writer returns the stored one instead of replacing it.
+}
+
+// storeOnce writes rep at key unless a report is there, and returns the
+// one stored. A report that is there stands (a tag is replaced only by
+// --replace-tag, which deletes it first), so a late or repeated writer
+// returns the stored one instead of replacing it.
+func (c *Records) storeOnce(ctx context.Context, key string, rep schemas.Report) (schemas.Report, error) {
 	created, err := store.PutJSONIfAbsent(ctx, c.Store, key, rep)
 	if err != nil {
 		return rep, err
 	}
-	if !created {
-		activity.GetLogger(ctx).Info("report already written; returning the stored one", "key", key)
-		var stored schemas.Report
-		if err := store.GetJSON(ctx, c.Store, key, &stored); err != nil {
-			return rep, err
-		}
-		rep = stored
+	if created {
+		return rep, nil
 	}
-	// The cell lists stay in S3: workflow history gets the counts only.
-	rep.Cells, rep.Missing = nil, nil
-	return rep, nil
+	activity.GetLogger(ctx).Info("report already written; returning the stored one", "key", key)
+	var stored schemas.Report
+	if err := store.GetJSON(ctx, c.Store, key, &stored); err != nil {
+		return rep, err
+	}
+	return stored, nil
 }
 
 // ReadReport loads a report (e.g. a --pool-report) stored in the bucket.

@@ -65,17 +65,75 @@ func (t *Trainer) Train(ctx context.Context, in TrainInput) (schemas.TrainerMetr
 	if err != nil {
 		return m, err
 	}
-	l := schemas.Layout{Run: in.Run}
-	outPrefix := l.Weights(in.NewWeightsID)
-	if man, err := weights.Read(ctx, t.Store, outPrefix); err == nil {
-		if err := weights.Verify(ctx, t.Store, outPrefix, man); err == nil {
-			return man.Metrics, nil
-		}
+	if man, ok := t.published(ctx, in); ok {
+		return man.Metrics, nil
 	}
+	tr, err := t.newTrainTry(ctx, h, in)
+	if err != nil {
+		return m, err
+	}
+	// Held until the trainer has exited: see newTrainTry.
+	defer tr.rdzv.Release()
+	if err := t.fetchInputs(ctx, tr); err != nil {
+		return m, err
+	}
+	args, env, err := tr.command()
+	if err != nil {
+		return m, err
+	}
+	if t.BeforeTrain != nil {
+		t.BeforeTrain()
+	}
+	res, err := t.runTrainer(ctx, tr, args, env)
+	if err != nil {
+		return m, fmt.Errorf("trainer of round %d: %w", in.Round, err)
+	}
+	if res.TimedOut || res.ExitCode != 0 {
+		return m, t.trainerFailed(ctx, tr, res)
+	}
+	m, files, err := tr.output()
+	if err != nil {
+		return m, err
+	}
+	return t.publish(ctx, tr, m, files)
+}
+
+// trainTry is one attempt at a round's update: its own folder on this
+// host, the paths its trainer command is given, and where its log goes.
+type trainTry struct {
+	in      TrainInput
+	h       schemas.Harness
+	layout  schemas.Layout
+	try     int32
+	dir     string            // this try's folder, emptied first
+	inDir   string            // the weights the round starts from
+	outDir  string            // the weights the trainer writes
+	vars    map[string]string // the trainer command's {placeholders}
+	rdzv    *ports.Lease      // torchrun's rendezvous port
+	logPath string
+	logKey  string
+}
+
+// published is the manifest of the round's new weights when an earlier
+// try published them whole (the manifest there and the files matching
+// it); a partial publish has no manifest and is redone.
+func (t *Trainer) published(ctx context.Context, in TrainInput) (schemas.WeightsManifest, bool) {
+	outPrefix := schemas.Layout{Run: in.Run}.Weights(in.NewWeightsID)
+	man, err := weights.Read(ctx, t.Store, outPrefix)
+	if err != nil {
+		return man, false
+	}
+	return man, weights.Verify(ctx, t.Store, outPrefix, man) == nil
+}
+
+// newTrainTry empties this try's folder, names the paths the trainer is
+// given and leases its rendezvous port. The caller releases the lease.
+func (t *Trainer) newTrainTry(ctx context.Context, h schemas.Harness, in TrainInput) (*trainTry, error) {
+	l := schemas.Layout{Run: in.Run}
 	try := activity.GetInfo(ctx).Attempt
 	dir := filepath.Join(t.WorkDir, "train", in.Run, fmt.Sprintf("round-%d-try%d", in.Round, try))
 	if err := os.RemoveAll(dir); err != nil {
-		return m, fmt.Errorf("train dir: %w", err)
+		return nil, fmt.Errorf("train dir: %w", err)
 	}
 	// Weights are directories; a harness naming weights_file gets that
 	// file's path inside them instead.
@@ -96,118 +154,151 @@ func (t *Trainer) Train(ctx context.Context, in TrainInput) (schemas.TrainerMetr
 	// while torchrun may be binding or serving it.
 	rdzv, err := ports.Allocate()
 	if err != nil {
-		return m, fmt.Errorf("trainer rendezvous port: %w", err)
+		return nil, fmt.Errorf("trainer rendezvous port: %w", err)
 	}
-	defer rdzv.Release()
 	vars["rdzv_port"] = strconv.Itoa(rdzv.Port)
-	if err := os.MkdirAll(outDir, 0o755); err != nil {
-		return m, fmt.Errorf("train dir: %w", err)
+	return &trainTry{in: in, h: h, layout: l, try: try, dir: dir, inDir: inDir, outDir: outDir, vars: vars, rdzv: rdzv,
+		logPath: filepath.Join(dir, "trainer.log"), logKey: l.TrainerLog(in.Round, try)}, nil
+}
+
+// fetchInputs puts the batch, its images and the input weights where the
+// trainer command's paths say.
+func (t *Trainer) fetchInputs(ctx context.Context, tr *trainTry) error {
+	in := tr.in
+	if err := os.MkdirAll(tr.outDir, 0o755); err != nil {
+		return fmt.Errorf("train dir: %w", err)
 	}
-	if err := t.Store.GetFile(ctx, in.BatchKey, vars["batch"]); err != nil {
-		return m, err
+	if err := t.Store.GetFile(ctx, in.BatchKey, tr.vars["batch"]); err != nil {
+		return err
 	}
 	// Images by content, kept for the round's retries (trainimages.go).
 	runDir := filepath.Join(t.WorkDir, "train", in.Run)
 	dropOlderImages(runDir, in.Round)
-	vars["images"] = filepath.Join(runDir, fmt.Sprintf("round-%d-images", in.Round))
-	fetched, err := t.fetchImages(ctx, in.Run, in.Round, vars["batch"], vars["images"])
+	tr.vars["images"] = filepath.Join(runDir, fmt.Sprintf("round-%d-images", in.Round))
+	fetched, err := t.fetchImages(ctx, in.Run, in.Round, tr.vars["batch"], tr.vars["images"])
 	if err != nil {
-		return m, err
+		return err
 	}
 	if fetched.Images > 0 {
 		activity.GetLogger(ctx).Info("trainer images", "images", fetched.Images, "downloaded", fetched.Downloaded, "bytes", fetched.Bytes)
 	}
-	if _, err := weights.Fetch(ctx, t.Store, l.Weights(in.WeightsID), inDir); err != nil {
-		return m, err
-	}
-	args, err := harness.FillArgs(h.Trainer.Command, vars)
+	_, err = weights.Fetch(ctx, t.Store, tr.layout.Weights(in.WeightsID), tr.inDir)
+	return err
+}
+
+// command fills the harness's trainer command and environment; a
+// command that cannot be filled is the harness's fault, not retried.
+func (tr *trainTry) command() ([]string, map[string]string, error) {
+	h := tr.h
+	args, err := harness.FillArgs(h.Trainer.Command, tr.vars)
 	if err != nil {
-		return m, temporal.NewNonRetryableApplicationError(fmt.Sprintf("harness %s trainer.command: %v", h.Name, err), "BadHarness", err)
+		return nil, nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("harness %s trainer.command: %v", h.Name, err), "BadHarness", err)
 	}
 	env := map[string]string{}
 	for k, v := range h.Trainer.Env {
-		env[k] = harness.Fill(v, vars)
+		env[k] = harness.Fill(v, tr.vars)
 	}
-	if t.BeforeTrain != nil {
-		t.BeforeTrain()
-	}
-	logPath := filepath.Join(dir, "trainer.log")
-	logKey := l.TrainerLog(in.Round, try)
+	return args, env, nil
+}
+
+// runTrainer runs the trainer to its end in a span, heartbeating its log's
+// last line and uploading the log every 30 s while it runs and once
+// after; an error means it could not run or was cancelled.
+func (t *Trainer) runTrainer(ctx context.Context, tr *trainTry, args []string, env map[string]string) (proc.Result, error) {
+	in := tr.in
 	lastUpload := time.Now()
 	pctx, span := tracer.Start(ctx, "trainer", trace.WithAttributes(attribute.Int("round", int(in.Round)),
 		attribute.String("weights.in", in.WeightsID), attribute.String("weights.out", in.NewWeightsID)))
 	steps := stepClock{start: time.Now()}
 	beat := func() {
-		line := lastLine(logPath)
+		line := lastLine(tr.logPath)
 		activity.RecordHeartbeat(ctx, line)
 		steps.observe(pctx, line, time.Now())
 		if time.Since(lastUpload) > 30*time.Second {
 			lastUpload = time.Now()
-			_ = t.Store.PutFile(ctx, logKey, logPath) // best effort while running
+			_ = t.Store.PutFile(ctx, tr.logKey, tr.logPath) // best effort while running
 		}
 	}
-	res, err := proc.Run(pctx, proc.Spec{Name: "trainer", Args: args, Env: env, Dir: h.Dir, Log: logPath, Timeout: h.Trainer.Timeout.D(), Beat: beat})
-	steps.finish(pctx, proc.LogTail(logPath, 4096), time.Now())
+	res, err := proc.Run(pctx, proc.Spec{Name: "trainer", Args: args, Env: env, Dir: tr.h.Dir, Log: tr.logPath, Timeout: tr.h.Trainer.Timeout.D(), Beat: beat})
+	steps.finish(pctx, proc.LogTail(tr.logPath, 4096), time.Now())
 	span.SetAttributes(attribute.Int("trainer.steps", steps.step), attribute.Int("process.exit.code", res.ExitCode))
 	instr.End(span, err)
-	if uerr := t.Store.PutFile(ctx, logKey, logPath); uerr != nil {
-		activity.GetLogger(ctx).Warn("trainer log not uploaded", "key", logKey, "error", uerr)
+	if uerr := t.Store.PutFile(ctx, tr.logKey, tr.logPath); uerr != nil {
+		activity.GetLogger(ctx).Warn("trainer log not uploaded", "key", tr.logKey, "error", uerr)
 	}
-	if err != nil {
-		return m, fmt.Errorf("trainer of round %d: %w", in.Round, err)
-	}
-	if res.TimedOut || res.ExitCode != 0 {
-		full, _ := os.ReadFile(logPath)
-		// torchrun reports any rank's failure as its own exit 1, so the
-		// guard is known by its line. Retrying would see the same drift.
-		if line := driftLine(string(full)); line != "" {
-			// Name the samples by episode and call: the batch's order is the
-			// round's samples table's. Without the table the indices stay.
-			if samples, serr := store.ReadParquet[schemas.Sample](ctx, t.Store, l.Samples(in.Round)); serr == nil {
-				line = nameSamples(line, samples)
-			} else {
-				activity.GetLogger(ctx).Warn("samples table not read; the drift guard's samples keep their batch indices", "error", serr)
-			}
-			return m, temporal.NewNonRetryableApplicationError(fmt.Sprintf("trainer of round %d stopped before updating: %s (log s3://%s/%s)",
-				in.Round, strings.TrimPrefix(line, "trainer: "), t.Store.Bucket, logKey), "DriftGuard", nil)
+	return res, err
+}
+
+// trainerFailed says why a trainer that exited non-zero or timed out
+// failed: the drift guard's line, not retried, else the log's tail and
+// its cause, retried.
+func (t *Trainer) trainerFailed(ctx context.Context, tr *trainTry, res proc.Result) error {
+	in := tr.in
+	full, _ := os.ReadFile(tr.logPath)
+	// torchrun reports any rank's failure as its own exit 1, so the
+	// guard is known by its line. Retrying would see the same drift.
+	if line := driftLine(string(full)); line != "" {
+		// Name the samples by episode and call: the batch's order is the
+		// round's samples table's. Without the table the indices stay.
+		if samples, serr := store.ReadParquet[schemas.Sample](ctx, t.Store, tr.layout.Samples(in.Round)); serr == nil {
+			line = nameSamples(line, samples)
+		} else {
+			activity.GetLogger(ctx).Warn("samples table not read; the drift guard's samples keep their batch indices", "error", serr)
 		}
-		tail := full
-		if len(tail) > 2000 {
-			tail = tail[len(tail)-2000:]
-		}
-		// The cause goes last: torchrun's own report ends the log with a
-		// banner, and the last line is what a failing attempt is shown by.
-		return m, fmt.Errorf("trainer of round %d failed (exit %d, timed out %v); log s3://%s/%s ends:\n%s\n%s", in.Round, res.ExitCode, res.TimedOut,
-			t.Store.Bucket, logKey, tail, trainerCause(string(full), res.TimedOut))
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("trainer of round %d stopped before updating: %s (log s3://%s/%s)",
+			in.Round, strings.TrimPrefix(line, "trainer: "), t.Store.Bucket, tr.logKey), "DriftGuard", nil)
 	}
-	b, err := os.ReadFile(vars["metrics_out"])
+	tail := full
+	if len(tail) > 2000 {
+		tail = tail[len(tail)-2000:]
+	}
+	// The cause goes last: torchrun's own report ends the log with a
+	// banner, and the last line is what a failing attempt is shown by.
+	return fmt.Errorf("trainer of round %d failed (exit %d, timed out %v); log s3://%s/%s ends:\n%s\n%s", in.Round, res.ExitCode, res.TimedOut,
+		t.Store.Bucket, tr.logKey, tail, trainerCause(string(full), res.TimedOut))
+}
+
+// output reads what a trainer that exited 0 wrote: its metrics and the
+// weights, which must hold what the harness's model needs.
+func (tr *trainTry) output() (schemas.TrainerMetrics, []weights.File, error) {
+	var m schemas.TrainerMetrics
+	round, h := tr.in.Round, tr.h
+	b, err := os.ReadFile(tr.vars["metrics_out"])
 	if err == nil {
 		err = json.Unmarshal(b, &m)
 	}
 	if err != nil {
-		return m, fmt.Errorf("trainer of round %d wrote no readable %s: %w", in.Round, schemas.TrainerMetricsFile, err)
+		return m, nil, fmt.Errorf("trainer of round %d wrote no readable %s: %w", round, schemas.TrainerMetricsFile, err)
 	}
-	files, err := weights.Dir(outDir)
+	files, err := weights.Dir(tr.outDir)
 	if err != nil {
-		return m, fmt.Errorf("trainer of round %d produced no weights: %w", in.Round, err)
+		return m, nil, fmt.Errorf("trainer of round %d produced no weights: %w", round, err)
 	}
 	if h.Model.Vision {
-		if err := weights.CheckVision(weights.Names(files), "written by the trainer of round "+strconv.Itoa(int(in.Round))); err != nil {
-			return m, temporal.NewNonRetryableApplicationError(err.Error(), "BadWeights", err)
+		if err := weights.CheckVision(weights.Names(files), "written by the trainer of round "+strconv.Itoa(int(round))); err != nil {
+			return m, nil, temporal.NewNonRetryableApplicationError(err.Error(), "BadWeights", err)
 		}
 	}
 	if h.Model.WeightsFile != "" {
-		if _, err := os.Stat(vars["weights_out"]); err != nil {
-			return m, fmt.Errorf("trainer of round %d did not write %s (the harness's model.weights_file): %w", in.Round, h.Model.WeightsFile, err)
+		if _, err := os.Stat(tr.vars["weights_out"]); err != nil {
+			return m, nil, fmt.Errorf("trainer of round %d did not write %s (the harness's model.weights_file): %w", round, h.Model.WeightsFile, err)
 		}
 	}
+	return m, files, nil
+}
+
+// publish stores the new weights and returns the metrics of the weights
+// the round goes on with: this try's, or those of a try that published
+// first.
+func (t *Trainer) publish(ctx context.Context, tr *trainTry, m schemas.TrainerMetrics, files []weights.File) (schemas.TrainerMetrics, error) {
+	in := tr.in
 	// Into this try's own folder, the manifest written only if no try
 	// published first: a trainer Temporal gave up on (its host cut off)
 	// that finishes later never replaces the weights the round went on
 	// with, and a try that loses returns what was published.
 	info := activity.GetInfo(ctx)
 	dirName := schemas.TryID(info.Attempt-1, info.WorkflowExecution.RunID) + "/"
-	pub, created, err := weights.Publish(ctx, t.Store, outPrefix, files, schemas.WeightsManifest{WeightsID: in.NewWeightsID, Metrics: m, Dir: dirName})
+	pub, created, err := weights.Publish(ctx, t.Store, tr.layout.Weights(in.NewWeightsID), files, schemas.WeightsManifest{WeightsID: in.NewWeightsID, Metrics: m, Dir: dirName})
 	if err != nil {
 		return m, err
 	}

@@ -35,149 +35,212 @@ const fleetHistory = 5000
 // Episodes workflows that were terminated. A fleet that restarts from
 // nothing loses nothing hosts and Episodes workflows do not report again.
 func Fleet(ctx workflow.Context, in api.FleetInput) error {
-	p := in.Policy
-	if p == (fleet.Policy{}) {
-		p = fleet.DefaultPolicy
+	f := newFleetRun(ctx, in)
+	if err := f.answerQueries(); err != nil {
+		return err
 	}
-	s := in.State
-	stats := in.Stats
-	if stats == nil {
-		stats = map[string][]schemas.SlotStats{}
-	}
-	// notified holds the cause each unservable weights was last told, so
-	// its Episodes workflows hear it once.
-	notified := map[string]string{}
-	notes := map[string]string{} // the note each demand was last sent
-	if err := workflow.SetQueryHandler(ctx, api.AssignmentQuery, func(host string) (api.Assignment, error) {
-		return api.Assignment{Weights: append([]string(nil), s.Assign[host]...)}, nil
-	}); err != nil {
-		return fmt.Errorf("fleet query: %w", err)
-	}
-	if err := workflow.SetQueryHandler(ctx, api.FleetStatusQuery, func() (api.FleetStatus, error) {
-		return api.FleetStatus{State: s, Stats: stats}, nil
-	}); err != nil {
-		return fmt.Errorf("fleet query: %w", err)
-	}
-	demands := workflow.GetSignalChannel(ctx, api.DemandSignal)
-	reports := workflow.GetSignalChannel(ctx, api.ReportSignal)
-	onDemand := func(c api.DemandChange) {
-		if s.Demands == nil {
-			s.Demands = map[string]fleet.Demand{}
-		}
-		d := c.Demand
-		if c.Done {
-			delete(s.Demands, d.Key)
-			if c.Again {
-				s.Expect(d.Weights, workflow.Now(ctx))
-			}
-			return
-		}
-		if c.Left {
-			if old, ok := s.Demands[d.Key]; ok {
-				old.Remaining, old.Pace = d.Remaining, d.Pace
-				s.Demands[d.Key] = old
-			}
-			return
-		}
-		if old, ok := s.Demands[d.Key]; ok {
-			d.Since = old.Since
-		} else {
-			d.Since = workflow.Now(ctx)
-		}
-		s.Demands[d.Key] = d
-		s.Unpark(d.Weights) // fresh demand may have queued episodes
-	}
-	onReport := func(r api.HostReport) {
-		if s.Hosts == nil {
-			s.Hosts = map[string]*fleet.Host{}
-		}
-		h := r.Host
-		h.Seen = workflow.Now(ctx)
-		s.Hosts[h.Name] = &h
-		stats[h.Name] = r.Stats
-	}
-	drain := func() {
-		for {
-			var c api.DemandChange
-			if !demands.ReceiveAsync(&c) {
-				break
-			}
-			onDemand(c)
-		}
-		for {
-			var r api.HostReport
-			if !reports.ReceiveAsync(&r) {
-				break
-			}
-			onReport(r)
-		}
-	}
-	var records *activities.Records
-	var checking workflow.Future
-	var lastCheck time.Time
+	f.demands = workflow.GetSignalChannel(ctx, api.DemandSignal)
+	f.reports = workflow.GetSignalChannel(ctx, api.ReportSignal)
 	for {
 		if err := ctx.Err(); err != nil {
 			return err // cancelled: hosts keep their last assignment
 		}
-		drain()
+		f.drain()
 		now := workflow.Now(ctx)
-		if checking == nil && len(s.Demands) > 0 && now.Sub(lastCheck) >= demandCheck {
-			lastCheck = now
-			cctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-				TaskQueue: api.ControlQueue, StartToCloseTimeout: time.Minute,
-				RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 3},
-			})
-			checking = workflow.ExecuteActivity(summarized(cctx, "fleet: drop demand of closed workflows"), records.ClosedWorkflows, slices.Sorted(maps.Keys(s.Demands)))
+		f.checkClosed(now)
+		f.plan(now)
+		// Not while a look for closed workflows is on its way: its answer
+		// would be lost.
+		if workflow.GetInfo(ctx).GetCurrentHistoryLength() > fleetHistory && f.checking == nil {
+			f.drain()
+			return workflow.NewContinueAsNewError(ctx, Fleet, api.FleetInput{Policy: f.p, State: f.s, Stats: f.stats})
 		}
-		bad := p.Plan(&s, now)
-		for name := range stats {
-			if s.Hosts[name] == nil {
-				delete(stats, name)
-			}
+		f.wait()
+	}
+}
+
+// fleetRun is one run of the Fleet workflow, until it continues as new:
+// the state it plans over, what it last told Episodes workflows, and its
+// look for closed ones.
+type fleetRun struct {
+	ctx   workflow.Context
+	p     fleet.Policy
+	s     fleet.State
+	stats map[string][]schemas.SlotStats // what each host reported of its slots
+	// notified holds the cause each unservable weights was last told, so
+	// its Episodes workflows hear it once.
+	notified map[string]string
+	notes    map[string]string // the note each demand was last sent
+
+	demands, reports workflow.ReceiveChannel
+	checking         workflow.Future // the look for closed Episodes workflows, while on its way
+	lastCheck        time.Time
+}
+
+// newFleetRun starts from the state the last run continued with, the
+// default policy unless the input has one.
+func newFleetRun(ctx workflow.Context, in api.FleetInput) *fleetRun {
+	f := &fleetRun{ctx: ctx, p: in.Policy, s: in.State, stats: in.Stats, notified: map[string]string{}, notes: map[string]string{}}
+	if f.p == (fleet.Policy{}) {
+		f.p = fleet.DefaultPolicy
+	}
+	if f.stats == nil {
+		f.stats = map[string][]schemas.SlotStats{}
+	}
+	return f
+}
+
+// answerQueries answers hosts asking what to serve, and status asking
+// for the whole fleet.
+func (f *fleetRun) answerQueries() error {
+	if err := workflow.SetQueryHandler(f.ctx, api.AssignmentQuery, func(host string) (api.Assignment, error) {
+		return api.Assignment{Weights: append([]string(nil), f.s.Assign[host]...)}, nil
+	}); err != nil {
+		return fmt.Errorf("fleet query: %w", err)
+	}
+	if err := workflow.SetQueryHandler(f.ctx, api.FleetStatusQuery, func() (api.FleetStatus, error) {
+		return api.FleetStatus{State: f.s, Stats: f.stats}, nil
+	}); err != nil {
+		return fmt.Errorf("fleet query: %w", err)
+	}
+	return nil
+}
+
+// onDemand applies what an Episodes workflow told: its demand done
+// (perhaps to come again), how many episodes are left, or demand new or
+// renewed, which keeps the time it first waited.
+func (f *fleetRun) onDemand(c api.DemandChange) {
+	s := &f.s
+	if s.Demands == nil {
+		s.Demands = map[string]fleet.Demand{}
+	}
+	d := c.Demand
+	if c.Done {
+		delete(s.Demands, d.Key)
+		if c.Again {
+			s.Expect(d.Weights, workflow.Now(f.ctx))
 		}
-		tellUnservable(ctx, &s, bad, notified)
-		tellNotes(ctx, &s, stats, notes)
-		workflow.SetCurrentDetails(ctx, fleetMarkdown(s, stats, now))
-		if workflow.GetInfo(ctx).GetCurrentHistoryLength() > fleetHistory && checking == nil {
-			drain()
-			return workflow.NewContinueAsNewError(ctx, Fleet, api.FleetInput{Policy: p, State: s, Stats: stats})
+		return
+	}
+	if c.Left {
+		if old, ok := s.Demands[d.Key]; ok {
+			old.Remaining, old.Pace = d.Remaining, d.Pace
+			s.Demands[d.Key] = old
 		}
-		sel := workflow.NewSelector(ctx)
-		sel.AddReceive(demands, func(c workflow.ReceiveChannel, _ bool) {
-			var d api.DemandChange
-			c.Receive(ctx, &d)
-			onDemand(d)
-		})
-		sel.AddReceive(reports, func(c workflow.ReceiveChannel, _ bool) {
-			var r api.HostReport
-			c.Receive(ctx, &r)
-			onReport(r)
-		})
-		if checking != nil {
-			sel.AddFuture(checking, func(f workflow.Future) {
-				checking = nil
-				var closed []string
-				if err := f.Get(ctx, &closed); err != nil {
-					workflow.GetLogger(ctx).Warn("closed Episodes workflows not looked up; next time", "error", err)
-					return
-				}
-				for _, id := range closed {
-					delete(s.Demands, id)
-				}
-			})
+		return
+	}
+	if old, ok := s.Demands[d.Key]; ok {
+		d.Since = old.Since
+	} else {
+		d.Since = workflow.Now(f.ctx)
+	}
+	s.Demands[d.Key] = d
+	s.Unpark(d.Weights) // fresh demand may have queued episodes
+}
+
+// onReport records what a host serves and its slots' stats, seen now.
+func (f *fleetRun) onReport(r api.HostReport) {
+	if f.s.Hosts == nil {
+		f.s.Hosts = map[string]*fleet.Host{}
+	}
+	h := r.Host
+	h.Seen = workflow.Now(f.ctx)
+	f.s.Hosts[h.Name] = &h
+	f.stats[h.Name] = r.Stats
+}
+
+// drain applies the signals already received, demand first.
+func (f *fleetRun) drain() {
+	for {
+		var c api.DemandChange
+		if !f.demands.ReceiveAsync(&c) {
+			break
 		}
-		// Without hosts or demand there is nothing to age or expire: the
-		// fleet sleeps until someone signals, writing no history.
-		var cancel workflow.CancelFunc
-		if len(s.Hosts) > 0 || len(s.Demands) > 0 {
-			tctx, c := workflow.WithCancel(ctx)
-			cancel = c
-			sel.AddFuture(workflow.NewTimer(tctx, fleetTick), func(workflow.Future) {})
+		f.onDemand(c)
+	}
+	for {
+		var r api.HostReport
+		if !f.reports.ReceiveAsync(&r) {
+			break
 		}
-		sel.Select(ctx)
-		if cancel != nil {
-			cancel()
+		f.onReport(r)
+	}
+}
+
+// checkClosed starts a look for demand whose Episodes workflow closed
+// without removing it: one at a time, every demandCheck while there is
+// demand.
+func (f *fleetRun) checkClosed(now time.Time) {
+	if f.checking != nil || len(f.s.Demands) == 0 || now.Sub(f.lastCheck) < demandCheck {
+		return
+	}
+	f.lastCheck = now
+	cctx := workflow.WithActivityOptions(f.ctx, workflow.ActivityOptions{
+		TaskQueue: api.ControlQueue, StartToCloseTimeout: time.Minute,
+		RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 3},
+	})
+	var records *activities.Records
+	f.checking = workflow.ExecuteActivity(summarized(cctx, "fleet: drop demand of closed workflows"), records.ClosedWorkflows, slices.Sorted(maps.Keys(f.s.Demands)))
+}
+
+// dropClosed ends the look for closed Episodes workflows, dropping
+// their demand; a look that failed is tried again at the next check.
+func (f *fleetRun) dropClosed(fut workflow.Future) {
+	f.checking = nil
+	var closed []string
+	if err := fut.Get(f.ctx, &closed); err != nil {
+		workflow.GetLogger(f.ctx).Warn("closed Episodes workflows not looked up; next time", "error", err)
+		return
+	}
+	for _, id := range closed {
+		delete(f.s.Demands, id)
+	}
+}
+
+// plan assigns weights to hosts at now, forgets the stats of hosts the
+// plan dropped, tells Episodes workflows what changed for them and shows
+// the fleet in the Temporal UI.
+func (f *fleetRun) plan(now time.Time) {
+	bad := f.p.Plan(&f.s, now)
+	for name := range f.stats {
+		if f.s.Hosts[name] == nil {
+			delete(f.stats, name)
 		}
+	}
+	tellUnservable(f.ctx, &f.s, bad, f.notified)
+	tellNotes(f.ctx, &f.s, f.stats, f.notes)
+	workflow.SetCurrentDetails(f.ctx, fleetMarkdown(f.s, f.stats, now))
+}
+
+// wait applies the next signal or the look's answer, or, while the
+// fleet has hosts or demand, returns after fleetTick.
+func (f *fleetRun) wait() {
+	ctx := f.ctx
+	sel := workflow.NewSelector(ctx)
+	sel.AddReceive(f.demands, func(c workflow.ReceiveChannel, _ bool) {
+		var d api.DemandChange
+		c.Receive(ctx, &d)
+		f.onDemand(d)
+	})
+	sel.AddReceive(f.reports, func(c workflow.ReceiveChannel, _ bool) {
+		var r api.HostReport
+		c.Receive(ctx, &r)
+		f.onReport(r)
+	})
+	if f.checking != nil {
+		sel.AddFuture(f.checking, f.dropClosed)
+	}
+	// Without hosts or demand there is nothing to age or expire: the
+	// fleet sleeps until someone signals, writing no history.
+	var cancel workflow.CancelFunc
+	if len(f.s.Hosts) > 0 || len(f.s.Demands) > 0 {
+		tctx, c := workflow.WithCancel(ctx)
+		cancel = c
+		sel.AddFuture(workflow.NewTimer(tctx, fleetTick), func(workflow.Future) {})
+	}
+	sel.Select(ctx)
+	if cancel != nil {
+		cancel()
 	}
 }
 
