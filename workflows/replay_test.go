@@ -19,7 +19,7 @@ import (
 
 // Histories recorded from real runs of an earlier version (testdata/replay:
 // a two-round train chain, episode chunks, a stopped run, a final eval, a
-// sweep) must replay against the current code: workers can then be upgraded
+// sweep, the fleet serving a demo run) must replay against the current code: workers can then be upgraded
 // one by one while runs go on. A change to what a workflow does must be
 // guarded with workflow.GetVersion, or this test fails.
 func TestReplayRecordedHistories(t *testing.T) {
@@ -48,6 +48,7 @@ var recordedIDs = map[string]string{
 	"episodes-val":           "train-hist-r1-val-0",
 	"eval-final":             "eval-hist-final-r2",
 	"sweep":                  "sweep-hs-2026-12-02T16:55:10Z",
+	"fleet":                  "roundhouse-fleet",
 }
 
 func replay(r worker.WorkflowReplayer, file, id string) error {
@@ -90,5 +91,6 @@ func replayer() worker.WorkflowReplayer {
 	r.RegisterWorkflow(Episodes)
 	r.RegisterWorkflow(Eval)
 	r.RegisterWorkflow(Sweep)
+	r.RegisterWorkflow(Fleet)
 	return r
 }
