@@ -108,12 +108,12 @@ func train(ctx context.Context, out io.Writer, e *connect.Endpoints, f trainFlag
 		fmt.Fprintf(out, "harness changed since the run started (digest %s → %s); resuming with %s\n", p.OldDigest, h.Digest, f.config)
 	}
 	if p.Resumed {
-		fmt.Fprintf(out, "resuming run %s at round %d/%d from weights %s (%d rounds done)\n", f.run, p.Round, p.Rounds, p.Weights, p.RoundsDone)
+		fmt.Fprintf(out, "resuming run %s at round %d/%d from weights %s (%d rounds done)\n", f.run, p.Round, p.Rounds, p.WeightsID, p.RoundsDone)
 	}
 	if err != nil {
 		return err
 	}
-	in := api.TrainInput{Run: f.run, Harness: h, InitialWeightsID: p.InitialWeights, WeightsID: p.Weights, Rounds: p.Rounds, Groups: p.Groups,
+	in := api.TrainInput{Run: f.run, Harness: h, InitialWeightsID: p.InitialWeightsID, WeightsID: p.WeightsID, Rounds: p.Rounds, Groups: p.Groups,
 		Attempts: p.Attempts, PoolReport: p.PoolReport, Round: p.Round, Summaries: p.Summaries, HeartbeatTimeout: p.Heartbeat, Priority: f.priority}
 	if _, err := api.StartTrain(ctx, c, in); err != nil {
 		return fmt.Errorf("start workflow %s on %s: %w", id, e.Temporal, err)

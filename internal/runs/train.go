@@ -145,13 +145,13 @@ type Prepared struct {
 	Resumed    bool // an existing run resumes; false: a new one was created
 	RoundsDone int32
 
-	InitialWeights, Weights string // weights ids: round 1's input, the next round's
-	Rounds                  int32
-	Groups, Attempts        int
-	Round                   int32 // the round the workflow runs (1-based)
-	Summaries               []schemas.RoundSummary
-	PoolReport              string // key of the report choosing round 1's pool
-	Heartbeat               time.Duration
+	InitialWeightsID, WeightsID string // weights ids: round 1's input, the next round's
+	Rounds                      int32
+	Groups, Attempts            int
+	Round                       int32 // the round the workflow runs (1-based)
+	Summaries                   []schemas.RoundSummary
+	PoolReport                  string // key of the report choosing round 1's pool
+	Heartbeat                   time.Duration
 }
 
 // PrepareTrain writes a checked run that is not running: it deletes an
@@ -187,7 +187,7 @@ func (t *Train) create(ctx context.Context, s *store.Store, p *Prepared) error {
 			return err
 		}
 	}
-	*p = Prepared{Replaced: p.Replaced, Deleted: p.Deleted, InitialWeights: "w0", Weights: "w0", Rounds: t.Rounds,
+	*p = Prepared{Replaced: p.Replaced, Deleted: p.Deleted, InitialWeightsID: "w0", WeightsID: "w0", Rounds: t.Rounds,
 		Groups: t.Groups, Attempts: t.Attempts, Round: 1, Heartbeat: t.Heartbeat}
 	if t.pool != nil {
 		p.PoolReport = schemas.Layout{Run: t.Run}.PoolReport()
@@ -218,7 +218,7 @@ func (t *Train) resume(ctx context.Context, s *store.Store, p *Prepared) error {
 	if t.Given["pool-report"] {
 		return fmt.Errorf("--pool-report applies to a new run; run %s exists: resume without it, or pass --replace", t.Run)
 	}
-	p.InitialWeights, p.Weights, p.Rounds, p.Groups, p.Attempts = "w0", st.WeightsID, spec.Rounds, spec.Groups, spec.Attempts
+	p.InitialWeightsID, p.WeightsID, p.Rounds, p.Groups, p.Attempts = "w0", st.WeightsID, spec.Rounds, spec.Groups, spec.Attempts
 	p.Round, p.Summaries, p.Heartbeat, p.RoundsDone = st.RoundsDone+1, st.Summaries, spec.HeartbeatTimeout.D(), st.RoundsDone
 	if p.Round == 1 {
 		p.PoolReport = spec.PoolReport
