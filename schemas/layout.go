@@ -40,6 +40,15 @@ func (l Layout) Weights(id string) string { return l.Prefix() + "weights/" + id 
 
 func (l Layout) Report(tag string) string { return l.EvalDir(tag) + "report.json" }
 
+// ReportText is the full report's text form with every task's row, as
+// `starter report show --tasks` prints it; written beside report.json,
+// since past a few dozen tasks the terminal shows only the worst.
+func (l Layout) ReportText(tag string) string { return l.EvalDir(tag) + "report.txt" }
+
+// ReportTasks is the full report's per-task table as CSV with a header
+// (DuckDB: select * from 'tasks.csv'), beside report.json.
+func (l Layout) ReportTasks(tag string) string { return l.EvalDir(tag) + "tasks.csv" }
+
 // EvalDir holds everything stored under an evaluation tag: report.json
 // (the full report: unsharded, or merged from shards) and shards/.
 func (l Layout) EvalDir(tag string) string { return l.Evals() + tag + "/" }

@@ -1,8 +1,13 @@
 package report
 
 import (
+	"bytes"
+	"cmp"
+	"encoding/csv"
 	"fmt"
 	"io"
+	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -17,10 +22,21 @@ import (
 
 // WriteTable writes a report's per-task, per-suite and overall table, with
 // both denominators and 95 % intervals, then says what kind of score it is
-// and where the report is stored (bucket). A report on eval_init_ids whose
-// invalid share is over the limit is written, then refused as a final
-// score: the error says why and what to do.
+// and where the report is stored (bucket). Past ShortTasks tasks, only the
+// WorstShown worst tasks get a row, and a line says where every task's is
+// (ReportFiles). A report on eval_init_ids whose invalid share is over the
+// limit is written, then refused as a final score: the error says why and
+// what to do.
 func WriteTable(w io.Writer, rep schemas.Report, bucket string) error {
+	return writeTable(w, rep, bucket, false)
+}
+
+// WriteFullTable is WriteTable with every task's row, however many.
+func WriteFullTable(w io.Writer, rep schemas.Report, bucket string) error {
+	return writeTable(w, rep, bucket, true)
+}
+
+func writeTable(w io.Writer, rep schemas.Report, bucket string, all bool) error {
 	l := schemas.Layout{Run: rep.Run}
 	key := l.Report(rep.Tag)
 	if rep.IsShard() {
@@ -32,7 +48,8 @@ func WriteTable(w io.Writer, rep schemas.Report, bucket string) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t\n", id, name, suite, r.Attempted(), r.Valid, r.Invalid, r.Lost, r.Successes,
 			stats.Rate(r.Successes, r.Valid), stats.Rate(r.Successes, r.Attempted()), Causes(r))
 	}
-	for _, t := range rep.Tasks {
+	tasks, short := shownTasks(rep.Tasks, all)
+	for _, t := range tasks {
 		row(strconv.Itoa(int(t.Task)), t.Name, t.Suite, t)
 	}
 	for _, su := range rep.Suites {
@@ -40,6 +57,9 @@ func WriteTable(w io.Writer, rep schemas.Report, bucket string) error {
 	}
 	row("all", "", "", rep.Overall)
 	tw.Flush()
+	if short {
+		writeWhereTasks(w, rep, bucket, len(tasks))
+	}
 	took := ""
 	if rep.StartedAtMS > 0 && rep.FinishedAtMS >= rep.StartedAtMS {
 		took = ", took " + (time.Duration(rep.FinishedAtMS-rep.StartedAtMS) * time.Millisecond).Round(time.Second).String()
@@ -77,8 +97,20 @@ func WriteTable(w io.Writer, rep schemas.Report, bucket string) error {
 
 // WriteComparison writes a paired comparison: per task, suite and overall
 // both success rates, B's gain and the McNemar p-value, then the
-// discordant cells grouped by how the losing side ended.
+// discordant cells grouped by how the losing side ended. Past ShortTasks
+// tasks, only the WorstShown tasks of lowest p get a row and the groups
+// only their counts; the stored comparison holds the rest.
 func WriteComparison(w io.Writer, c schemas.Comparison) {
+	writeComparison(w, c, false)
+}
+
+// WriteFullComparison is WriteComparison with every task and every
+// discordant cell, however many.
+func WriteFullComparison(w io.Writer, c schemas.Comparison) {
+	writeComparison(w, c, true)
+}
+
+func writeComparison(w io.Writer, c schemas.Comparison, all bool) {
 	fmt.Fprintf(w, "A = %s (weights %s), B = %s (weights %s); pairs are cells valid under both (%d left out)\n\n",
 		c.A, c.WeightsA, c.B, c.WeightsB, c.Unpaired)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -88,7 +120,8 @@ func WriteComparison(w io.Writer, c schemas.Comparison) {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%+.1f pp\t%d\t%d\t%.3g\t\n", task, name, r.Pairs, pct(r.SuccessA), pct(r.SuccessB),
 			100*r.Difference, r.OnlyA, r.OnlyB, r.PValue)
 	}
-	for _, r := range c.Tasks {
+	tasks, short := shownPairs(c.Tasks, all)
+	for _, r := range tasks {
 		row(r, fmt.Sprint(r.Task), r.Name)
 	}
 	for _, r := range c.Suites {
@@ -96,6 +129,9 @@ func WriteComparison(w io.Writer, c schemas.Comparison) {
 	}
 	row(c.Overall, "all", "")
 	tw.Flush()
+	if short {
+		fmt.Fprintf(w, "%d of %d tasks shown: the lowest McNemar p; every task and discordant cell: the stored comparison, or --tasks\n", len(tasks), len(c.Tasks))
+	}
 	if len(c.Discordant) == 0 {
 		fmt.Fprintln(w, "\nno discordant cell: A and B succeeded on exactly the same pairs")
 		return
@@ -107,6 +143,9 @@ func WriteComparison(w io.Writer, c schemas.Comparison) {
 			won, lost = "A", "B"
 		}
 		fmt.Fprintf(w, "\n%s solved, %s did not (%s ended: %s): %d\n", won, lost, lost, g.Termination, len(g.Cells))
+		if short {
+			continue
+		}
 		for _, d := range g.Cells {
 			fmt.Fprintf(w, "  task %d init %d  A %s %s\n                B %s %s\n", d.Task, d.InitID, d.A.EpisodeID, d.A.Artifacts, d.B.EpisodeID, d.B.Artifacts)
 		}
@@ -159,4 +198,143 @@ func WriteDiagnostics(w io.Writer, sums []schemas.RoundSummary, st schemas.State
 	if len(trend) > 0 {
 		fmt.Fprintf(w, "\nvalidation success: %s\n", strings.Join(trend, " → "))
 	}
+}
+
+// ShortTasks is the most tasks a report or comparison prints a row for
+// each of: a few dozen read in a terminal, ten thousand do not. Past it,
+// the text forms show the WorstShown worst tasks and where the rest are.
+const ShortTasks = 50
+
+// WorstShown is how many tasks a text form past ShortTasks shows.
+const WorstShown = 10
+
+// shownTasks is the tasks a report's table lists, and whether that is a
+// short form leaving some out.
+func shownTasks(tasks []schemas.TaskResult, all bool) ([]schemas.TaskResult, bool) {
+	if all || len(tasks) <= ShortTasks {
+		return tasks, false
+	}
+	return WorstTasks(tasks, WorstShown), true
+}
+
+// WorstTasks is the n tasks of lowest success over valid episodes, worst
+// first; tasks without a valid episode come first, as they have no rate
+// at all (a required one refuses a final score). Ties go to the task with
+// more evidence (more valid, or for those without, more attempted), then
+// to the lower id. Tasks nothing was attempted of (another shard's) are
+// left out.
+func WorstTasks(tasks []schemas.TaskResult, n int) []schemas.TaskResult {
+	var ts []schemas.TaskResult
+	for _, t := range tasks {
+		if t.Attempted() > 0 {
+			ts = append(ts, t)
+		}
+	}
+	slices.SortStableFunc(ts, func(a, b schemas.TaskResult) int {
+		if (a.Valid == 0) != (b.Valid == 0) {
+			if a.Valid == 0 {
+				return -1
+			}
+			return 1
+		}
+		if a.Valid == 0 {
+			return cmp.Or(cmp.Compare(b.Attempted(), a.Attempted()), cmp.Compare(a.Task, b.Task))
+		}
+		// a.S/a.V against b.S/b.V without floats, so equal rates tie exactly.
+		return cmp.Or(cmp.Compare(a.Successes*b.Valid, b.Successes*a.Valid), cmp.Compare(b.Valid, a.Valid), cmp.Compare(a.Task, b.Task))
+	})
+	return ts[:min(n, len(ts))]
+}
+
+// writeWhereTasks says, under a short table, which tasks it shows and
+// where every task's row is: the files beside a full report, or for a
+// shard (which has none) the command that prints them.
+func writeWhereTasks(w io.Writer, rep schemas.Report, bucket string, shown int) {
+	fmt.Fprintf(w, "%d of %d tasks shown: the lowest success over valid episodes (those without a valid episode first)\n", shown, len(rep.Tasks))
+	if rep.IsShard() {
+		fmt.Fprintf(w, "every task: starter report show --run %s --tag %s --shard %d/%d --tasks\n", rep.Run, rep.Tag, rep.Shard, rep.Shards)
+		return
+	}
+	l := schemas.Layout{Run: rep.Run}
+	fmt.Fprintf(w, "every task: s3://%s/%s (CSV), s3://%s/%s, or starter report show --run %s --tag %s --tasks\n",
+		bucket, l.ReportTasks(rep.Tag), bucket, l.ReportText(rep.Tag), rep.Run, rep.Tag)
+}
+
+// shownPairs is the tasks a comparison's table lists, and whether that is
+// a short form: past ShortTasks, the WorstShown of lowest McNemar p (where
+// A and B differ most surely, either way), ties to the larger difference,
+// then the lower id.
+func shownPairs(tasks []schemas.PairedResult, all bool) ([]schemas.PairedResult, bool) {
+	if all || len(tasks) <= ShortTasks {
+		return tasks, false
+	}
+	ts := slices.Clone(tasks)
+	slices.SortStableFunc(ts, func(a, b schemas.PairedResult) int {
+		return cmp.Or(cmp.Compare(a.PValue, b.PValue), cmp.Compare(math.Abs(b.Difference), math.Abs(a.Difference)), cmp.Compare(a.Task, b.Task))
+	})
+	return ts[:WorstShown], true
+}
+
+// ReportFile is a file written beside a full report.json.
+type ReportFile struct {
+	Key  string
+	Body []byte
+}
+
+// ReportFiles are the files written beside a full report: every task's
+// row as text (WriteFullTable, report.txt) and as CSV (tasks.csv). They
+// depend on the stored report alone, so a retry writes the same bytes. A
+// shard has none: its tasks are in the merged report's.
+func ReportFiles(rep schemas.Report, bucket string) ([]ReportFile, error) {
+	if rep.IsShard() {
+		return nil, nil
+	}
+	l := schemas.Layout{Run: rep.Run}
+	var txt, csv bytes.Buffer
+	if err := WriteFullTable(&txt, rep, bucket); err != nil {
+		// The table is written; the refusal belongs with it.
+		fmt.Fprintf(&txt, "!! %v\n", err)
+	}
+	if err := WriteTasksCSV(&csv, rep); err != nil {
+		return nil, fmt.Errorf("tasks of report %s: %w", rep.Tag, err)
+	}
+	return []ReportFile{{Key: l.ReportText(rep.Tag), Body: txt.Bytes()}, {Key: l.ReportTasks(rep.Tag), Body: csv.Bytes()}}, nil
+}
+
+// TasksCSVHeader is tasks.csv's header. Rates are fractions; a rate
+// without a valid episode is empty (NULL in DuckDB).
+var TasksCSVHeader = []string{"task", "name", "suite", "attempted", "valid", "invalid", "lost", "successes",
+	"success_rate", "ci95_low", "ci95_high", "success_over_attempted", "invalid_by_cause"}
+
+// WriteTasksCSV writes one row per task of rep, in the report's order,
+// under TasksCSVHeader.
+func WriteTasksCSV(w io.Writer, rep schemas.Report) error {
+	cw := csv.NewWriter(w)
+	if err := cw.Write(TasksCSVHeader); err != nil {
+		return err
+	}
+	frac := func(k, n int) string {
+		if n == 0 {
+			return ""
+		}
+		return strconv.FormatFloat(float64(k)/float64(n), 'f', 4, 64)
+	}
+	for _, t := range rep.Tasks {
+		lo, hi := "", ""
+		if t.Valid > 0 {
+			ci := stats.Wilson(t.Successes, t.Valid)
+			lo, hi = strconv.FormatFloat(ci.Lo, 'f', 4, 64), strconv.FormatFloat(ci.Hi, 'f', 4, 64)
+		}
+		causes := Causes(t)
+		if causes == "-" {
+			causes = ""
+		}
+		if err := cw.Write([]string{strconv.Itoa(int(t.Task)), t.Name, t.Suite, strconv.Itoa(t.Attempted()), strconv.Itoa(t.Valid),
+			strconv.Itoa(t.Invalid), strconv.Itoa(t.Lost), strconv.Itoa(t.Successes), frac(t.Successes, t.Valid), lo, hi,
+			frac(t.Successes, t.Attempted()), causes}); err != nil {
+			return err
+		}
+	}
+	cw.Flush()
+	return cw.Error()
 }
