@@ -30,7 +30,8 @@ type ReportInput struct {
 }
 
 // WriteReport aggregates a phase's episodes per task and suite into
-// eval/<tag>/report.json, or a shard's report. When the init key names a
+// eval/<tag>/report.json, with every task's row beside it (report.txt,
+// tasks.csv), or a shard's report. When the init key names a
 // split, only episodes of the report's cells and of its weights count, and
 // cells without a record are listed as missing (lost episodes).
 func (c *Records) WriteReport(ctx context.Context, in ReportInput) (schemas.Report, error) {
@@ -69,6 +70,9 @@ func (c *Records) WriteReport(ctx context.Context, in ReportInput) (schemas.Repo
 	}
 	rep.FinishedAtMS = time.Now().UnixMilli()
 	if rep, err = c.storeOnce(ctx, key, rep); err != nil {
+		return rep, err
+	}
+	if err := c.writeReportFiles(ctx, rep); err != nil {
 		return rep, err
 	}
 	// The cell lists stay in S3: workflow history gets the counts only.
@@ -219,6 +223,24 @@ func (c *Records) storeOnce(ctx context.Context, key string, rep schemas.Report)
 		return rep, err
 	}
 	return stored, nil
+}
+
+// writeReportFiles writes every task's row beside a full report
+// (report.ReportFiles: report.txt, tasks.csv), which the terminal shows
+// only the worst of past a few dozen tasks. They are rendered from the
+// stored report, so a retry or a late writer puts the same bytes at the
+// same keys.
+func (c *Records) writeReportFiles(ctx context.Context, rep schemas.Report) error {
+	files, err := report.ReportFiles(rep, c.Store.Bucket)
+	if err != nil {
+		return err
+	}
+	for _, f := range files {
+		if err := c.Store.Put(ctx, f.Key, f.Body); err != nil {
+			return fmt.Errorf("report %s: %w", rep.Tag, err)
+		}
+	}
+	return nil
 }
 
 // ReadReport loads a report (e.g. a --pool-report) stored in the bucket.

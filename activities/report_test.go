@@ -1,7 +1,9 @@
 package activities_test
 
 import (
+	"bytes"
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/roundhouse-rl/roundhouse/activities"
@@ -61,5 +63,70 @@ func TestWriteReportInvalid(t *testing.T) {
 	}
 	if rep := write("inv-lax", 0.5); rep.MaxInvalidShare != 0.5 || rep.OverInvalidLimit {
 		t.Errorf("limit 0.5: limit %v, over %v; want not over", rep.MaxInvalidShare, rep.OverInvalidLimit)
+	}
+}
+
+// TestWriteReportFiles: beside report.json, WriteReport writes every
+// task's row as text (report.txt) and CSV (tasks.csv), from the stored
+// report; a retry that finds report.json stored writes the same bytes, and
+// puts back a file lost before it.
+func TestWriteReportFiles(t *testing.T) {
+	stack := itest.Start(t)
+	ctx := context.Background()
+	s := stack.Store
+	env := recordsEnv(s)
+	var rec *activities.Records
+	run := "files"
+	l := schemas.Layout{Run: run}
+	// Three tasks of two suites, init ids 0–1: task 0 solves both, task 1
+	// one of two, task 2's init 1 times out and its init 0 is lost.
+	h := schemas.Harness{Name: "h", Splits: schemas.Splits{Val: "0-1"},
+		Tasks: []schemas.Task{{ID: 0, Name: "a", Suite: "s1"}, {ID: 1, Name: "b, with a comma", Suite: "s1"}, {ID: 2, Name: "c", Suite: "s2"}}}
+	if err := store.PutJSON(ctx, s, l.Harness(), h); err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range []schemas.Episode{{Task: 0, InitID: 0, Valid: true, Success: true}, {Task: 0, InitID: 1, Valid: true, Success: true},
+		{Task: 1, InitID: 0, Valid: true}, {Task: 1, InitID: 1, Valid: true, Success: true}, {Task: 2, InitID: 1, FailureClass: schemas.FailureTimeout}} {
+		e.Run, e.Round, e.Phase, e.Group = run, 1, schemas.PhaseVal, int32(i)
+		e.EpisodeID = schemas.EpisodeID(1, schemas.PhaseVal, e.Group, 0)
+		if _, err := store.WriteParquet(ctx, s, l.Episodes(1, schemas.PhaseVal, e.EpisodeID), []schemas.Episode{e}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write := func() (txt, csv []byte) {
+		t.Helper()
+		if _, err := env.ExecuteActivity(rec.WriteReport, activities.ReportInput{Run: run, Round: 1, Phase: schemas.PhaseVal, Tag: "v", InitKey: "val_init_ids"}); err != nil {
+			t.Fatal(err)
+		}
+		txt, err := s.Get(ctx, l.ReportText("v"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		csv, err = s.Get(ctx, l.ReportTasks("v"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return txt, csv
+	}
+	txt, csv := write()
+	want := "task,name,suite,attempted,valid,invalid,lost,successes,success_rate,ci95_low,ci95_high,success_over_attempted,invalid_by_cause\n" +
+		"0,a,s1,2,2,0,0,2,1.0000,0.3424,1.0000,1.0000,\n" +
+		"1,\"b, with a comma\",s1,2,2,0,0,1,0.5000,0.0945,0.9055,0.5000,\n" +
+		"2,c,s2,2,0,1,1,0,,,,0.0000,lost:1 timeout:1\n"
+	if string(csv) != want {
+		t.Errorf("tasks.csv:\n%s\nwant:\n%s", csv, want)
+	}
+	for _, s := range []string{"b, with a comma", "lost:1 timeout:1", "report: s3://" + s.Bucket + "/" + l.Report("v"), "validation score (val_init_ids)"} {
+		if !strings.Contains(string(txt), s) {
+			t.Errorf("report.txt lacks %q:\n%s", s, txt)
+		}
+	}
+	// A retry after report.json was stored, with tasks.csv lost: the same
+	// bytes at the same keys.
+	if err := s.Delete(ctx, l.ReportTasks("v")); err != nil {
+		t.Fatal(err)
+	}
+	if txt2, csv2 := write(); !bytes.Equal(txt, txt2) || !bytes.Equal(csv, csv2) {
+		t.Errorf("a retry wrote other files:\n%s\n%s", txt2, csv2)
 	}
 }

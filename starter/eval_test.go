@@ -236,8 +236,10 @@ func TestEvalShardsMerge(t *testing.T) {
 	if err := runEval(ctx, &out, &stack.Endpoints, f); err != nil {
 		t.Fatalf("replacing shard 1/2: %v\n%s", err, out.String())
 	}
-	if ok, _ := stack.Store.Exists(ctx, l.Report(tag)); ok || !strings.Contains(out.String(), "deleted s3://") {
-		t.Errorf("replacing a shard kept the merged report:\n%s", out.String())
+	for _, k := range []string{l.Report(tag), l.ReportText(tag), l.ReportTasks(tag)} {
+		if ok, _ := stack.Store.Exists(ctx, k); ok || !strings.Contains(out.String(), "deleted s3://") {
+			t.Errorf("replacing a shard kept %s of the merged report:\n%s", k, out.String())
+		}
 	}
 	if ok, _ := stack.Store.Exists(ctx, l.ShardReport(tag, 0, 2)); !ok {
 		t.Error("replacing shard 1/2 removed shard 0/2")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/roundhouse-rl/roundhouse/internal/harness"
@@ -117,7 +118,12 @@ func PrepareEval(ctx context.Context, s *store.Store, ev Eval, exists bool) (p E
 		}
 		p.Wiped = true
 	}
-	if err := RemoveReports(ctx, s, plan.Remove); err != nil {
+	remove := plan.Remove
+	if l := (schemas.Layout{Run: ev.Run}); slices.Contains(remove, l.Report(ev.Tag)) {
+		// The files beside a full report would outlive it.
+		remove = append(slices.Clone(remove), l.ReportText(ev.Tag), l.ReportTasks(ev.Tag))
+	}
+	if err := RemoveReports(ctx, s, remove); err != nil {
 		return p, err
 	}
 	p.Removed = plan.Remove

@@ -147,8 +147,23 @@ func TestMergeAndWipeTag(t *testing.T) {
 	if err != nil || m.Already || len(m.Keys) != 2 || m.Report.Overall.Episodes != 2 || m.Report.Overall.SuccessRate != 0.5 {
 		t.Fatalf("merged %+v, %v", m, err)
 	}
+	// Beside it every task's row; a second merge finds the report and puts
+	// back a file a first merge cut short did not write.
+	csv, err := s.Get(ctx, l.ReportTasks("t"))
+	if want := "task,name,suite,attempted,valid,invalid,lost,successes,success_rate,ci95_low,ci95_high,success_over_attempted,invalid_by_cause\n" +
+		"0,,,2,2,0,0,1,0.5000,0.0945,0.9055,0.5000,\n"; err != nil || string(csv) != want {
+		t.Errorf("merged tasks.csv %q, %v; want %q", csv, err, want)
+	}
+	if err := s.Delete(ctx, l.ReportTasks("t")); err != nil {
+		t.Fatal(err)
+	}
 	if m, err := runs.MergeTag(ctx, s, "r", "t"); err != nil || !m.Already {
 		t.Errorf("second merge: %+v, %v", m, err)
+	}
+	for _, k := range []string{l.ReportText("t"), l.ReportTasks("t")} {
+		if ok, err := s.Exists(ctx, k); !ok || err != nil {
+			t.Errorf("after the second merge %s exists: %v, %v", k, ok, err)
+		}
 	}
 	// The run's reports are the merged one: not its shards, not a comparison.
 	if err := store.PutJSON(ctx, s, l.Comparison("t", "u"), schemas.Comparison{Run: "r", A: "t", B: "u"}); err != nil {
@@ -161,8 +176,8 @@ func TestMergeAndWipeTag(t *testing.T) {
 		t.Fatal(err)
 	}
 	n, err := runs.WipeTag(ctx, s, "r", "t", "eval-t")
-	if err != nil || n != 4 {
-		t.Errorf("wiped %d objects, want 2 shard reports, the report and an episode: %v", n, err)
+	if err != nil || n != 6 {
+		t.Errorf("wiped %d objects, want 2 shard reports, the report, report.txt, tasks.csv and an episode: %v", n, err)
 	}
 	if st, err := runs.ReadTag(ctx, s, "r", "t"); err != nil || st.Full != "" || len(st.Shards) != 0 {
 		t.Errorf("after wipe the tag holds %+v, %v", st, err)

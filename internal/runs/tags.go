@@ -240,7 +240,8 @@ func MergeTag(ctx context.Context, s *store.Store, run, tag string) (Merged, err
 		}
 		if sameSet(old.MergedFrom, merged.MergedFrom) && old.WeightsDigest == merged.WeightsDigest && sameCounts(old.Overall, merged.Overall) {
 			m.Report, m.Already = old, true
-			return m, nil
+			// A merge cut short after report.json finishes here.
+			return m, putReportFiles(ctx, s, old)
 		}
 		return m, fmt.Errorf("s3://%s/%s exists and is not the merge of these shards: a report is never overwritten; evaluate under a new --tag", s.Bucket, st.Full)
 	}
@@ -248,7 +249,23 @@ func MergeTag(ctx context.Context, s *store.Store, run, tag string) (Merged, err
 		return m, err
 	}
 	m.Report = merged
-	return m, nil
+	return m, putReportFiles(ctx, s, merged)
+}
+
+// putReportFiles writes every task's row beside a full report
+// (report.ReportFiles: report.txt, tasks.csv); the same report gives the
+// same bytes, so writing them again is harmless.
+func putReportFiles(ctx context.Context, s *store.Store, rep schemas.Report) error {
+	files, err := report.ReportFiles(rep, s.Bucket)
+	if err != nil {
+		return err
+	}
+	for _, f := range files {
+		if err := s.Put(ctx, f.Key, f.Body); err != nil {
+			return fmt.Errorf("report %s of run %s: %w", rep.Tag, rep.Run, err)
+		}
+	}
+	return nil
 }
 
 func sameSet(a, b []string) bool {
