@@ -22,6 +22,7 @@ type compareFlags struct {
 	run, a, b                         string
 	weightsA, weightsB, config, chart string
 	initKey                           string
+	tasks                             bool
 	vars                              []string
 	heartbeat                         time.Duration
 }
@@ -65,7 +66,7 @@ To compare the demo's starting weights with its final ones:
 				if s, err = connect.Store(ctx, *e); err != nil {
 					return err
 				}
-				c, err = compare(ctx, out, s, f.run, f.a, f.b)
+				c, err = compare(ctx, out, s, f.run, f.a, f.b, f.tasks)
 			}
 			if err != nil || f.chart == "" {
 				return err
@@ -88,6 +89,7 @@ To compare the demo's starting weights with its final ones:
 	fl.StringArrayVar(&f.vars, "var", nil, "with --weights-a/--weights-b: a harness var the run used, --var name=value (repeatable)")
 	fl.DurationVar(&f.heartbeat, "heartbeat-timeout", 30*time.Second, "with --weights-a/--weights-b: how long a silent rollout worker keeps an episode of an evaluation before it is retried elsewhere")
 	fl.StringVar(&f.chart, "chart", "", "also draw the comparison into this file, .svg or .png")
+	fl.BoolVar(&f.tasks, "tasks", false, "print every task and discordant cell, however many tasks (past 50, the 10 of lowest p and the groups' counts)")
 	return cmd
 }
 
@@ -224,16 +226,22 @@ func compareWeights(ctx context.Context, out io.Writer, e *connect.Endpoints, f 
 		}
 	}
 	fmt.Fprintln(out)
-	return compare(ctx, out, s, f.run, tags[0], tags[1])
+	return compare(ctx, out, s, f.run, tags[0], tags[1], f.tasks)
 }
 
-// compare pairs two reports of a run, prints and stores the comparison.
-func compare(ctx context.Context, out io.Writer, s *store.Store, run, tagA, tagB string) (schemas.Comparison, error) {
+// compare pairs two reports of a run, prints and stores the comparison;
+// past report.ShortTasks tasks, every task and discordant cell only with
+// tasks.
+func compare(ctx context.Context, out io.Writer, s *store.Store, run, tagA, tagB string, tasks bool) (schemas.Comparison, error) {
 	c, err := runs.Compare(ctx, s, run, tagA, tagB)
 	if err != nil {
 		return c, err
 	}
-	report.WriteComparison(out, c)
+	if tasks {
+		report.WriteFullComparison(out, c)
+	} else {
+		report.WriteComparison(out, c)
+	}
 	key, err := runs.PutComparison(ctx, s, run, tagA, tagB, c)
 	if err != nil {
 		return c, err

@@ -28,7 +28,7 @@ const (
 type evalFlags struct {
 	config, run, weights, tag, initKey, shard string
 	vars                                      []string
-	replaceTag, detach                        bool
+	replaceTag, detach, tasks                 bool
 	heartbeat                                 time.Duration
 	priority                                  int
 }
@@ -58,6 +58,7 @@ full report once all n shards are there. A tag is never overwritten unless
 	fl.StringArrayVar(&f.vars, "var", nil, "override a harness var: --var name=value (repeatable)")
 	fl.BoolVar(&f.replaceTag, "replace-tag", false, "overwrite the tag's report (not allowed for eval_init_ids)")
 	fl.BoolVar(&f.detach, "detach", false, "start the evaluation and return without following it")
+	fl.BoolVar(&f.tasks, "tasks", false, "print every task's row of the report, however many tasks")
 	fl.DurationVar(&f.heartbeat, "heartbeat-timeout", 30*time.Second, "how long a silent rollout worker keeps an episode before it is retried elsewhere")
 	priorityFlag(fl, &f.priority, fleet.EvalPriority, "its episodes")
 	return cmd
@@ -108,7 +109,7 @@ func runEval(ctx context.Context, out io.Writer, e *connect.Endpoints, f evalFla
 	if err != nil {
 		return err
 	}
-	return followEval(ctx, out, c, s, e, id, f.run, f.detach)
+	return followEval(ctx, out, c, s, e, id, f.run, f.detach, f.tasks)
 }
 
 // evalTarget is an evaluation as far as it is known without servers (its
@@ -201,8 +202,9 @@ func startEval(ctx context.Context, out io.Writer, c client.Client, s *store.Sto
 	return id, nil
 }
 
-// followEval prints progress until the evaluation ends, then its report.
-func followEval(ctx context.Context, out io.Writer, c client.Client, s *store.Store, e *connect.Endpoints, id, run string, detach bool) error {
+// followEval prints progress until the evaluation ends, then its report
+// (every task's row with tasks).
+func followEval(ctx context.Context, out io.Writer, c client.Client, s *store.Store, e *connect.Endpoints, id, run string, detach, tasks bool) error {
 	printEvalLinks(out, s, e, id, run)
 	if detach {
 		return nil
@@ -212,7 +214,7 @@ func followEval(ctx context.Context, out io.Writer, c client.Client, s *store.St
 		return err
 	}
 	fmt.Fprintln(out)
-	return report.WriteTable(out, rep, s.Bucket)
+	return writeReport(out, rep, s.Bucket, tasks)
 }
 
 // printEvalLinks says where to watch an evaluation: its workflow in the
@@ -225,16 +227,17 @@ func printEvalLinks(out io.Writer, s *store.Store, e *connect.Endpoints, id, run
 // evaluation ends, and returns its report.
 func waitEval(ctx context.Context, out io.Writer, c client.Client, id string) (schemas.Report, error) {
 	var rep schemas.Report
-	err := api.Follow(ctx, out, c, id, func(ctx context.Context) error { return c.GetWorkflow(ctx, id, "").Get(ctx, &rep) }, func() string {
+	err := api.Follow(ctx, out, c, id, func(ctx context.Context) error { return c.GetWorkflow(ctx, id, "").Get(ctx, &rep) }, func() api.Line {
 		p, err := api.QueryEvalProgress(ctx, c, id)
 		if err != nil {
-			return ""
+			return api.Line{}
 		}
 		t := p.Episodes
+		l := api.Line{Text: fmt.Sprintf("eval %s %s: %d/%d episodes, %d successes", p.Tag, p.Phase, t.Done, t.Total, t.Successes), Stage: p.Phase, Done: t.Done, Total: t.Total}
 		if p.Shards > 1 {
-			return fmt.Sprintf("eval %s shard %d/%d %s: %d/%d episodes, %d successes", p.Tag, p.Shard, p.Shards, p.Phase, t.Done, t.Total, t.Successes)
+			l.Text = fmt.Sprintf("eval %s shard %d/%d %s: %d/%d episodes, %d successes", p.Tag, p.Shard, p.Shards, p.Phase, t.Done, t.Total, t.Successes)
 		}
-		return fmt.Sprintf("eval %s %s: %d/%d episodes, %d successes", p.Tag, p.Phase, t.Done, t.Total, t.Successes)
+		return l
 	})
 	if err != nil {
 		return rep, fmt.Errorf("evaluation %s failed: %w (details in the Temporal UI; fix the cause, then rerun the same command: no report was written)", id, err)

@@ -143,7 +143,7 @@ func TestEvalShardsMerge(t *testing.T) {
 	t.Logf("shard 0/2:\n%s", outs[0].String())
 
 	var merged bytes.Buffer
-	if err := mergeReports(ctx, &merged, stack.Store, run, tag); err != nil {
+	if err := mergeReports(ctx, &merged, stack.Store, run, tag, false); err != nil {
 		t.Fatalf("merge: %v", err)
 	}
 	t.Logf("merge:\n%s", merged.String())
@@ -217,10 +217,10 @@ func TestEvalShardsMerge(t *testing.T) {
 		t.Errorf("unknown weights id: %v", err)
 	}
 	var again bytes.Buffer
-	if err := mergeReports(ctx, &again, stack.Store, run, tag); err != nil || !strings.Contains(again.String(), "merged already") {
+	if err := mergeReports(ctx, &again, stack.Store, run, tag, false); err != nil || !strings.Contains(again.String(), "merged already") {
 		t.Errorf("merging again: %v\n%s", err, again.String())
 	}
-	if err := mergeReports(ctx, &again, stack.Store, run, "nope"); err == nil || !strings.Contains(err.Error(), "no shard reports") {
+	if err := mergeReports(ctx, &again, stack.Store, run, "nope", false); err == nil || !strings.Contains(err.Error(), "no shard reports") {
 		t.Errorf("merging a tag without shards: %v", err)
 	}
 	if after := snapshot(ctx, t, stack.Store, l.Prefix()); fmt.Sprint(after) != fmt.Sprint(before) {
@@ -244,7 +244,7 @@ func TestEvalShardsMerge(t *testing.T) {
 	if ok, _ := stack.Store.Exists(ctx, l.ShardReport(tag, 0, 2)); !ok {
 		t.Error("replacing shard 1/2 removed shard 0/2")
 	}
-	if err := mergeReports(ctx, &again, stack.Store, run, tag); err != nil {
+	if err := mergeReports(ctx, &again, stack.Store, run, tag, false); err != nil {
 		t.Fatalf("merge after the replace: %v", err)
 	}
 	var rep2 schemas.Report
@@ -308,7 +308,7 @@ func TestProtocolFinalScore(t *testing.T) {
 		}
 	}
 	var merged bytes.Buffer
-	if err := mergeReports(ctx, &merged, stack.Store, run, tag); err != nil {
+	if err := mergeReports(ctx, &merged, stack.Store, run, tag, false); err != nil {
 		t.Fatalf("merge: %v\n%s", err, merged.String())
 	}
 	t.Logf("merge:\n%s", merged.String())

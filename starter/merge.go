@@ -9,7 +9,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
-	"github.com/roundhouse-rl/roundhouse/internal/report"
 	"github.com/roundhouse-rl/roundhouse/internal/runs"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 )
@@ -18,6 +17,7 @@ import (
 // evaluation, from all its shard reports.
 func reportMergeCmd(e *connect.Endpoints) *cobra.Command {
 	var run, tag string
+	var tasks bool
 	cmd := &cobra.Command{
 		Use:   "merge",
 		Short: "Build a sharded evaluation's eval/<tag>/report.json from all its shard reports",
@@ -25,7 +25,8 @@ func reportMergeCmd(e *connect.Endpoints) *cobra.Command {
 
 Refuses, naming what is missing or conflicting, unless all n shards of one
 evaluation are stored (same weights, init key and harness; disjoint cells
-covering the split). An existing report.json is never overwritten.`,
+covering the split). An existing report.json is never overwritten. Beside
+it go report.txt and tasks.csv, every task's row.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !runName.MatchString(run) {
 				return fmt.Errorf("--run %q: give the name of a run", run)
@@ -37,17 +38,18 @@ covering the split). An existing report.json is never overwritten.`,
 			if err != nil {
 				return err
 			}
-			return mergeReports(cmd.Context(), cmd.OutOrStdout(), s, run, tag)
+			return mergeReports(cmd.Context(), cmd.OutOrStdout(), s, run, tag, tasks)
 		},
 	}
 	cmd.Flags().StringVar(&run, "run", "", "run name")
 	cmd.Flags().StringVar(&tag, "tag", "", "tag of the sharded evaluation")
+	cmd.Flags().BoolVar(&tasks, "tasks", false, "print every task's row, however many tasks")
 	return cmd
 }
 
 // mergeReports merges the tag's shard reports (runs.MergeTag) and prints
-// the merged report.
-func mergeReports(ctx context.Context, out io.Writer, s *store.Store, run, tag string) error {
+// the merged report (every task's row with tasks).
+func mergeReports(ctx context.Context, out io.Writer, s *store.Store, run, tag string, tasks bool) error {
 	m, err := runs.MergeTag(ctx, s, run, tag)
 	if err != nil {
 		return err
@@ -57,5 +59,5 @@ func mergeReports(ctx context.Context, out io.Writer, s *store.Store, run, tag s
 	} else {
 		fmt.Fprintf(out, "merged %d shards of tag %s (%s)\n\n", len(m.Keys), tag, strings.Join(m.Keys, ", "))
 	}
-	return report.WriteTable(out, m.Report, s.Bucket)
+	return writeReport(out, m.Report, s.Bucket, tasks)
 }

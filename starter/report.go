@@ -45,7 +45,7 @@ the last round), as a table and a chart (SVG or PNG, by the file's extension).`,
 	}
 	cmd.Flags().StringVar(&run, "run", "", "run name")
 	cmd.Flags().StringVar(&chartFile, "chart", "", "where to write the success chart, .svg or .png (default runs-<run>-success.svg)")
-	cmd.AddCommand(reportMergeCmd(e))
+	cmd.AddCommand(reportMergeCmd(e), reportShowCmd(e))
 	return cmd
 }
 
