@@ -185,6 +185,25 @@ func TestEvalShardsMerge(t *testing.T) {
 	if rep.Digest != h.Digest || rep.StartedAtMS <= 0 || rep.FinishedAtMS < rep.StartedAtMS {
 		t.Errorf("config digest %s (want %s), times %d–%d", rep.Digest, h.Digest, rep.StartedAtMS, rep.FinishedAtMS)
 	}
+	// Seven tasks print every row; beside report.json every task's row as
+	// CSV; `report show` prints what the merge printed, and a shard's own.
+	if strings.Contains(merged.String(), "tasks shown") {
+		t.Errorf("a 7-task report printed a short form:\n%s", merged.String())
+	}
+	if b, err := stack.Store.Get(ctx, l.ReportTasks(tag)); err != nil || strings.Count(string(b), "\n") != 1+len(h.Tasks) {
+		t.Errorf("tasks.csv (%v):\n%s", err, b)
+	}
+	var shown bytes.Buffer
+	if err := showStoredReport(ctx, &shown, stack.Store, run, tag, runs.Shard{I: 0, N: 1}, false); err != nil || !strings.HasSuffix(merged.String(), "\n\n"+shown.String()) {
+		t.Errorf("report show (%v):\n%s\nmerge printed:\n%s", err, shown.String(), merged.String())
+	}
+	shown.Reset()
+	if err := showStoredReport(ctx, &shown, stack.Store, run, tag, runs.Shard{I: 1, N: 2}, true); err != nil || !strings.Contains(shown.String(), "SHARD 1/2 of tag "+tag) {
+		t.Errorf("report show --shard 1/2 (%v):\n%s", err, shown.String())
+	}
+	if err := showStoredReport(ctx, &shown, stack.Store, run, "nope", runs.Shard{I: 0, N: 1}, false); err == nil || !strings.Contains(err.Error(), "no report s3://") {
+		t.Errorf("report show of an unknown tag: %v", err)
+	}
 
 	// The tag exists now: every way of writing it again is refused, or a
 	// no-op for the same merge, and the run's objects stay as they were.

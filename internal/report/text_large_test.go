@@ -96,8 +96,11 @@ func TestWriteTableLarge(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := out.String()
-	if n := strings.Count(got, "\n"); n >= 60 {
-		t.Errorf("10,030 tasks printed %d lines, want under 60:\n%s", n, got)
+	// `starter eval` must print under 60 lines for 10,030 cells: besides
+	// this, 5 lines before the evaluation starts and at most 13 of progress
+	// off a terminal (api.TestProgressLog), so the report gets under 40.
+	if n := strings.Count(got, "\n"); n >= 40 {
+		t.Errorf("10,030 tasks printed %d lines, want under 40:\n%s", n, got)
 	}
 	var want []string
 	for _, id := range worst {
