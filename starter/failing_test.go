@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
+	failurepb "go.temporal.io/api/failure/v1"
 	sdkpb "go.temporal.io/api/sdk/v1"
 	tlog "go.temporal.io/sdk/log"
 
@@ -117,5 +119,86 @@ func TestBrokenTrainerShowsWithinOneRetry(t *testing.T) {
 	}
 	if err := c.TerminateWorkflow(ctx, api.WorkflowID(run), "", "test done"); err != nil {
 		t.Logf("terminate: %v", err)
+	}
+}
+
+// A harness that declares a text-only model but whose episodes sent
+// images is refused by BuildBatch with a non-retryable error. The refusal
+// must end the run on its first attempt, though the activity wraps it and
+// the control queue's policy would retry 10 times, and `starter train`
+// must print its sentence once (docs/design.md §7, "Non-retryable stays
+// non-retryable").
+func TestTextOnlyRefusalFailsOnFirstAttempt(t *testing.T) {
+	itest.Slow(t)
+	stack := itest.Start(t)
+	bins := itest.Binaries(t)
+	root := itest.Root(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	stack.StartWorker(t, bins, "main")
+
+	// The minimal harness's vision task alone, its model declared
+	// text-only: every call sends the camera image.
+	cfg := filepath.Join(t.TempDir(), "text-only.yaml")
+	yaml := "base: " + filepath.Join(root, "harnesses/minimal/harness.yaml") + "\nname: minimal-text-only\n" +
+		"model_server:\n  vision: false\ntasks:\n  - {id: 6, name: cube_in_marked_container, suite: vision}\n"
+	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const run = "itest-text-only"
+	out, err := stack.Starter(ctx, t, bins, "train", "--config", cfg, "--run", run,
+		"--weights", filepath.Join(root, "harnesses/minimal/weights/w0"), "--rounds", "1", "--groups", "8", "--attempts", "6",
+		"--var", "bin="+bins).CombinedOutput()
+	t.Logf("starter train (%v):\n%s", err, out)
+	if err == nil {
+		t.Fatal("starter train succeeded; want the text-only refusal (did the round select calls? a group with reward diversity is needed)")
+	}
+	var final string
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(l, "error: ") {
+			final = l
+		}
+	}
+	const sentence = "harness minimal-text-only declares a text-only model (model_server.vision is false)"
+	if n := strings.Count(final, sentence); n != 1 {
+		t.Errorf("the final error names the refusal %d times, want once:\n%s", n, final)
+	}
+
+	// The history: BuildBatch started once, failed non-retryable.
+	c, err := connect.Temporal(ctx, stack.Endpoints, tlog.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	scheduled := map[int64]bool{}
+	var attempts []int32
+	var failure *failurepb.Failure
+	var first, failed time.Time
+	it := c.GetWorkflowHistory(ctx, api.WorkflowID(run), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for it.HasNext() {
+		e, err := it.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a := e.GetActivityTaskScheduledEventAttributes(); a != nil && a.GetActivityType().GetName() == "BuildBatch" {
+			scheduled[e.GetEventId()] = true
+			first = e.GetEventTime().AsTime()
+		}
+		if a := e.GetActivityTaskStartedEventAttributes(); a != nil && scheduled[a.GetScheduledEventId()] {
+			attempts = append(attempts, a.GetAttempt())
+		}
+		if a := e.GetActivityTaskFailedEventAttributes(); a != nil && scheduled[a.GetScheduledEventId()] {
+			failure = a.GetFailure()
+			failed = e.GetEventTime().AsTime()
+		}
+	}
+	t.Logf("BuildBatch: scheduled to failed for good in %s", failed.Sub(first).Round(time.Second))
+	if len(attempts) != 1 || attempts[0] != 1 {
+		t.Errorf("BuildBatch started with attempts %v, want [1]", attempts)
+	}
+	info := failure.GetApplicationFailureInfo()
+	if !info.GetNonRetryable() || info.GetType() != "TextOnlyModel" || !strings.Contains(failure.GetMessage(), sentence) {
+		t.Errorf("BuildBatch's failure: non-retryable %v, type %q, message %q; want a non-retryable TextOnlyModel naming the refusal",
+			info.GetNonRetryable(), info.GetType(), failure.GetMessage())
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/roundhouse-rl/roundhouse/internal/failnote"
 	"github.com/roundhouse-rl/roundhouse/internal/heartbeat"
 	"github.com/roundhouse-rl/roundhouse/internal/host"
+	"github.com/roundhouse-rl/roundhouse/internal/nonretryable"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/workflows"
 	"github.com/roundhouse-rl/roundhouse/workflows/api"
@@ -45,11 +46,14 @@ func Run(ctx context.Context, c client.Client, s *store.Store, cfg Config) error
 		return err
 	}
 	// Every failed attempt is signalled to its workflow, which shows it in
-	// the Temporal UI while Temporal retries (internal/failnote); every
-	// running activity heartbeats, so a dead worker is noticed within
-	// seconds whatever its activity was doing (internal/heartbeat).
+	// the Temporal UI while Temporal retries (internal/failnote); a
+	// non-retryable error is not retried however its activity wrapped it
+	// (internal/nonretryable; inside failnote, so the note says what
+	// Temporal is told); every running activity heartbeats, so a dead
+	// worker is noticed within seconds whatever its activity was doing
+	// (internal/heartbeat).
 	p := &process{c: c, s: s, cfg: cfg, hl: newHealth(),
-		icpt: []interceptor.WorkerInterceptor{failnote.Interceptor(c, api.ActivityFailureSignal), heartbeat.Interceptor()}}
+		icpt: []interceptor.WorkerInterceptor{failnote.Interceptor(c, api.ActivityFailureSignal), nonretryable.Interceptor(), heartbeat.Interceptor()}}
 	defer p.close()
 	want, err := wantedRoles(cfg.Roles)
 	if err != nil {

@@ -25,7 +25,8 @@ type Line struct {
 // when it changes; elsewhere (a log, a pipe) a line is printed only when
 // it starts a stage or passes a new tenth of Total, so ten thousand
 // episodes leave a dozen lines, not one per tick. An empty text is
-// skipped. Each failed attempt of an activity of workflow id (or of its
+// skipped. Its error's text names each cause once (failnote.Once: the
+// SDK repeats a wrapped activity error for every layer). Each failed attempt of an activity of workflow id (or of its
 // running children) that Temporal is still retrying is printed once, as
 // soon as the server has it, with its cause and when it is retried.
 func Follow(ctx context.Context, out io.Writer, c client.Client, id string, wait func(context.Context) error, line func() Line) error {
@@ -41,7 +42,7 @@ func Follow(ctx context.Context, out io.Writer, c client.Client, id string, wait
 	for {
 		select {
 		case err := <-done:
-			return err
+			return failnote.Once(err)
 		case <-tick.C:
 			if l := line(); l.Text != "" {
 				switch {
