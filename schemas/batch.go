@@ -48,10 +48,14 @@ type TrainerMetrics struct {
 	// LogprobMismatch is mean |log pi_old - log pi_rollout| over completion
 	// tokens, computed before the first update (the drift guard's figure);
 	// LogprobMismatchMax its largest token, DriftShare the share of samples
-	// whose own mean exceeds the harness's drift_limit.
+	// whose own mean exceeds the harness's drift_call_limit (drift_limit
+	// where that is unset), DriftCallMax the largest sample mean, and
+	// DriftTokenShare the share of tokens past drift_token_limit.
 	LogprobMismatch    float64 `json:"logprob_mismatch"`
 	LogprobMismatchMax float64 `json:"logprob_mismatch_max"`
 	DriftShare         float64 `json:"drift_share"`
+	DriftCallMax       float64 `json:"drift_call_max,omitempty"`
+	DriftTokenShare    float64 `json:"drift_token_share,omitempty"`
 	MeanRatio          float64 `json:"mean_ratio"`
 }
 

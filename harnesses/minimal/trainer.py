@@ -190,6 +190,15 @@ def parse_args(argv):
     ap.add_argument("--drift-limit", type=float, default=0.0,
                     help="stop before the first update when the mean |log pi_old - log pi_rollout| over completion "
                          "tokens exceeds this (0: report only)")
+    ap.add_argument("--drift-call-limit", type=float, default=0.0,
+                    help="stop before the first update when one call's mean |log pi_old - log pi_rollout| exceeds "
+                         "this (0: off)")
+    ap.add_argument("--drift-token-limit", type=float, default=0.0,
+                    help="a completion token whose |log pi_old - log pi_rollout| exceeds this counts against "
+                         "--drift-token-share (0: off)")
+    ap.add_argument("--drift-token-share", type=float, default=0.0,
+                    help="stop before the first update when more than this share of tokens (0.001 = 0.1%%) are "
+                         "past --drift-token-limit (default 0: any one)")
     ap.add_argument("--micro-batch", type=int, help="samples per forward/backward on each rank; gradients "
                     "accumulate over the rank's share of a global batch before the all-reduce and the step "
                     "(default: 1 for --model hf, the whole share for the toy)")
@@ -211,6 +220,8 @@ def parse_args(argv):
         (a.micro_batch is None or a.micro_batch >= 1, "--micro-batch must be >= 1"),
         (a.eval_out or (a.weights_out and a.metrics_out), "--weights-out and --metrics-out are required to train"),
         (a.eval_out or not a.weights_theta, "--weights-theta needs --eval-out"),
+        (min(a.drift_limit, a.drift_call_limit, a.drift_token_limit) >= 0, "drift limits must be >= 0"),
+        (0 <= a.drift_token_share < 1, "--drift-token-share must be in [0, 1)"),
     ]
     for ok, msg in checks:
         if not ok:
@@ -544,32 +555,58 @@ def loss_of_logprobs(lp, B, idx, tok, total_weight, a):
     return loss, lp, tok, rho, clip, dual
 
 
-def drift(B, limit):
+def drift(B, a):
     """The drift guard's figures, from pi_old as this trainer computes it and
-    the logprobs the proxy recorded: mean and max |difference| over
-    completion tokens, and per sample its mean, with the share and the
-    first indices of samples whose mean exceeds limit (when limit > 0)."""
+    the logprobs the proxy recorded (|d| = |log pi_old - log pi_rollout| per
+    completion token): the mean and max of |d| over the batch; per call
+    (sample) the mean of its tokens' |d|, its largest, and the share of
+    calls over --drift-call-limit (else --drift-limit, as before there was
+    one); the share of tokens past --drift-token-limit; and the first calls
+    over the call limit, in batch order."""
     d = np.abs(B["old_tok"] - B["roll"])
     if len(d) == 0:
-        return 0.0, 0.0, 0.0, []
+        return {"mean": 0.0, "max": 0.0, "call_max": 0.0, "share": 0.0, "token_share": 0.0, "first": []}
     co, ntok = B["co"], np.maximum(np.diff(B["co"]), 1)
-    per_sample = np.add.reduceat(d, co[:-1]) / ntok if len(co) > 1 else np.zeros(0)
-    bad = np.flatnonzero(per_sample > limit) if limit > 0 else np.zeros(0, np.int64)
-    share = len(bad) / len(per_sample) if len(per_sample) else 0.0
-    return float(d.mean()), float(d.max()), share, [(int(i), float(per_sample[i])) for i in bad[:5]]
+    per_call = np.add.reduceat(d, co[:-1]) / ntok if len(co) > 1 else np.zeros(0)
+    # reduceat gives an empty call its next call's first token: zero it.
+    per_call = np.where(np.diff(co) > 0, per_call, 0.0)
+    call_limit = a.drift_call_limit or a.drift_limit
+    bad = np.flatnonzero(per_call > call_limit) if call_limit > 0 else np.zeros(0, np.int64)
+    token_share = float((d > a.drift_token_limit).mean()) if a.drift_token_limit > 0 else 0.0
+    return {
+        "mean": float(d.mean()), "max": float(d.max()),
+        "call_max": float(per_call.max()) if len(per_call) else 0.0,
+        "share": len(bad) / len(per_call) if len(per_call) else 0.0,
+        "token_share": token_share,
+        "first": [(int(i), float(per_call[i])) for i in bad[:5]],
+    }
 
 
 def check_drift(a, B):
-    """Returns the drift figures for metrics.json; raises DriftError when
-    the mean exceeds --drift-limit."""
-    mean, mx, share, first = drift(B, a.drift_limit)
-    if a.drift_limit > 0 and mean > a.drift_limit:
-        named = ", ".join(f"sample {i} ({m:.3g})" for i, m in first)
-        raise DriftError(
-            f"drift guard: mean |log pi_old - log pi_rollout| {mean:.3g} exceeds --drift-limit {a.drift_limit:g} "
-            f"(max {mx:.3g}, {100 * share:.1f}% of samples over the limit; first: {named}): the trainer does not "
-            "see what the model saw (chat template, processor, images or weights differ from the rollout)")
-    return {"logprob_mismatch": mean, "logprob_mismatch_max": mx, "drift_share": share}
+    """Returns the drift figures for metrics.json; raises DriftError, before
+    any update, when one of the guard's three limits is passed: the batch
+    mean (--drift-limit), one call's mean (--drift-call-limit), or the
+    share of tokens past --drift-token-limit (--drift-token-share). The
+    mean alone misses a few wrong decision tokens among hundreds of
+    near-certain ones (3 of 400 tokens off by 1.0 move it by 0.0075); the
+    other two see them."""
+    f = drift(B, a)
+    named = ", ".join(f"sample {i} ({m:.3g})" for i, m in f["first"])
+    where = (f"(max {f['max']:.3g}, {100 * f['share']:.1f}% of samples over the limit; first: {named}): the trainer "
+             "does not see what the model saw (chat template, processor, images, sampling settings or weights "
+             "differ from the rollout)")
+    if a.drift_limit > 0 and f["mean"] > a.drift_limit:
+        raise DriftError(f"drift guard: mean |log pi_old - log pi_rollout| {f['mean']:.3g} exceeds "
+                         f"--drift-limit {a.drift_limit:g} {where}")
+    if a.drift_call_limit > 0 and f["call_max"] > a.drift_call_limit:
+        raise DriftError(f"drift guard: a call's mean |log pi_old - log pi_rollout| {f['call_max']:.3g} exceeds "
+                         f"--drift-call-limit {a.drift_call_limit:g} {where}")
+    if a.drift_token_limit > 0 and f["token_share"] > a.drift_token_share:
+        raise DriftError(f"drift guard: {100 * f['token_share']:.2f}% of tokens differ by more than "
+                         f"--drift-token-limit {a.drift_token_limit:g}, over --drift-token-share "
+                         f"{100 * a.drift_token_share:g}% {where}")
+    return {"logprob_mismatch": f["mean"], "logprob_mismatch_max": f["max"], "drift_share": f["share"],
+            "drift_call_max": f["call_max"], "drift_token_share": f["token_share"]}
 
 
 def optimize(a, rank, world, B, params, opt, device, loss_of, fsdp=False):

@@ -517,3 +517,68 @@ func TestTrainerDriftGuard(t *testing.T) {
 		t.Errorf("mismatch %v (want 0.25), max %v (want 1), share %v (want 0.5)", m.LogprobMismatch, m.LogprobMismatchMax, m.DriftShare)
 	}
 }
+
+// TestTrainerDriftGuardSeesFewTokens: 3 of 400 completion tokens whose
+// recorded logprob is off by 1.0 move the batch mean by only 0.0075, under
+// a 0.05 limit; the per-call limit and the share of tokens past a
+// threshold each stop the trainer, naming the worst calls, and let the
+// same batch through when set above what it has.
+func TestTrainerDriftGuardSeesFewTokens(t *testing.T) {
+	needTorch(t)
+	s1, s2 := twoDecisions(t)
+	if len(s1.logprobs) != 2 || len(s2.logprobs) != 2 {
+		t.Fatalf("want 2-token decisions, got %d and %d", len(s1.logprobs), len(s2.logprobs))
+	}
+	var ss []sample
+	for i := 0; i < 200; i++ {
+		s := s1
+		if i%2 == 1 {
+			s = s2
+		}
+		s.logprobs = append([]float64(nil), s.logprobs...)
+		if i == 7 || i == 100 || i == 151 {
+			s.logprobs[0] -= 1 // the decision token: this call's mean is 0.5
+		}
+		ss = append(ss, s)
+	}
+	dir := t.TempDir()
+	batch := filepath.Join(dir, "batch.npz")
+	if err := writeBatch(batch, ss); err != nil {
+		t.Fatal(err)
+	}
+	run := func(name string, flags ...string) (schemas.TrainerMetrics, error) {
+		return runTrainer(t, 1, batch, w0, filepath.Join(dir, name, "policy.json"), append([]string{"--drift-limit", "0.05"}, flags...)...)
+	}
+	m, err := run("mean-only")
+	if err != nil {
+		t.Fatalf("the mean alone (0.0075) is under 0.05, yet: %v", err)
+	}
+	if math.Abs(m.LogprobMismatch-3.0/400) > 1e-6 || math.Abs(m.DriftCallMax-0.5) > 1e-6 || m.DriftTokenShare != 0 {
+		t.Errorf("mean %v (want 0.0075), call max %v (want 0.5), token share %v (want 0: no token limit)", m.LogprobMismatch, m.DriftCallMax, m.DriftTokenShare)
+	}
+	for _, c := range []struct {
+		name  string
+		flags []string
+		want  string
+	}{
+		{"call", []string{"--drift-call-limit", "0.2"}, "a call's mean |log pi_old - log pi_rollout| 0.5 exceeds --drift-call-limit 0.2"},
+		{"tokens", []string{"--drift-token-limit", "0.5", "--drift-token-share", "0.005"}, "0.75% of tokens differ by more than --drift-token-limit 0.5"},
+	} {
+		out := filepath.Join(dir, c.name, "policy.json")
+		_, err := runTrainer(t, 1, batch, w0, out, append([]string{"--drift-limit", "0.05"}, c.flags...)...)
+		if err == nil || !strings.Contains(err.Error(), schemas.TrainerDriftGuard) || !strings.Contains(err.Error(), c.want) ||
+			!strings.Contains(err.Error(), "first: sample 7 (0.5), sample 100 (0.5), sample 151 (0.5)") {
+			t.Errorf("%s: want the guard to fire with %q naming samples 7, 100, 151; got %v", c.name, c.want, err)
+		}
+		if _, serr := os.Stat(out); serr == nil {
+			t.Errorf("%s: the guard fired, yet weights were written", c.name)
+		}
+	}
+	m, err = run("loose", "--drift-call-limit", "0.6", "--drift-token-limit", "0.5", "--drift-token-share", "0.01")
+	if err != nil {
+		t.Fatalf("limits above the batch's figures (call 0.5 < 0.6, 0.75%% < 1%%), yet: %v", err)
+	}
+	if math.Abs(m.DriftTokenShare-3.0/400) > 1e-9 {
+		t.Errorf("token share %v, want 0.0075", m.DriftTokenShare)
+	}
+}

@@ -158,7 +158,7 @@ func writeComparison(w io.Writer, c schemas.Comparison, all bool) {
 // success over the rounds (with the final validation once st is done).
 func WriteDiagnostics(w io.Writer, sums []schemas.RoundSummary, st schemas.State) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "round\tgroups w/o signal\tinvalid by cause\tzero-weight\ttoken capture\timages\tlogprob Δ mean\tmax\tdrift share\tloss\tclip frac\tsteps\t")
+	fmt.Fprintln(tw, "round\tgroups w/o signal\tinvalid by cause\tzero-weight\ttoken capture\timages\tlogprob Δ mean\tmax\tcall max\tdrift share\tloss\tclip frac\tsteps\t")
 	for _, r := range sums {
 		capture := "-"
 		if r.Calls > 0 {
@@ -169,8 +169,8 @@ func WriteDiagnostics(w io.Writer, sums []schemas.RoundSummary, st schemas.State
 		if r.ImageRefs > 0 {
 			images = fmt.Sprintf("%d (%d uses)", r.Images, r.ImageRefs)
 		}
-		fmt.Fprintf(tw, "%d\t%d\t%s\t%d\t%s\t%s\t%.2g\t%.2g\t%.1f%%\t%.4f\t%.3f\t%d\t\n", r.Round, r.Groups-r.GroupsWithSignal,
-			CauseList(r.InvalidByCause), r.ZeroWeightSamples, capture, images, r.Trainer.LogprobMismatch, r.Trainer.LogprobMismatchMax,
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%d\t%s\t%s\t%.2g\t%.2g\t%.2g\t%.1f%%\t%.4f\t%.3f\t%d\t\n", r.Round, r.Groups-r.GroupsWithSignal,
+			CauseList(r.InvalidByCause), r.ZeroWeightSamples, capture, images, r.Trainer.LogprobMismatch, r.Trainer.LogprobMismatchMax, r.Trainer.DriftCallMax,
 			100*r.Trainer.DriftShare, r.Trainer.Loss, r.Trainer.ClipFraction, r.Trainer.Steps)
 	}
 	tw.Flush()
