@@ -73,7 +73,9 @@ len(prompt)-1 .. end-1 gathered at the completion ids gives log pi_theta
   config.image_token_id must equal, in order, the processor's count per
   image, prod(image_grid_thw) // merge_size**2: vLLM expanded each image
   into that many tokens with its own copy of the processor (exit 2 naming
-  sample, image and both counts otherwise). A text-only model given a batch
+  sample, image and both counts otherwise); a completion holding an image
+  token (the model generated a placeholder) is refused the same way, naming
+  the sample, where the forward would fail on it. A text-only model given a batch
   with images stops (exit 2) rather than train on prompts whose pictures
   are gone. --drop-images here passes the ids without pixel_values (the
   placeholders keep their plain token embeddings): the ablation of a
@@ -899,11 +901,30 @@ def token_runs(ids, token):
     return (edges[1::2] - edges[::2]).tolist()
 
 
-def hf_vision(a, arr, n, model, prompts):
+def check_completion_images(a, completions, token):
+    """Refuses a sample whose completion holds the image token: the model
+    generated a placeholder no image stands behind, and the forward would
+    fail on it (the image features no longer match the image tokens) or,
+    without images, train on a token the model cannot mean. A call like it
+    is best dropped from the round (its episode's other calls stay)."""
+    for i, c in enumerate(completions):
+        at = np.flatnonzero(c == token)
+        if len(at):
+            raise InputError(
+                f"batch {a.batch}: sample {i}: its completion holds {len(at)} image tokens (id {token}, first at "
+                f"completion position {int(at[0])}): the model generated an image placeholder, which no image fills "
+                "and the model cannot be trained on; leave the call out of the batch (its calls row names it by the "
+                "sample's index in the round's samples table)")
+
+
+def hf_vision(a, arr, n, model, prompts, completions):
     """The images of the batch for model: None for a text-only model (a
     batch with images is refused unless --drop-images), else the processor,
     the image files and per sample its image names, with every sample's
-    placeholder runs checked against the processor's per-image counts."""
+    placeholder runs checked against the processor's per-image counts, and
+    no sample's completion holding an image token."""
+    if is_vlm(hf_config(a.weights_in)):
+        check_completion_images(a, completions, int(model.config.image_token_id))
     refs = len(arr["image_index"])
     if not is_vlm(hf_config(a.weights_in)):
         if refs and not a.drop_images:
@@ -1050,7 +1071,7 @@ def hf_prepare(a, device, rank, world, train=False):
     for i in range(n):
         if len(B["prompts"][i]) == 0:
             raise InputError(f"batch {a.batch}: sample {i} has an empty prompt")
-    B["vision"] = hf_vision(a, arr, n, model, B["prompts"])
+    B["vision"] = hf_vision(a, arr, n, model, B["prompts"], B["completions"])
     # Padding never reaches a logit we read, but it must not be an image
     # token: the model counts those over the whole micro-batch.
     B["pad"] = 1 if int(getattr(model.config, "image_token_id", -1)) == 0 else 0

@@ -366,6 +366,11 @@ func TestTrainerVLMRefuses(t *testing.T) {
 		{"images without placeholders", vlm,
 			batch("runs", good, sample{[]int{4, 5}, []int{6}, []float64{-1}, -1, 1, []string{a}}),
 			images, []string{"sample 1: its prompt has 0 runs of image tokens", "carried 1 images"}},
+		// A completion holding an image token: the forward would fail on
+		// features that no longer match the image tokens.
+		{"image token in a completion", vlm,
+			batch("gen", good, sample{imagePrompt([]int{4}, []int{4}, 5), []int{6, imagePad, 7}, []float64{-1, -1, -1}, -1, 1, []string{a}}),
+			images, []string{"sample 1: its completion holds 1 image tokens", "first at completion position 1", "leave the call out of the batch"}},
 		{"no processor files", noProc, batch("noproc", good), images,
 			[]string{"weights " + noProc + ": config.json declares a vision-language model", "lacks preprocessor_config.json"}},
 		// The text model's vocabulary has 10 ids: the placeholders are
