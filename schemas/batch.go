@@ -57,6 +57,21 @@ type TrainerMetrics struct {
 	DriftCallMax       float64 `json:"drift_call_max,omitempty"`
 	DriftTokenShare    float64 `json:"drift_token_share,omitempty"`
 	MeanRatio          float64 `json:"mean_ratio"`
+	// Processor is what made the trainer's pixels, for a vision-language
+	// model; ProcessorMismatch names the versions that differ from the
+	// model server's (--rollout-processor), flagged before training.
+	Processor         *ProcessorInfo `json:"processor,omitempty"`
+	ProcessorMismatch string         `json:"processor_mismatch,omitempty"`
+}
+
+// ProcessorInfo names what turns an image into pixels and placeholder
+// tokens on one side, model server or trainer: the same image processor
+// class (fast or slow) and versions on both make the same pixels.
+type ProcessorInfo struct {
+	Processor      string `json:"processor,omitempty"`
+	ImageProcessor string `json:"image_processor"`
+	Transformers   string `json:"transformers,omitempty"`
+	Torchvision    string `json:"torchvision,omitempty"`
 }
 
 // WeightsManifestFile is written last into weights/<id>/: the weights are

@@ -201,6 +201,12 @@ def parse_args(argv):
     ap.add_argument("--drift-token-share", type=float, default=0.0,
                     help="stop before the first update when more than this share of tokens (0.001 = 0.1%%) are "
                          "past --drift-token-limit (default 0: any one)")
+    ap.add_argument("--image-processor", choices=("fast", "slow"), default="fast",
+                    help="--model hf vision-language models: the image processor variant, as the model server "
+                         "uses it (vLLM: fast for Qwen2-VL and Qwen2.5-VL unless --mm-processor-kwargs says use_fast false)")
+    ap.add_argument("--rollout-processor", help="JSON file with the model server's processor info (image_processor, "
+                    "transformers, torchvision): a different image processor class is refused before any forward, "
+                    "different versions are flagged in metrics.json")
     ap.add_argument("--micro-batch", type=int, help="samples per forward/backward on each rank; gradients "
                     "accumulate over the rank's share of a global batch before the all-reduce and the step "
                     "(default: 1 for --model hf, the whole share for the toy)")
@@ -861,12 +867,61 @@ def load_hf(path, a, device, dtype=None):
     return model
 
 
-def load_processor(path):
-    from transformers import AutoProcessor
+def processor_info(proc):
+    """What produced the pixels: the processor and image processor classes
+    and the transformers and torchvision versions (schemas.ProcessorInfo)."""
+    import transformers
     try:
-        return AutoProcessor.from_pretrained(path)
+        import torchvision
+        tv = torchvision.__version__
+    except ImportError:
+        tv = ""
+    return {"processor": type(proc).__name__, "image_processor": type(proc.image_processor).__name__,
+            "transformers": transformers.__version__, "torchvision": tv}
+
+
+def load_processor(a):
+    """The processor of --weights-in in the variant the model server uses.
+    vLLM asks for the fast image processor (torchvision resize) for Qwen2-VL
+    and Qwen2.5-VL; transformers before about 4.54 hands out the slow one
+    (PIL resize) unless asked, and the two give the same token counts but
+    slightly different pixels, which the per-image count check cannot see.
+    So the variant is asked for (--image-processor) and checked, and
+    compared with the rollout side's (--rollout-processor) before any
+    forward. Returns the processor, its info and the mismatches to flag."""
+    from transformers import AutoProcessor
+    path, fast = a.weights_in, a.image_processor == "fast"
+    try:
+        proc = AutoProcessor.from_pretrained(path, use_fast=fast)
     except (OSError, ValueError) as e:
         raise InputError(f"weights {path}: processor: {e}") from e
+    info = processor_info(proc)
+    if info["image_processor"].endswith("Fast") != fast:
+        raise InputError(
+            f"weights {path}: --image-processor {a.image_processor} asked for, transformers "
+            f"{info['transformers']} gave {info['image_processor']}: install torchvision and a transformers with the "
+            "fast image processor, or serve vLLM with --mm-processor-kwargs '{\"use_fast\": false}' and pass "
+            "--image-processor slow, so both sides make the same pixels")
+    flags = []
+    if a.rollout_processor:
+        try:
+            with open(a.rollout_processor) as f:
+                want = json.load(f)
+        except (OSError, ValueError) as e:
+            raise InputError(f"--rollout-processor {a.rollout_processor}: {e}") from e
+        if want.get("image_processor") and want["image_processor"] != info["image_processor"]:
+            raise InputError(
+                f"--rollout-processor {a.rollout_processor}: the model server made pixels with "
+                f"{want['image_processor']}, this trainer would use {info['image_processor']} (transformers "
+                f"{info['transformers']}): pin the same variant on both sides (--image-processor, vLLM's "
+                "--mm-processor-kwargs use_fast)")
+        for k in ("transformers", "torchvision"):
+            if want.get(k) and want[k] != info[k]:
+                flags.append(f"{k} {want[k]} at the model server, {info[k] or 'none'} here")
+        for m in flags:
+            print(f"trainer: warning: processor: {m}: resize and normalisation may differ by version; the "
+                  "drift guard judges the result", file=sys.stderr, flush=True)
+    return proc, info, flags
 
 
 def hf_vocab_size(model):
@@ -935,7 +990,8 @@ def hf_vision(a, arr, n, model, prompts, completions):
         return None
     files = image_files(a, arr)
     names = [[] if a.drop_images else sample_images(arr, i) for i in range(n)]
-    V = {"proc": load_processor(a.weights_in), "files": files, "names": names}
+    proc, info, flags = load_processor(a)
+    V = {"proc": proc, "info": info, "mismatch": flags, "files": files, "names": names}
     if a.drop_images:
         # The ablation: the recorded ids, placeholders and all, without
         # pixels; the placeholders keep their plain token embeddings, as in a
@@ -1256,6 +1312,10 @@ def hf_train(a, rank, world):
         with torch.no_grad():
             for p, m in zip(params, master):
                 p.data = m
+    if B["vision"] is not None:
+        metrics["processor"] = B["vision"]["info"]
+        if B["vision"]["mismatch"]:
+            metrics["processor_mismatch"] = "; ".join(B["vision"]["mismatch"])
     if rank == 0:
         save_hf(inner, a, B["vision"], state)
         write_json(a.metrics_out, metrics)

@@ -2,6 +2,7 @@ package minimal_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"image"
@@ -15,6 +16,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/roundhouse-rl/roundhouse/schemas"
 )
 
 // Token ids of the fake vision-language model (vocabulary 16): 0-11 text,
@@ -546,4 +549,80 @@ func TestTrainerVLMFSDPStandin(t *testing.T) {
 		}
 	}
 	t.Logf("log π after training, 1 rank vs FSDP stand-in on 2: %v vs %v", want.LogpOld, got.LogpOld)
+}
+
+// TestTrainerVLMProcessorPinned: the trainer asks for the image processor
+// variant the model server uses (fast by default, as vLLM for Qwen2.5-VL;
+// the fake transformers, like releases before the fast default, hands out
+// the slow one unless asked) and records it with the versions in
+// metrics.json; a rollout side that used another class is refused before
+// any forward, other versions are flagged.
+func TestTrainerVLMProcessorPinned(t *testing.T) {
+	needTorch(t)
+	dir := t.TempDir()
+	vlm := fakeVLM(t, filepath.Join(dir, "vlm"), 1)
+	images := filepath.Join(dir, "images")
+	if err := mkdir(images); err != nil {
+		t.Fatal(err)
+	}
+	a := writeImage(t, images, 56, 56, 1, opaque)
+	batch := filepath.Join(dir, "batch.npz")
+	if err := writeBatch(batch, []sample{{imagePrompt([]int{1}, []int{4}, 2), []int{3}, []float64{-1}, 1, 1, []string{a}}}); err != nil {
+		t.Fatal(err)
+	}
+	rollout := func(name string, p schemas.ProcessorInfo) string {
+		f := filepath.Join(dir, name+".json")
+		b, err := json.Marshal(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(f, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	train := func(name string, flags ...string) (int, string, schemas.TrainerMetrics) {
+		m := filepath.Join(dir, name, "metrics.json")
+		code, out := runTrainerPy(t, append([]string{"--batch", batch, "--images", images, "--weights-in", vlm,
+			"--weights-out", filepath.Join(dir, name, "out"), "--metrics-out", m, "--lr", "1e-3", "--global-batch", "1"}, flags...)...)
+		var got schemas.TrainerMetrics
+		if code == 0 {
+			b, err := os.ReadFile(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := json.Unmarshal(b, &got); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return code, out, got
+	}
+	for _, c := range []struct {
+		name, variant, want string
+	}{{"fast", "fast", "Qwen2VLImageProcessorFast"}, {"slow", "slow", "Qwen2VLImageProcessor"}} {
+		code, out, m := train(c.name, "--image-processor", c.variant)
+		if code != 0 {
+			t.Fatalf("%s: exit %d:\n%s", c.name, code, out)
+		}
+		if m.Processor == nil || m.Processor.ImageProcessor != c.want || m.Processor.Processor != "Qwen2_5_VLProcessor" || m.Processor.Transformers != "0.0-fake" {
+			t.Errorf("%s: processor %+v, want image processor %s of transformers 0.0-fake", c.name, m.Processor, c.want)
+		}
+		if m.ProcessorMismatch != "" {
+			t.Errorf("%s: mismatch %q without a rollout side", c.name, m.ProcessorMismatch)
+		}
+	}
+	code, out, _ := train("other-class", "--rollout-processor", rollout("slowside", schemas.ProcessorInfo{ImageProcessor: "Qwen2VLImageProcessor", Transformers: "0.0-fake"}))
+	if code != 2 || !strings.Contains(out, "the model server made pixels with Qwen2VLImageProcessor, this trainer would use Qwen2VLImageProcessorFast") {
+		t.Errorf("a slow rollout processor against the fast one: exit %d, want 2 naming both:\n%s", code, out)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "other-class", "out")); err == nil {
+		t.Error("a refused run wrote --weights-out")
+	}
+	code, out, m := train("other-version", "--rollout-processor", rollout("newer", schemas.ProcessorInfo{ImageProcessor: "Qwen2VLImageProcessorFast", Transformers: "4.57.1", Torchvision: "0.22.0"}))
+	if code != 0 {
+		t.Fatalf("other versions: exit %d:\n%s", code, out)
+	}
+	if m.ProcessorMismatch != "transformers 4.57.1 at the model server, 0.0-fake here; torchvision 0.22.0 at the model server, none here" {
+		t.Errorf("mismatch %q", m.ProcessorMismatch)
+	}
 }

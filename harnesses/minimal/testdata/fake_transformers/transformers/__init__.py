@@ -322,6 +322,13 @@ class Qwen2VLImageProcessor:
                             image_grid_thw=torch.tensor([g for _, g in out], dtype=torch.int64))
 
 
+class Qwen2VLImageProcessorFast(Qwen2VLImageProcessor):
+    """The torchvision variant: the fake computes the same pixels."""
+
+    def to_dict(self):
+        return dict(super().to_dict(), image_processor_type="Qwen2VLImageProcessorFast")
+
+
 class _Tokenizer:
     """Keeps the tokenizer files as they are: the trainer never tokenizes."""
 
@@ -368,4 +375,6 @@ class AutoProcessor:
                 template = f.read()
         elif os.path.isfile(os.path.join(path, "chat_template.json")):
             template = _read_json(os.path.join(path, "chat_template.json"), "chat template")["chat_template"]
-        return Qwen2_5_VLProcessor(Qwen2VLImageProcessor(**cfg), _Tokenizer(path), template)
+        # As releases before the fast default: slow unless asked.
+        ip = Qwen2VLImageProcessorFast if kwargs.get("use_fast") else Qwen2VLImageProcessor
+        return Qwen2_5_VLProcessor(ip(**cfg), _Tokenizer(path), template)
