@@ -248,7 +248,7 @@ func (c *chunkRun) stopOnIgnoredSeeds(id string, err error) {
 	if workflow.GetVersion(c.ctx, "seeds-ignored-stops", workflow.DefaultVersion, 1) == workflow.DefaultVersion {
 		return
 	}
-	c.t.Unservable = fmt.Sprintf("episode %s: %s: %s", id, ae.Type(), ae.Message())
+	c.t.Unservable = ae.Type() + ": " + ae.Message() // the message names the episode
 	workflow.GetLogger(c.ctx).Error("episodes stopped: the model server ignores call seeds", "episode", id, "error", ae.Message())
 	c.stop()
 }
