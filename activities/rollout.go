@@ -134,6 +134,9 @@ func (r *Rollout) RunEpisode(ctx context.Context, in EpisodeInput) (res EpisodeR
 	}
 	// The proxy makes each call's span a child of this episode's.
 	pep := proxy.Episode{Key: key, WeightsID: in.WeightsID, Span: span.SpanContext()}
+	if h.Collect.CallSeeds {
+		pep.Seeds = &proxy.Seeds{Harness: h.Collect.Seed, Task: in.Task.ID, InitID: in.InitID}
+	}
 	outDir := filepath.Join(r.Host.WorkDir, "episodes", in.Run, fmt.Sprintf("%s-try%d", id, retry))
 	started := time.Now()
 	instr.EpisodeStarted(ctx, in.Phase)
@@ -192,6 +195,11 @@ func (r *Rollout) RunEpisode(ctx context.Context, in EpisodeInput) (res EpisodeR
 	return res, nil
 }
 
+// SeedsIgnored is the type of the error that fails an episode whose model
+// server did not honour the call seeds collect.call_seeds gave it
+// (proxy.SeedsIgnoredError).
+const SeedsIgnored = "SeedsIgnored"
+
 // The files of a staged try, under Layout.Staged.
 const (
 	StagedCalls = "calls.parquet"
@@ -243,9 +251,15 @@ func (r *Rollout) play(ctx context.Context, h schemas.Harness, in EpisodeInput, 
 	}
 	pr, runErr := proc.Run(ctx, proc.Spec{Name: "episode", Args: args, Env: env, Log: filepath.Join(outDir, "episode.log"),
 		Timeout: h.Episode.Timeout.D()})
-	calls := r.Host.Proxy.End(pep.Key.ID())
+	calls, seedErr := r.Host.Proxy.EndEpisode(pep.Key.ID())
 	if runErr != nil && ctx.Err() != nil {
 		return outcome.Result{}, calls, runErr // cancelled or timed out by Temporal
+	}
+	if seedErr != nil {
+		// No try fixes a server that ignores seeds, and its outcomes would
+		// pass for repeatable ones: the episode fails for good.
+		return outcome.Result{}, calls, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("harness %s: %v", h.Name, seedErr), SeedsIgnored, seedErr)
 	}
 	// The evidence of origin (docs/design.md §7): what the proxy saw of the
 	// model server, and whether the host's services outlived the episode.

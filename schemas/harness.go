@@ -204,6 +204,12 @@ type Collect struct {
 	// infrastructure reasons is tried before it is recorded as invalid.
 	InfraRetries int   `yaml:"infra_retries" json:"infra_retries"`
 	Seed         int64 `yaml:"seed" json:"seed"`
+	// CallSeeds gives every model call that carries no "seed" of its own
+	// one derived from Seed and the call's cell (task, init id), attempt and
+	// call index, so that two evaluations of the same weights sample alike
+	// (docs/design.md §3). Only for model servers that honour a per-request
+	// seed, as vLLM does; the proxy checks that they do.
+	CallSeeds bool `yaml:"call_seeds" json:"call_seeds,omitempty"`
 	// PoolBand: tasks whose validation success rate lies strictly inside
 	// (low, high) form the collection pool.
 	PoolBand [2]float64 `yaml:"pool_band" json:"pool_band"`

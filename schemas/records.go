@@ -41,6 +41,11 @@ type Call struct {
 	// each inline base64 image is replaced by its blob reference
 	// (blob://sha256/<name>, the bytes stored once under blobs/).
 	Request string `parquet:"request" json:"request"`
+	// Seed is the sampling seed of the call as forwarded: the harness's own
+	// or, with SeedInjected, the one the proxy derived (collect.call_seeds);
+	// nil when the call went without one, and in files written before it.
+	Seed         *int64 `parquet:"seed,optional" json:"seed,omitempty"`
+	SeedInjected bool   `parquet:"seed_injected" json:"seed_injected,omitempty"`
 	// Images are the blob names (<sha256>.<ext>) of the request's inline
 	// images in the order they appear in it, which is prompt order; an image
 	// sent twice is listed twice. The batch hands them to the trainer.

@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -39,6 +40,7 @@ func Episodes(ctx workflow.Context, in api.EpisodesInput) (api.Tally, error) {
 		defer c.tellDone()
 	}
 	epCtx, stopEpisodes := workflow.WithCancel(ctx)
+	c.stop = stopEpisodes
 	if c.routed {
 		c.stopWhenUnservable(stopEpisodes)
 	}
@@ -97,6 +99,7 @@ type chunkRun struct {
 	// first, which leaves the model server's load out.
 	pending, told, finished int
 	firstDone               time.Time
+	stop                    func() // cancels the episodes not finished
 }
 
 // tellDemand tells the fleet the chunk's episodes wait for its weights.
@@ -217,6 +220,7 @@ func (c *chunkRun) finish(id string, f workflow.Future) {
 	if err := f.Get(c.ctx, &r); err != nil {
 		workflow.GetLogger(c.ctx).Error("episode lost", "episode", id, "error", err)
 		r = activities.EpisodeResult{EpisodeID: id, Retry: -1}
+		c.stopOnIgnoredSeeds(id, err)
 	}
 	count(&c.t, r, 1)
 	c.results[id] = r
@@ -229,6 +233,24 @@ func (c *chunkRun) finish(id string, f workflow.Future) {
 		c.accepted = append(c.accepted, activities.AcceptedTry{EpisodeID: r.EpisodeID, Try: r.Try})
 	}
 	c.details()
+}
+
+// stopOnIgnoredSeeds stops the episodes when one failed because its model
+// server ignores call seeds (activities.SeedsIgnored): every other
+// outcome of that server would pass for a repeatable one, so the phase
+// stops, and its run or evaluation with it, the cause in Unservable.
+func (c *chunkRun) stopOnIgnoredSeeds(id string, err error) {
+	var ae *temporal.ApplicationError
+	if !errors.As(err, &ae) || ae.Type() != activities.SeedsIgnored || c.t.Unservable != "" {
+		return
+	}
+	// Histories from before counted such an episode lost and went on.
+	if workflow.GetVersion(c.ctx, "seeds-ignored-stops", workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return
+	}
+	c.t.Unservable = ae.Type() + ": " + ae.Message() // the message names the episode
+	workflow.GetLogger(c.ctx).Error("episodes stopped: the model server ignores call seeds", "episode", id, "error", ae.Message())
+	c.stop()
 }
 
 // publishRerunningCorrupt publishes the accepted tries until none is

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/mock"
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/roundhouse-rl/roundhouse/activities"
@@ -152,5 +153,37 @@ func TestEvalBadInput(t *testing.T) {
 		if len(eps) != 0 {
 			t.Errorf("%+v ran %d episodes", c.in, len(eps))
 		}
+	}
+}
+
+// An episode whose model server ignores call seeds (SeedsIgnored) stops
+// the evaluation with that cause, beside another episode lost otherwise,
+// and no report is written.
+func TestEvalStopsOnIgnoredSeeds(t *testing.T) {
+	env := mockEnv()
+	var ro *activities.Rollout
+	var rec *activities.Records
+	env.OnActivity(ro.RunEpisode, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in activities.EpisodeInput) (activities.EpisodeResult, error) {
+			if in.Group == 2 {
+				return activities.EpisodeResult{}, temporal.NewNonRetryableApplicationError(
+					"episode r0-eval-t-g002-a00: model server x ignores the per-request seed", activities.SeedsIgnored, nil)
+			}
+			if in.Group == 3 {
+				return activities.EpisodeResult{}, temporal.NewNonRetryableApplicationError("something else", "Other", nil)
+			}
+			return activities.EpisodeResult{Valid: true}, nil
+		})
+	reported := false
+	env.OnActivity(rec.WriteReport, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in activities.ReportInput) (schemas.Report, error) {
+			reported = true
+			return schemas.Report{Tag: in.Tag}, nil
+		})
+	env.OnActivity(rec.Compact, mock.Anything, mock.Anything).Return(store.CompactStats{}, nil)
+	env.ExecuteWorkflow(Eval, api.EvalInput{Run: "r", Harness: testHarness(), WeightsID: "w0", Tag: "t", InitKey: "val_init_ids"})
+	err := env.GetWorkflowError()
+	if err == nil || !strings.Contains(err.Error(), "eval t: SeedsIgnored: episode r0-eval-t-g002-a00: model server x ignores") || reported {
+		t.Errorf("eval with a server ignoring seeds: %v, report written %v; want it stopped with SeedsIgnored and no report", err, reported)
 	}
 }

@@ -32,18 +32,29 @@ type chatRequest struct {
 	stream       bool
 	wantLogprobs bool // the harness itself set "logprobs": true
 	wantTokenIDs bool // the harness itself set "return_token_ids": true
+	// seed is the integer "seed" the request goes upstream with, the
+	// harness's own or the injected one; nil when it goes without.
+	seed         *int64
+	seedInjected bool
 	upstreamBody []byte
 }
 
-// parseChatRequest reads the harness's body and builds the one sent upstream:
-// the same bytes with "logprobs" and "return_token_ids" set to true, by
-// overwriting the values the harness gave them (every occurrence) or adding
-// them before the closing brace. One scan finds the fields and validates the
-// body. Of a key given twice the last counts, as in the model server's JSON
-// parser. top_logprobs is forwarded as the harness set it: when the harness
-// did not ask for logprobs the whole logprobs object is hidden from it again
-// anyway.
+// parseChatRequest is parseChatRequestSeeded without a seed to inject.
 func parseChatRequest(body []byte) (chatRequest, error) {
+	return parseChatRequestSeeded(body, nil)
+}
+
+// parseChatRequestSeeded reads the harness's body and builds the one sent
+// upstream: the same bytes with "logprobs" and "return_token_ids" set to
+// true, by overwriting the values the harness gave them (every occurrence)
+// or adding them before the closing brace, and, when inject is set and the
+// request has no "seed" (absent or null), with "seed" set to *inject. A
+// seed of the harness's own is never changed. One scan finds the fields
+// and validates the body. Of a key given twice the last counts, as in the
+// model server's JSON parser. top_logprobs is forwarded as the harness set
+// it: when the harness did not ask for logprobs the whole logprobs object
+// is hidden from it again anyway.
+func parseChatRequestSeeded(body []byte, inject *int64) (chatRequest, error) {
 	req := chatRequest{upstreamBody: body}
 	s := scanner{b: body}
 	if s.peek() != '{' {
@@ -52,8 +63,9 @@ func parseChatRequest(body []byte) (chatRequest, error) {
 		}
 		return req, errors.New("request body is not valid JSON")
 	}
-	var forced []span // values of logprobs and return_token_ids
-	var hasLogprobs, hasTokenIDs bool
+	var forced []edit // values of logprobs and return_token_ids, and a null seed
+	var hasLogprobs, hasTokenIDs, hasSeed bool
+	var nullSeeds []span
 	allTrue := true // every occurrence of them, whichever one the server takes
 	members := 0
 	s.open('{')
@@ -72,32 +84,51 @@ func parseChatRequest(body []byte) (chatRequest, error) {
 			req.stream = isTrue(v)
 		case "logprobs":
 			hasLogprobs, req.wantLogprobs = true, isTrue(v)
-			forced = append(forced, span{start: start, end: s.i})
+			forced = append(forced, edit{span{start: start, end: s.i}, "true"})
 			allTrue = allTrue && req.wantLogprobs
 		case "return_token_ids":
 			hasTokenIDs, req.wantTokenIDs = true, isTrue(v)
-			forced = append(forced, span{start: start, end: s.i})
+			forced = append(forced, edit{span{start: start, end: s.i}, "true"})
 			allTrue = allTrue && req.wantTokenIDs
+		case "seed":
+			// The last one counts; null means no seed, as in vLLM.
+			hasSeed, req.seed = !isNull(v), nil
+			if n, err := strconv.ParseInt(string(v), 10, 64); err == nil {
+				req.seed = &n
+			}
+			if isNull(v) {
+				nullSeeds = append(nullSeeds, span{start: start, end: s.i})
+			}
 		}
 	}
 	closing := s.i - 1 // the object's closing brace
 	if s.end() != nil {
 		return req, errors.New("request body is not valid JSON")
 	}
-	if hasLogprobs && hasTokenIDs && allTrue {
+	addSeed := inject != nil && !hasSeed
+	if hasLogprobs && hasTokenIDs && allTrue && !addSeed {
 		return req, nil
 	}
-	out := make([]byte, 0, len(body)+len(`,"logprobs":true,"return_token_ids":true`))
+	if addSeed {
+		seed := strconv.FormatInt(*inject, 10)
+		req.seed, req.seedInjected = inject, true
+		for _, sp := range nullSeeds {
+			forced = append(forced, edit{sp, seed})
+		}
+		slices.SortFunc(forced, func(a, b edit) int { return a.start - b.start })
+	}
+	out := make([]byte, 0, len(body)+len(`,"logprobs":true,"return_token_ids":true,"seed":2147483647`))
 	last := 0
-	for _, sp := range forced {
-		out = append(append(out, body[last:sp.start]...), "true"...)
-		last = sp.end
+	for _, e := range forced {
+		out = append(append(out, body[last:e.start]...), e.value...)
+		last = e.end
 	}
 	out = append(out, body[last:closing]...)
 	for _, add := range []struct {
 		member  string
 		present bool
-	}{{`"logprobs":true`, hasLogprobs}, {`"return_token_ids":true`, hasTokenIDs}} {
+	}{{`"logprobs":true`, hasLogprobs}, {`"return_token_ids":true`, hasTokenIDs},
+		{`"seed":` + strconv.FormatInt(req.seedOr0(), 10), !addSeed || len(nullSeeds) > 0}} {
 		if add.present {
 			continue
 		}
@@ -109,6 +140,19 @@ func parseChatRequest(body []byte) (chatRequest, error) {
 	}
 	req.upstreamBody = append(out, body[closing:]...)
 	return req, nil
+}
+
+// edit replaces the bytes of a span with value.
+type edit struct {
+	span
+	value string
+}
+
+func (r chatRequest) seedOr0() int64 {
+	if r.seed == nil {
+		return 0
+	}
+	return *r.seed
 }
 
 // stringValue decodes a JSON string value, "" for any other value.
@@ -182,8 +226,10 @@ type toolCallDelta struct {
 }
 
 // handleChat forwards one chat completion and fills rec. Only choice index 0
-// is recorded (a planner asks for n=1).
-func (p *Proxy) handleChat(w http.ResponseWriter, r *http.Request, rec *schemas.Call, start time.Time, root string) {
+// is recorded (a planner asks for n=1). It returns the seed check to run
+// once the record is complete, or nil.
+func (p *Proxy) handleChat(w http.ResponseWriter, r *http.Request, rec *schemas.Call, start time.Time, ep *episode) (check func()) {
+	root := ep.meta.Upstream
 	defer func() {
 		rec.LatencyMS = float64(time.Since(start).Microseconds()) / 1000
 		rec.Trainable = isTrainable(rec)
@@ -223,12 +269,18 @@ func (p *Proxy) handleChat(w http.ResponseWriter, r *http.Request, rec *schemas.
 		}
 	}
 	rec.Request = string(extractImages(body, onBlob))
-	req, err := parseChatRequest(body)
+	var inject *int64
+	if sd := ep.meta.Seeds; sd != nil {
+		seed := CallSeed(sd.Harness, sd.Task, sd.InitID, ep.meta.Key.Attempt, rec.CallIndex)
+		inject = &seed
+	}
+	req, err := parseChatRequestSeeded(body, inject)
 	if err != nil {
 		p.fail(w, rec, http.StatusBadRequest, "invalid_request_error", err.Error())
 		return
 	}
 	rec.Model, rec.Stream = req.model, req.stream
+	rec.Seed, rec.SeedInjected = req.seed, req.seedInjected
 
 	target, err := p.upstreamURL(root, "/v1/chat/completions", r.URL.RawQuery)
 	if err != nil {
@@ -270,9 +322,18 @@ func (p *Proxy) handleChat(w http.ResponseWriter, r *http.Request, rec *schemas.
 	s := strip{tokenIDs: !req.wantTokenIDs, logprobs: !req.wantLogprobs}
 	if mediaType(resp.Header.Get("Content-Type")) == "text/event-stream" {
 		p.relayStream(w, r, ctx, rc, resp, rec, s)
-		return
+	} else {
+		p.relayJSON(w, r, ctx, resp, rec, s)
 	}
-	p.relayJSON(w, r, ctx, resp, rec, s)
+	if ep.meta.Seeds == nil || rec.Seed == nil {
+		return nil
+	}
+	server := target.Scheme + "://" + target.Host
+	ep.usedServer(server)
+	if rec.Error != "" {
+		return nil
+	}
+	return func() { p.checkSeed(r.Context(), server, target.String(), req.upstreamBody, rec) }
 }
 
 // logCall logs a failed call as a warning and, when debug logging is on, a

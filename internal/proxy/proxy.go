@@ -40,6 +40,10 @@ type Episode struct {
 	// calls go to (a host with several model servers); otherwise the one
 	// SetUpstream names.
 	Upstream string
+	// Seeds, when set (collect.call_seeds), gives each chat completion
+	// without a seed of its own one derived from them (CallSeed), and
+	// makes the proxy check that the model server honours seeds.
+	Seeds *Seeds
 }
 
 // Options configure a Proxy; zero values take the defaults.
@@ -65,6 +69,8 @@ type Proxy struct {
 	mu       sync.RWMutex
 	upstream *url.URL
 	episodes map[string]*episode
+	// seedChecks are the repeatability checks, by model server root.
+	seedChecks map[string]*seedCheck
 }
 
 // episode holds the records of one active episode. Memory per episode is its
@@ -78,6 +84,8 @@ type episode struct {
 	next     int32 // next CallIndex
 	records  []schemas.Call
 	inflight sync.WaitGroup
+	// servers are the model server roots its seeded calls went to.
+	servers []string
 }
 
 // New returns a proxy with no upstream and no episodes.
@@ -170,14 +178,28 @@ func (p *Proxy) Begin(ep Episode) (pathPrefix string) {
 // finish (each is bounded by UpstreamTimeout) and returns its records ordered
 // by CallIndex. An unknown id returns nil.
 func (p *Proxy) End(id string) []schemas.Call {
+	calls, _ := p.EndEpisode(id)
+	return calls
+}
+
+// EndEpisode is End, and also returns a *SeedsIgnoredError when the episode
+// sent seeded calls (Episode.Seeds) to a model server whose repeatability
+// check has failed: its calls were sampled without the seeds they record.
+func (p *Proxy) EndEpisode(id string) ([]schemas.Call, error) {
 	p.mu.Lock()
 	ep := p.episodes[id]
 	delete(p.episodes, id)
 	p.mu.Unlock()
 	if ep == nil {
-		return nil
+		return nil, nil
 	}
-	return ep.close()
+	calls := ep.close()
+	for _, server := range ep.servers {
+		if e := p.seedCheckOf(server).failure(); e != nil {
+			return calls, e
+		}
+	}
+	return calls, nil
 }
 
 // close marks the episode ended, waits for in-flight calls and returns the
@@ -215,6 +237,15 @@ func (e *episode) active() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return !e.ended
+}
+
+// usedServer notes a model server that got one of the episode's seeded calls.
+func (e *episode) usedServer(server string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !slices.Contains(e.servers, server) {
+		e.servers = append(e.servers, server)
+	}
 }
 
 // finish stores the record of an admitted call.
@@ -327,7 +358,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			ep.finish(rec)
 		}()
-		p.handleChat(w, r, &rec, start, ep.meta.Upstream)
+		if check := p.handleChat(w, r, &rec, start, ep); check != nil {
+			check() // after the answer and its latency, before End returns
+		}
 		return
 	}
 	if !ep.active() {

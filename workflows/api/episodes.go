@@ -64,7 +64,8 @@ type Tally struct {
 	Skipped   int // not run because the run is stopping
 	Reruns    int // episodes run again because their staged records were corrupt
 	// Unservable says why the episodes stopped: no rollout host could load
-	// their weights. The run stops with it.
+	// their weights, or their model server ignores the call seeds the
+	// harness relies on (collect.call_seeds). The run stops with it.
 	Unservable string `json:",omitempty"`
 	// Fleet is the fleet's latest note on the episodes' weights (which
 	// hosts serve them, the run's model-server loads): carried in the

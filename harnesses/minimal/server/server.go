@@ -7,7 +7,7 @@
 //     server that is still loading its weights fails its readiness check.
 //   - POST /v1/chat/completions honours model (404 unless the served name),
 //     messages, tools, tool_choice (auto, required, none, named), temperature,
-//     seed (reproducible sampling), max_tokens / max_completion_tokens,
+//     seed (reproducible sampling, unless IgnoreSeed), max_tokens / max_completion_tokens,
 //     logprobs + top_logprobs, return_token_ids, stream + stream_options.
 //   - The reply is one tool call (finish_reason "tool_calls") whose token ids
 //     are [action, <|im_end|>]; logprobs.content has one entry per completion
@@ -54,6 +54,11 @@ type Server struct {
 	rng *rand.Rand // for requests without a seed
 
 	readyAt time.Time // 503 to every request before this (ReadyAfter)
+
+	// IgnoreSeed samples every request from the shared generator, seed or
+	// not: a server that does not honour per-request seeds, which the
+	// recording proxy's seed check must catch. Set before serving.
+	IgnoreSeed bool
 
 	// Sleep mode (EnableSleepMode): vLLM's endpoints for swapping weights
 	// in a running server.
@@ -300,7 +305,7 @@ func (s *Server) parse(r *request) (plan, string, error) {
 		return pl, "messages", fmt.Errorf("this model's maximum context length is %d tokens; the messages have %d", MaxModelLen, len(prompt))
 	}
 	pl.prompt, pl.images = prompt, images
-	if r.Seed != nil {
+	if r.Seed != nil && !s.IgnoreSeed {
 		pl.rng = rand.New(rand.NewPCG(uint64(*r.Seed), 0))
 	}
 	return pl, "", nil

@@ -253,6 +253,33 @@ func TestSampling(t *testing.T) {
 	}
 }
 
+// TestIgnoreSeed: a server told to ignore seeds answers one seeded request
+// differently over repeats, as one that does not honour them does; the
+// same server honouring them never does.
+func TestIgnoreSeed(t *testing.T) {
+	p, err := policy.Load("../weights/w0/policy.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ignore := range []bool{false, true} {
+		s := New(p, "toy", "w0")
+		s.IgnoreSeed = ignore
+		ts := httptest.NewServer(s.Handler())
+		body, _ := chat(t, map[string]any{"seed": 11})
+		seen := map[string]bool{}
+		for range 40 {
+			_, out := post(t, ts, body)
+			seen[actionOf(t, out)] = true
+		}
+		ts.Close()
+		// w0 spreads its first action over several tools: 40 draws all
+		// alike without a seed has odds far below 1e-6.
+		if ignore != (len(seen) > 1) {
+			t.Errorf("IgnoreSeed %v: 40 repeats of one seeded request gave actions %v", ignore, seen)
+		}
+	}
+}
+
 func TestToolChoiceAndLength(t *testing.T) {
 	p, ts := setup(t)
 	named := map[string]any{"type": "function", "function": map[string]any{"name": "pick_bowl"}}

@@ -18,6 +18,11 @@
 // restart (harnesses/minimal/shared.yaml). MINIMAL_MODEL_RELOAD_DELAY
 // (seconds, like the start delay) makes each reload take that long, as
 // reading a big checkpoint does.
+//
+// --ignore-seed, or MINIMAL_MODEL_IGNORE_SEED=1 in the environment, makes
+// it sample without the request's seed, like a server that does not
+// honour per-request seeds: the recording proxy's seed check
+// (collect.call_seeds) must then fail the episodes.
 package main
 
 import (
@@ -43,15 +48,23 @@ func main() {
 	listen := flag.String("listen", "127.0.0.1:18100", "HOST:PORT to listen on")
 	name := flag.String("served-name", "toy", "model name clients must ask for")
 	sleepMode := flag.Bool("enable-sleep-mode", false, "serve /sleep, /wake_up, /is_sleeping and /collective_rpc reload_weights, as vLLM does")
+	ignoreSeed := flag.Bool("ignore-seed", false, "sample without the request's seed, as a server that ignores it (also MINIMAL_MODEL_IGNORE_SEED=1)")
 	flag.Parse()
-	if err := run(*weights, *listen, *name, *sleepMode); err != nil {
+	if err := run(*weights, *listen, *name, *sleepMode, *ignoreSeed); err != nil {
 		log.Fatalf("minimal-model: %v", err)
 	}
 }
 
-func run(weights, listen, name string, sleepMode bool) error {
+func run(weights, listen, name string, sleepMode, ignoreSeed bool) error {
 	if weights == "" {
 		return errors.New("--weights is required")
+	}
+	switch v := os.Getenv("MINIMAL_MODEL_IGNORE_SEED"); v {
+	case "", "0":
+	case "1":
+		ignoreSeed = true
+	default:
+		return fmt.Errorf("MINIMAL_MODEL_IGNORE_SEED=%q: set 1 to ignore request seeds, or leave it unset", v)
 	}
 	delay, err := startDelay("MINIMAL_MODEL_START_DELAY", os.Getenv("MINIMAL_MODEL_START_DELAY"))
 	if err != nil {
@@ -70,6 +83,10 @@ func run(weights, listen, name string, sleepMode bool) error {
 		return fmt.Errorf("listen: %w", err)
 	}
 	model := server.New(p, name, weights)
+	model.IgnoreSeed = ignoreSeed
+	if ignoreSeed {
+		fmt.Println("minimal-model: ignoring request seeds (--ignore-seed)")
+	}
 	if sleepMode {
 		model.EnableSleepMode(func() (*policy.Policy, error) {
 			time.Sleep(reloadDelay)
