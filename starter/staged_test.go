@@ -37,7 +37,7 @@ func TestStagedTriesMeasured(t *testing.T) {
 	stack.StartWorker(t, bins, "main")
 	root := itest.Root(t)
 	config := filepath.Join(t.TempDir(), "wide.yaml")
-	variant := fmt.Sprintf("base: %s\nname: minimal-wide\nsplits: {val_init_ids: \"1-49\"}\n", filepath.Join(root, "harnesses/minimal/harness.yaml"))
+	variant := fmt.Sprintf("base: %s\nname: minimal-wide\nsplits: {train_init_ids: \"50-60\", val_init_ids: \"1-49\", eval_init_ids: \"61-70\"}\n", filepath.Join(root, "harnesses/minimal/harness.yaml"))
 	if err := os.WriteFile(config, []byte(variant), 0o644); err != nil {
 		t.Fatal(err)
 	}
