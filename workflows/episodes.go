@@ -83,7 +83,8 @@ func Episodes(ctx workflow.Context, in api.EpisodesInput) (api.Tally, error) {
 func (c *chunkRun) dropStaged() {
 	var ids []string
 	for id, r := range c.results {
-		if r.Retry >= 0 && !r.Skipped {
+		// A result without a try staged nothing.
+		if r.Retry >= 0 && !r.Skipped && r.Try != "" {
 			ids = append(ids, id)
 		}
 	}
