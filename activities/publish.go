@@ -3,6 +3,7 @@ package activities
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"path"
 	"sync/atomic"
@@ -57,8 +58,10 @@ type CorruptTry struct {
 // published but returned as corrupt, for the workflow to run the episode
 // again: a truncated or damaged object never reaches a reader.
 // Publish copies the same bytes however often it runs, so retries and
-// replays publish the same thing; a try's records missing from staging
-// cannot be recovered by retrying and stop it.
+// replays publish the same thing. A try whose staged records are gone is
+// published when its episode's row names it (DropStaged deleted them
+// after publishing); otherwise they cannot be recovered by retrying and
+// stop it.
 func (c *Records) Publish(ctx context.Context, in PublishInput) (PublishResult, error) {
 	l := schemas.Layout{Run: in.Run}
 	reasons := make([]string, len(in.Tries))
@@ -67,25 +70,25 @@ func (c *Records) Publish(ctx context.Context, in PublishInput) (PublishResult, 
 	g.SetLimit(publishWorkers)
 	for i, t := range in.Tries {
 		g.Go(func() error {
-			staged := l.Staged(in.Round, in.Phase, t.EpisodeID, t.Try)
-			reason, err := c.checkStaged(gctx, staged, t)
+			reason, err := c.publishTry(gctx, l, in, t)
+			if errors.Is(err, errMissingStaged) {
+				// The staged records go once the row is published
+				// (DropStaged): a row naming this try is this try published.
+				try, perr := c.publishedTry(gctx, l, in.Round, in.Phase, t.EpisodeID)
+				if perr != nil {
+					return perr
+				}
+				if try != t.Try {
+					return err
+				}
+				reason, err = "", nil
+			}
 			if err != nil {
 				return err
 			}
 			if reason != "" {
 				reasons[i] = reason
 				return nil
-			}
-			for _, cp := range []struct{ src, dst string }{
-				{staged + StagedCalls, l.Calls(in.Round, in.Phase, t.EpisodeID)},
-				{staged + StagedRow, l.Episodes(in.Round, in.Phase, t.EpisodeID)},
-			} {
-				if err := c.Store.Copy(gctx, cp.src, cp.dst); err != nil {
-					if store.IsNotFound(err) {
-						return missingStaged(t, cp.src, err)
-					}
-					return fmt.Errorf("publish episode %s try %s: %w", t.EpisodeID, t.Try, err)
-				}
 			}
 			activity.RecordHeartbeat(ctx, fmt.Sprintf("published %d of %d", done.Add(1), len(in.Tries)))
 			return nil
@@ -109,13 +112,40 @@ func (c *Records) Publish(ctx context.Context, in PublishInput) (PublishResult, 
 	return res, nil
 }
 
+// publishTry checks one staged try and copies its calls, then its row,
+// into the tables; it returns why the try was refused, or "" when it was
+// published.
+func (c *Records) publishTry(ctx context.Context, l schemas.Layout, in PublishInput, t AcceptedTry) (string, error) {
+	staged := l.Staged(in.Round, in.Phase, t.EpisodeID, t.Try)
+	reason, err := c.checkStaged(ctx, staged, t)
+	if err != nil || reason != "" {
+		return reason, err
+	}
+	for _, cp := range []struct{ src, dst string }{
+		{staged + StagedCalls, l.Calls(in.Round, in.Phase, t.EpisodeID)},
+		{staged + StagedRow, l.Episodes(in.Round, in.Phase, t.EpisodeID)},
+	} {
+		if err := c.Store.Copy(ctx, cp.src, cp.dst); err != nil {
+			if store.IsNotFound(err) {
+				return "", missingStaged(t, cp.src, err)
+			}
+			return "", fmt.Errorf("publish episode %s try %s: %w", t.EpisodeID, t.Try, err)
+		}
+	}
+	return "", nil
+}
+
 // publishWorkers bounds the tries Publish checks and copies at once: each
 // is two small reads and two server-side copies, so the time is S3's
 // round trips, not bandwidth.
 const publishWorkers = 8
 
+// errMissingStaged marks a try whose staged records are gone: Publish
+// then looks whether the row already names it.
+var errMissingStaged = errors.New("staged records are gone")
+
 func missingStaged(t AcceptedTry, key string, err error) error {
-	return temporal.NewNonRetryableApplicationError(fmt.Sprintf("publish episode %s try %s: its staged records are gone (%s)", t.EpisodeID, t.Try, key), "MissingStaged", err)
+	return temporal.NewNonRetryableApplicationError(fmt.Sprintf("publish episode %s try %s: its staged records are gone (%s)", t.EpisodeID, t.Try, key), "MissingStaged", fmt.Errorf("%w: %w", errMissingStaged, err))
 }
 
 // checkStaged reads a staged try and returns why it cannot be published,

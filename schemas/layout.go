@@ -88,7 +88,18 @@ func (l Layout) TryArtifacts(round int32, phase, episode, try string) string {
 // (episode.parquet, calls.parquet). Every try writes its own; only the try
 // the workflow accepted is published to the tables (docs/design.md §8).
 func (l Layout) Staged(round int32, phase, episode, try string) string {
-	return fmt.Sprintf("%sstaged/round=%d/phase=%s/%s/%s/", l.Prefix(), round, phase, episode, try)
+	return l.StagedEpisode(round, phase, episode) + try + "/"
+}
+
+// StagedEpisode holds every staged try of one episode. It ends in "/", so
+// g100's prefix does not also take g1000's tries.
+func (l Layout) StagedEpisode(round int32, phase, episode string) string {
+	return fmt.Sprintf("%s%s/", l.StagedDir(round, phase), episode)
+}
+
+// StagedDir holds the staged tries of a round's phase.
+func (l Layout) StagedDir(round int32, phase string) string {
+	return fmt.Sprintf("%sstaged/round=%d/phase=%s/", l.Prefix(), round, phase)
 }
 
 // Harness is the resolved harness file the run was started with (JSON);

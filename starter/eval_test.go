@@ -154,6 +154,10 @@ func TestEvalShardsMerge(t *testing.T) {
 	ids, _ := harness.IDs(h, valKey)
 	cells := len(h.Tasks) * len(ids)
 	l := schemas.Layout{Run: run}
+	// Every episode was published, so none of its staged tries is left.
+	if staged, err := stack.Store.List(ctx, l.Prefix()+"staged/"); err != nil || len(staged) != 0 {
+		t.Errorf("%d staged objects left after publishing (%v), want none", len(staged), err)
+	}
 	var rep schemas.Report
 	if err := store.GetJSON(ctx, stack.Store, l.Report(tag), &rep); err != nil {
 		t.Fatal(err)

@@ -106,6 +106,31 @@ func TestZombieTryNeverReplacesTheAcceptedOne(t *testing.T) {
 	}
 	phase := schemas.TagPhase(tag)
 	checkAccepted(ctx, t, stack.Store, run, 0, phase, accepted)
+	// Published episodes' staged tries were dropped: what is left is A's
+	// late tries that staged after the drop, never an accepted one.
+	l := schemas.Layout{Run: run}
+	left, err := stack.Store.List(ctx, l.StagedDir(0, phase))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range left {
+		for ep, r := range accepted {
+			if strings.HasPrefix(o.Key, l.Staged(0, phase, ep, r.Try)) {
+				t.Errorf("accepted try %s of %s still staged: %s", r.Try, ep, o.Key)
+			}
+		}
+	}
+	arts, err := stack.Store.List(ctx, l.ArtifactsDir(0, phase))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lateArts := 0
+	for _, o := range arts {
+		if r, ok := accepted[strings.Split(strings.TrimPrefix(o.Key, l.ArtifactsDir(0, phase)), "/")[0]]; ok && !strings.Contains(o.Key, "/"+r.Try+"/") {
+			lateArts++
+		}
+	}
+	t.Logf("%d staged objects left (late tries); %d artifacts of tries not accepted", len(left), lateArts)
 }
 
 // waitFor polls cond every 200 ms until it holds, failing after limit.

@@ -3,6 +3,7 @@ package workflows
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -67,8 +68,39 @@ func Episodes(ctx workflow.Context, in api.EpisodesInput) (api.Tally, error) {
 		_, err := publish(ctx, in, c.accepted, false)
 		return c.t, err
 	}
-	err := c.publishRerunningCorrupt()
-	return c.t, err
+	if err := c.publishRerunningCorrupt(); err != nil {
+		return c.t, err
+	}
+	// Staged tries of published episodes are no longer needed (the row
+	// names the accepted one); histories from before kept them.
+	if workflow.GetVersion(ctx, "drop-published-staged", workflow.DefaultVersion, 1) == 1 {
+		c.dropStaged()
+	}
+	return c.t, nil
+}
+
+// dropStaged deletes the staged tries of the chunk's published episodes
+// (those accepted and published, or found published by a resumed round).
+// They are only storage: a failure is logged and the chunk goes on.
+func (c *chunkRun) dropStaged() {
+	var ids []string
+	for id, r := range c.results {
+		// A result without a try staged nothing.
+		if r.Retry >= 0 && !r.Skipped && r.Try != "" {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		return
+	}
+	slices.Sort(ids) // map order is random; the command's input must not be
+	in := c.in
+	actx := summarized(controlContext(c.ctx), fmt.Sprintf("drop staged tries of %d episodes of round %d %s", len(ids), in.Round, in.Phase))
+	var records *activities.Records
+	f := workflow.ExecuteActivity(actx, records.DropStaged, activities.DropStagedInput{Run: in.Run, Round: in.Round, Phase: in.Phase, Episodes: ids})
+	if err := f.Get(c.ctx, nil); err != nil {
+		workflow.GetLogger(c.ctx).Warn("staged tries not dropped", "round", in.Round, "phase", in.Phase, "error", err)
+	}
 }
 
 // chunkRun is an Episodes workflow's state: its tally, what it told the

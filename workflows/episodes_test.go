@@ -16,9 +16,9 @@ import (
 
 // corruptEnv runs Episodes over three cells whose tries are named after
 // their retry; Publish refuses every try of an episode in corrupt whose
-// retry is below refuseBelow. It returns the RunEpisode inputs and the
-// tries each Publish was given.
-func corruptEnv(t *testing.T, corrupt string, refuseBelow int32) (api.Tally, []activities.EpisodeInput, [][]string) {
+// retry is below refuseBelow. It returns the RunEpisode inputs, the
+// tries each Publish was given and the episodes DropStaged was given.
+func corruptEnv(t *testing.T, corrupt string, refuseBelow int32) (api.Tally, []activities.EpisodeInput, [][]string, []string) {
 	t.Helper()
 	env := mockEnv()
 	var ro *activities.Rollout
@@ -55,6 +55,12 @@ func corruptEnv(t *testing.T, corrupt string, refuseBelow int32) (api.Tally, []a
 			published = append(published, tries)
 			return res, nil
 		})
+	var dropped []string
+	env.OnActivity(rec.DropStaged, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in activities.DropStagedInput) (activities.DropStagedResult, error) {
+			dropped = append(dropped, in.Episodes...)
+			return activities.DropStagedResult{Episodes: len(in.Episodes)}, nil
+		})
 	var cells []api.Cell
 	for g := range int32(3) {
 		cells = append(cells, api.Cell{Group: g, Task: schemas.Task{ID: 1, Name: "b"}, InitID: 11})
@@ -68,15 +74,15 @@ func corruptEnv(t *testing.T, corrupt string, refuseBelow int32) (api.Tally, []a
 	if err := env.GetWorkflowResult(&tally); err != nil {
 		t.Fatal(err)
 	}
-	return tally, runs, published
+	return tally, runs, published, dropped
 }
 
 // TestCorruptTryIsRunAgain: an accepted try whose staged records Publish
 // refuses is run again under a new retry number, and only the rerun's try
-// is published and counted.
+// is published and counted; then the staged tries of all three go.
 func TestCorruptTryIsRunAgain(t *testing.T) {
 	bad := schemas.EpisodeID(1, schemas.PhaseTrain, 1, 0)
-	tally, runs, published := corruptEnv(t, bad, 1)
+	tally, runs, published, dropped := corruptEnv(t, bad, 1)
 	if len(runs) != 4 || runs[3].Group != 1 || runs[3].RetryBase != 1 {
 		t.Fatalf("RunEpisode ran %+v; want the 3 cells, then group 1 again with RetryBase 1", runs)
 	}
@@ -90,17 +96,24 @@ func TestCorruptTryIsRunAgain(t *testing.T) {
 	if (tally != api.Tally{Total: 3, Done: 3, Valid: 3, Successes: 1, Reruns: 1}) {
 		t.Errorf("tally %+v; want 3 done and valid, 1 success (the rerun's), 1 rerun", tally)
 	}
+	if want := []string{schemas.EpisodeID(1, schemas.PhaseTrain, 0, 0), bad, schemas.EpisodeID(1, schemas.PhaseTrain, 2, 0)}; fmt.Sprint(dropped) != fmt.Sprint(want) {
+		t.Errorf("DropStaged given %v, want %v once, after the last Publish", dropped, want)
+	}
 }
 
 // TestCorruptTryRerunsAreBounded: an episode whose every try is refused is
-// rerun maxReruns times, then counted lost, and the chunk still completes.
+// rerun maxReruns times, then counted lost, and the chunk still completes;
+// the lost episode's staged tries are kept.
 func TestCorruptTryRerunsAreBounded(t *testing.T) {
 	bad := schemas.EpisodeID(1, schemas.PhaseTrain, 2, 0)
-	tally, runs, published := corruptEnv(t, bad, 100)
+	tally, runs, published, dropped := corruptEnv(t, bad, 100)
 	if len(runs) != 3+maxReruns || len(published) != 1+maxReruns {
 		t.Errorf("%d RunEpisode and %d Publish calls, want %d and %d", len(runs), len(published), 3+maxReruns, 1+maxReruns)
 	}
 	if (tally != api.Tally{Total: 3, Done: 3, Valid: 2, Lost: 1, Reruns: maxReruns}) {
 		t.Errorf("tally %+v; want 2 valid, 1 lost after %d reruns", tally, maxReruns)
+	}
+	if want := []string{schemas.EpisodeID(1, schemas.PhaseTrain, 0, 0), schemas.EpisodeID(1, schemas.PhaseTrain, 1, 0)}; fmt.Sprint(dropped) != fmt.Sprint(want) {
+		t.Errorf("DropStaged given %v, want the two published episodes only", dropped)
 	}
 }

@@ -175,6 +175,7 @@ func TestEpisodesTellWhatIsLeft(t *testing.T) {
 			Return(activities.EpisodeResult{Valid: true, Try: "try0-x"}, nil).After(time.Duration(i+1) * time.Minute)
 	}
 	env.OnActivity(rec.Publish, mock.Anything, mock.Anything).Return(activities.PublishResult{}, nil)
+	env.OnActivity(rec.DropStaged, mock.Anything, mock.Anything).Return(activities.DropStagedResult{}, nil)
 	demands := recordDemands(env)
 	env.ExecuteWorkflow(Episodes, api.EpisodesInput{Run: "r", Round: 1, Phase: schemas.PhaseTrain, WeightsID: "w0",
 		Cells: cells, InfraTries: 1, StartToClose: time.Hour, Heartbeat: time.Minute})
@@ -240,6 +241,7 @@ func TestDemandEndsWithAgain(t *testing.T) {
 	var rec *activities.Records
 	env.OnActivity(ro.RunEpisode, mock.Anything, mock.Anything).Return(activities.EpisodeResult{Valid: true, Try: "try0-x"}, nil)
 	env.OnActivity(rec.Publish, mock.Anything, mock.Anything).Return(activities.PublishResult{}, nil)
+	env.OnActivity(rec.DropStaged, mock.Anything, mock.Anything).Return(activities.DropStagedResult{}, nil)
 	demands := recordDemands(env)
 	env.ExecuteWorkflow(Episodes, api.EpisodesInput{Run: "r", Round: 1, Phase: schemas.PhaseVal, WeightsID: "w0",
 		Cells: []api.Cell{{Task: schemas.Task{ID: 0, Name: "a"}, InitID: 45}}, InfraTries: 1, StartToClose: time.Hour, Heartbeat: time.Minute, Again: true})
@@ -322,6 +324,7 @@ func TestFleetNotesReachTheRun(t *testing.T) {
 	var rec *activities.Records
 	env.OnActivity(ro.RunEpisode, mock.Anything, mock.Anything).Return(activities.EpisodeResult{Valid: true, Try: "try0-x"}, nil).After(2 * time.Minute)
 	env.OnActivity(rec.Publish, mock.Anything, mock.Anything).Return(activities.PublishResult{}, nil)
+	env.OnActivity(rec.DropStaged, mock.Anything, mock.Anything).Return(activities.DropStagedResult{}, nil)
 	env.OnActivity(rec.Demand, mock.Anything, mock.Anything).Return(nil)
 	child := api.ChildID("default-test-workflow-id", 1, schemas.PhaseTrain, 0) // the test environment's workflow id
 	const where = "weights `r/w0` (priority 1): "

@@ -58,10 +58,13 @@ type Result struct {
 	// CallsLost is the calls accepted rows say they made (num_calls) that
 	// the calls table lacks, from the accepted try.
 	CallsLost int
-	// LateWrites is tries that staged records under staged/…/<episode>/<try>/
-	// but were not accepted: late (zombie) or failed tries whose writes
-	// stayed beside the tables, refused by the workflow.
+	// LateWrites is tries that staged records or artifacts under
+	// …/<episode>/<try>/ but were not accepted: late (zombie) or failed
+	// tries whose writes stayed beside the tables, refused by the workflow.
 	LateWrites int
+	// Staged is the tries left under staged/: a published episode's go
+	// (DropStaged), so these are unpublished episodes' and late writes.
+	Staged int
 	// Corrupt is tries whose staged records Publish refused as corrupt;
 	// their episodes were run again. They are not counted in LateWrites.
 	Corrupt int
@@ -389,7 +392,7 @@ func Check(ctx context.Context, c client.Client, s *store.Store, run string) (Re
 		return res, fmt.Errorf("check %s: %w", run, err)
 	}
 	res.Corrupt = len(acc.Refused)
-	if res.LateWrites, err = lateWrites(ctx, s, l, acc); err != nil {
+	if res.LateWrites, res.Staged, err = lateWrites(ctx, s, l, acc); err != nil {
 		return res, fmt.Errorf("check %s: %w", run, err)
 	}
 	sort.Strings(res.Problems)
@@ -570,30 +573,42 @@ func checkWeights(ctx context.Context, s *store.Store, l schemas.Layout, acc Acc
 	return nil
 }
 
-// lateWrites counts the tries that staged records (staged/…/<episode>/<try>/)
+// lateWrites counts the tries that wrote staged records
+// (staged/…/<episode>/<try>/) or artifacts (artifacts/…/<episode>/<try>/)
 // but are not the accepted try of their episode: written beside, refused.
-func lateWrites(ctx context.Context, s *store.Store, l schemas.Layout, acc Accepted) (int, error) {
-	prefix := l.Prefix() + "staged/"
-	objs, err := s.List(ctx, prefix)
-	if err != nil {
-		return 0, fmt.Errorf("list %s: %w", prefix, err)
-	}
+// Artifacts count too because a published episode's staged tries are
+// deleted (DropStaged), a refused one's with them. It also returns the
+// tries still staged, which after the drop are those of unpublished
+// episodes and those written after it.
+func lateWrites(ctx context.Context, s *store.Store, l schemas.Layout, acc Accepted) (late, staged int, err error) {
 	tries := map[[2]string]bool{}
-	for _, o := range objs {
-		// round=R/phase=P/<episode>/<try>/<file>
-		parts := strings.Split(strings.TrimPrefix(o.Key, prefix), "/")
-		if len(parts) < 5 {
-			continue
+	for _, dir := range []string{"staged/", "artifacts/"} {
+		prefix := l.Prefix() + dir
+		objs, err := s.List(ctx, prefix)
+		if err != nil {
+			return 0, 0, fmt.Errorf("list %s: %w", prefix, err)
 		}
-		tries[[2]string{parts[2], parts[3]}] = true
+		left := map[[2]string]bool{}
+		for _, o := range objs {
+			// round=R/phase=P/<episode>/<try>/<file>
+			parts := strings.Split(strings.TrimPrefix(o.Key, prefix), "/")
+			if len(parts) < 5 {
+				continue
+			}
+			t := [2]string{parts[2], parts[3]}
+			tries[t] = true
+			if dir == "staged/" {
+				left[t] = true
+			}
+		}
+		staged += len(left)
 	}
-	n := 0
 	for t := range tries {
 		if a, ok := acc.Episodes[t[0]]; (!ok || a.Try != t[1]) && !acc.Refused[t[0]+"/"+t[1]] {
-			n++
+			late++
 		}
 	}
-	return n, nil
+	return late, staged, nil
 }
 
 // ReadAll reads every Parquet object under dir, part files and per-episode

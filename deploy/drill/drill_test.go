@@ -164,6 +164,9 @@ func (w row) cells() []string {
 		counts = fmt.Sprintf("%d/%d/%d/%d", w.res.Planned, w.res.Stored, w.res.Lost, w.res.Duplicated)
 		lost = strconv.Itoa(w.res.CallsLost)
 		late = fmt.Sprintf("%d / %d", w.res.LateWrites, w.res.Corrupt)
+		if w.res.Staged > 0 {
+			late += fmt.Sprintf(" (%d left staged)", w.res.Staged)
+		}
 	}
 	prog := "none seen"
 	if w.progress >= 0 {

@@ -172,12 +172,17 @@ func TestMergeAndWipeTag(t *testing.T) {
 	if reps, err := runs.Reports(ctx, s, "r"); err != nil || len(reps) != 1 || reps[0].Tag != "t" || reps[0].IsShard() || len(reps[0].Cells) != 2 {
 		t.Errorf("reports of the run: %+v, %v; want the merged report of t only", reps, err)
 	}
-	if err := s.Put(ctx, l.Episodes(0, "eval-t", "e1"), []byte("x")); err != nil {
-		t.Fatal(err)
+	for _, k := range []string{l.Episodes(0, "eval-t", "e1"), l.Staged(0, "eval-t", "e2", "try0-x") + "calls.parquet", l.Staged(0, "eval-other", "e2", "try0-x") + "calls.parquet"} {
+		if err := s.Put(ctx, k, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
 	}
 	n, err := runs.WipeTag(ctx, s, "r", "t", "eval-t")
-	if err != nil || n != 6 {
-		t.Errorf("wiped %d objects, want 2 shard reports, the report, report.txt, tasks.csv and an episode: %v", n, err)
+	if err != nil || n != 7 {
+		t.Errorf("wiped %d objects, want 2 shard reports, the report, report.txt, tasks.csv, an episode and a staged try: %v", n, err)
+	}
+	if objs, err := s.List(ctx, l.Prefix()+"staged/"); err != nil || len(objs) != 1 || !strings.Contains(objs[0].Key, "phase=eval-other/") {
+		t.Errorf("staged after the wipe: %v, %v; want only the other tag's try", objs, err)
 	}
 	if st, err := runs.ReadTag(ctx, s, "r", "t"); err != nil || st.Full != "" || len(st.Shards) != 0 {
 		t.Errorf("after wipe the tag holds %+v, %v", st, err)

@@ -177,12 +177,12 @@ func PlanTag(st TagState, want TagSpec) (TagPlan, error) {
 }
 
 // WipeTag deletes a tag's reports and the records of its evaluation
-// phase (episodes, calls, orphans, artifacts) and returns how many
-// objects it deleted.
+// phase (episodes, calls, staged tries, orphans, artifacts) and returns
+// how many objects it deleted.
 func WipeTag(ctx context.Context, s *store.Store, run, tag, phase string) (int, error) {
 	l := schemas.Layout{Run: run}
 	n := 0
-	for _, p := range []string{l.EvalDir(tag), l.EpisodesDir(0, phase), l.CallsDir(0, phase), l.OrphansDir(0, phase), l.ArtifactsDir(0, phase)} {
+	for _, p := range []string{l.EvalDir(tag), l.EpisodesDir(0, phase), l.CallsDir(0, phase), l.StagedDir(0, phase), l.OrphansDir(0, phase), l.ArtifactsDir(0, phase)} {
 		k, err := s.DeletePrefix(ctx, p)
 		n += k
 		if err != nil {

@@ -545,21 +545,71 @@ func ReadParquet[T any](ctx context.Context, s *Store, key string) ([]T, error) 
 	return rows, nil
 }
 
-// DeletePrefix removes every object under prefix.
+// DeletePrefix removes every object under prefix and returns how many it
+// deleted.
 func (s *Store) DeletePrefix(ctx context.Context, prefix string) (int, error) {
 	objs, err := s.List(ctx, prefix)
 	if err != nil {
 		return 0, err
 	}
+	keys := make([]string, len(objs))
 	for i, o := range objs {
-		ctx, cancel := context.WithTimeout(ctx, OpTimeout)
-		err := s.delete(ctx, o.Key)
-		cancel()
-		if err != nil {
-			return i, err
+		keys[i] = o.Key
+	}
+	return s.DeleteKeys(ctx, keys)
+}
+
+// deleteBatch is S3's limit of keys per DeleteObjects request.
+const deleteBatch = 1000
+
+// DeleteKeys removes keys, up to 1000 per request (DeleteObjects), and
+// returns how many it deleted. A missing key counts as deleted: S3 answers
+// it as deleted, so running it again after a partial failure is safe.
+func (s *Store) DeleteKeys(ctx context.Context, keys []string) (int, error) {
+	n := 0
+	for len(keys) > 0 {
+		batch := keys[:min(len(keys), deleteBatch)]
+		keys = keys[len(batch):]
+		if err := s.deleteObjects(ctx, batch); err != nil {
+			return n, err
+		}
+		n += len(batch)
+	}
+	return n, nil
+}
+
+// deleteObjects deletes one batch; any key S3 reports as not deleted fails
+// it, naming the first such key and how many there were.
+func (s *Store) deleteObjects(ctx context.Context, keys []string) (err error) {
+	ctx, span := s.span(ctx, "s3.DeleteObjects", keys[0])
+	defer func() {
+		span.SetAttributes(attribute.Int("s3.objects", len(keys)))
+		instr.End(span, err)
+	}()
+	ctx, cancel := context.WithTimeout(ctx, OpTimeout)
+	defer cancel()
+	ids := make([]types.ObjectIdentifier, len(keys))
+	for i, k := range keys {
+		ids[i] = types.ObjectIdentifier{Key: aws.String(k)}
+	}
+	out, err := s.c.DeleteObjects(ctx, &s3.DeleteObjectsInput{Bucket: &s.Bucket,
+		Delete: &types.Delete{Objects: ids, Quiet: aws.Bool(true)}})
+	if err != nil {
+		return fmt.Errorf("delete %d objects from s3://%s/%s: %w", len(keys), s.Bucket, keys[0], err)
+	}
+	var failed []types.Error
+	for _, e := range out.Errors {
+		// A key already gone is what the caller wants.
+		if code := aws.ToString(e.Code); code != "NoSuchKey" && code != "NotFound" {
+			failed = append(failed, e)
 		}
 	}
-	return len(objs), nil
+	if len(failed) > 0 {
+		e := failed[0]
+		return fmt.Errorf("delete s3://%s/%s: %s: %s (%d of %d keys not deleted)", s.Bucket, aws.ToString(e.Key),
+			aws.ToString(e.Code), aws.ToString(e.Message), len(failed), len(keys))
+	}
+	return nil
 }
 
 // Delete removes one object; a missing object is not an error.

@@ -7,8 +7,11 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/internal/testkit/itest"
@@ -255,5 +258,44 @@ func TestProbesAtOnce(t *testing.T) {
 				t.Fatalf("round %d: %v", round, err)
 			}
 		}
+	}
+}
+
+// DeleteKeys removes keys in batches of 1000 (1,005 keys: two requests),
+// counts a key that is already gone as deleted, leaves keys it was not
+// given, and deletes nothing more when run again.
+func TestDeleteKeys(t *testing.T) {
+	stack := itest.Start(t)
+	s := stack.Store
+	ctx := context.Background()
+	var keys []string
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(16)
+	for i := range 1005 {
+		k := fmt.Sprintf("runs/d/staged/e%04d/try0-x/calls.parquet", i)
+		keys = append(keys, k)
+		g.Go(func() error { return s.Put(gctx, k, []byte("x")) })
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Put(ctx, "runs/d/calls/kept.parquet", []byte("y")); err != nil {
+		t.Fatal(err)
+	}
+	withMissing := append(slices.Clone(keys), "runs/d/staged/never/written")
+	for range 2 {
+		if n, err := s.DeleteKeys(ctx, withMissing); n != len(withMissing) || err != nil {
+			t.Fatalf("DeleteKeys = %d, %v; want %d", n, err, len(withMissing))
+		}
+	}
+	objs, err := s.List(ctx, "runs/d/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(objs) != 1 || objs[0].Key != "runs/d/calls/kept.parquet" {
+		t.Fatalf("left %d objects (%v…), want only runs/d/calls/kept.parquet", len(objs), objs[:min(len(objs), 3)])
+	}
+	if n, err := s.DeleteKeys(ctx, nil); n != 0 || err != nil {
+		t.Fatalf("DeleteKeys(nil) = %d, %v", n, err)
 	}
 }
