@@ -263,14 +263,14 @@ func renderFleet(w io.Writer, st api.FleetStatus, run string, now time.Time) {
 			loads, sum.LoadTime.Round(100*time.Millisecond), sum.Idle.Round(time.Second), sum.Waits, sum.Waiting)
 	}
 	by := s.ServedBy()
-	keys := s.DemandKeys(run)
-	if len(keys) == 0 {
+	ws := s.ByWeights(run)
+	if len(ws) == 0 {
 		fmt.Fprintln(w, "  no episodes waiting for weights")
 		return
 	}
-	fmt.Fprintf(w, "  %-32s %-10s %4s %8s %-20s %s\n", "WEIGHTS", "PRIORITY", "", "EPISODES", "SERVED BY", "UNSERVED FOR")
-	for _, k := range keys {
-		d := s.Demands[k]
+	// One line per weights: its episode sets (chunks of 500) summed.
+	fmt.Fprintf(w, "  %-32s %-10s %13s %-20s %s\n", "WEIGHTS", "PRIORITY", "LEFT/EPISODES", "SERVED BY", "UNSERVED FOR")
+	for _, d := range ws {
 		wait := "—"
 		if at, ok := s.Waiting[d.Weights]; ok {
 			wait = now.Sub(at).Round(time.Second).String()
@@ -282,6 +282,6 @@ func renderFleet(w io.Writer, st api.FleetStatus, run string, now time.Time) {
 		case !s.Parked[d.Weights].IsZero():
 			note = "parked: nothing queued"
 		}
-		fmt.Fprintf(w, "  %-32s %-10d %4s %8d %-20s %s %s\n", d.Weights, d.Priority, "", d.Episodes, dash(strings.Join(by[d.Weights], ", ")), wait, note)
+		fmt.Fprintf(w, "  %-32s %-10d %13s %-20s %s %s\n", d.Weights, d.Priority, fmt.Sprintf("%d/%d", d.Left, d.Episodes), dash(strings.Join(by[d.Weights], ", ")), wait, note)
 	}
 }

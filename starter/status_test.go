@@ -187,6 +187,10 @@ func TestRenderFleet(t *testing.T) {
 			Demands: map[string]fleet.Demand{
 				"tr-1": {Key: "tr-1", Run: "tr", Weights: "tr/r1", Priority: 1, Episodes: 64},
 				"sw-1": {Key: "sw-1", Run: "sweep-x", Weights: "sweep-x/c3", Priority: 3, Episodes: 35},
+				// An evaluation of 1,030 cells waits as three chunks.
+				"ev-0": {Key: "ev-0", Run: "plus", Weights: "plus/r7", Priority: 3, Episodes: 500},
+				"ev-1": {Key: "ev-1", Run: "plus", Weights: "plus/r7", Priority: 3, Episodes: 500, Remaining: 120},
+				"ev-2": {Key: "ev-2", Run: "plus", Weights: "plus/r7", Priority: 3, Episodes: 30},
 			},
 			Assign:  map[string][]string{"h1": {"tr/r1"}},
 			Waiting: map[string]time.Time{"sweep-x/c3": now.Add(-42 * time.Second)},
@@ -206,6 +210,10 @@ func TestRenderFleet(t *testing.T) {
 	}
 	if strings.Index(out, "tr/r1      ") > strings.Index(out, "sweep-x/c3") {
 		t.Errorf("training's weights are not listed first:\n%s", out)
+	}
+	// One line per weights, its chunks summed: 650 of 1,030 left.
+	if n := strings.Count(out, "plus/r7"); n != 1 || !strings.Contains(out, "650/1030") {
+		t.Errorf("the evaluation's weights on %d lines, want one saying 650/1030:\n%s", n, out)
 	}
 	var one bytes.Buffer
 	renderFleet(&one, st, "tr", now)
