@@ -27,6 +27,9 @@ type ReportInput struct {
 	// index % Shards == Shard count, and it goes to Layout.ShardReport.
 	Shard, Shards int
 	StartedAtMS   int64
+	// Stopped marks the report incomplete: the evaluation was stopped and
+	// skipped cells (schemas.Report.Stopped).
+	Stopped *schemas.ReportStop `json:",omitempty"`
 }
 
 // WriteReport aggregates a phase's episodes per task and suite into
@@ -64,6 +67,7 @@ func (c *Records) WriteReport(ctx context.Context, in ReportInput) (schemas.Repo
 		t.countLost(cells, seen)
 	}
 	rep.MaxInvalidShare = h.Collect.InvalidLimit()
+	rep.Stopped = in.Stopped
 	report.FinishRates(&rep)
 	if rep.Scope == schemas.ScopeFull && rep.Overall.Valid > 0 {
 		instr.RoundSuccess(ctx, in.Run, in.Round, in.Phase, rep.Overall.SuccessRate)
@@ -208,7 +212,8 @@ func (t tally) countLost(cells []report.Cell, seen map[cellKey]bool) {
 // storeOnce writes rep at key unless a report is there, and returns the
 // one stored. A report that is there stands (a tag is replaced only by
 // --replace-tag, which deletes it first), so a late or repeated writer
-// returns the stored one instead of replacing it.
+// returns the stored one instead of replacing it; only a stopped
+// evaluation's incomplete report gives way.
 func (c *Records) storeOnce(ctx context.Context, key string, rep schemas.Report) (schemas.Report, error) {
 	created, err := store.PutJSONIfAbsent(ctx, c.Store, key, rep)
 	if err != nil {
@@ -217,11 +222,17 @@ func (c *Records) storeOnce(ctx context.Context, key string, rep schemas.Report)
 	if created {
 		return rep, nil
 	}
-	activity.GetLogger(ctx).Info("report already written; returning the stored one", "key", key)
 	var stored schemas.Report
 	if err := store.GetJSON(ctx, c.Store, key, &stored); err != nil {
 		return rep, err
 	}
+	if stored.Stopped != nil {
+		// A stopped evaluation's report is no score: the evaluation of the
+		// same tag run again (it finds the cells that ran recorded) replaces it.
+		activity.GetLogger(ctx).Info("replacing the report of a stopped evaluation", "key", key, "skipped", stored.Stopped.Skipped)
+		return rep, store.PutJSON(ctx, c.Store, key, rep)
+	}
+	activity.GetLogger(ctx).Info("report already written; returning the stored one", "key", key)
 	return stored, nil
 }
 

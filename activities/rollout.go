@@ -52,6 +52,10 @@ type EpisodeInput struct {
 	// rerun after a corrupt try continues its retry numbers, so its tries
 	// get names (schemas.TryID) and keys of their own.
 	RetryBase int32
+	// StopKey is a marker of the evaluation the episode belongs to
+	// (Layout.EvalStop): while it exists, the episode, not yet started,
+	// skips itself, as it does while the run's STOP marker exists.
+	StopKey string `json:",omitempty"`
 }
 
 // Label names the episode where a failed attempt is shown (internal/failnote).
@@ -121,7 +125,7 @@ func (r *Rollout) RunEpisode(ctx context.Context, in EpisodeInput) (res EpisodeR
 	l := schemas.Layout{Run: in.Run}
 	st := r.Host.Store
 	var stop bool
-	if err := await("stop marker", func() (err error) { stop, err = st.Exists(ctx, l.Stop()); return err }); err != nil {
+	if err := await("stop marker", func() (err error) { stop, err = stopRequested(ctx, st, l.Stop(), in.StopKey); return err }); err != nil {
 		return res, err
 	} else if stop {
 		log.Info("run is stopping; episode skipped", "episode", id)
@@ -313,4 +317,18 @@ func successCall(out outcome.Result, calls int) int32 {
 func recordedResult(id string, e schemas.Episode) EpisodeResult {
 	return EpisodeResult{EpisodeID: id, Valid: e.Valid, Success: e.Success, Reward: e.Reward, FailureClass: e.FailureClass,
 		Calls: int(e.NumCalls), Retry: e.Retry, Recorded: true, Try: e.Try}
+}
+
+// stopRequested says whether any of the stop markers keys exists ("" is
+// none).
+func stopRequested(ctx context.Context, st *store.Store, keys ...string) (bool, error) {
+	for _, k := range keys {
+		if k == "" {
+			continue
+		}
+		if ok, err := st.Exists(ctx, k); err != nil || ok {
+			return ok, err
+		}
+	}
+	return false, nil
 }

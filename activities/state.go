@@ -46,6 +46,12 @@ func (c *Records) MarkStop(ctx context.Context, run, reason string) error {
 	return store.PutJSON(ctx, c.Store, schemas.Layout{Run: run}.Stop(), StopMarker{Reason: reason, AtMS: time.Now().UnixMilli()})
 }
 
+// MarkEvalStop writes an evaluation's stop marker (Layout.EvalStop), which
+// its episodes not yet started check before they run. Idempotent.
+func (c *Records) MarkEvalStop(ctx context.Context, key, reason string) error {
+	return store.PutJSON(ctx, c.Store, key, StopMarker{Reason: reason, AtMS: time.Now().UnixMilli()})
+}
+
 // CompactInput names a partition pair (calls and episodes) of a round's phase.
 type CompactInput struct {
 	Run   string

@@ -138,6 +138,13 @@ func (l Layout) TrainerLog(round int32, try int32) string {
 // when it resumes the run.
 func (l Layout) Stop() string { return l.Prefix() + "STOP" }
 
+// EvalStop is the marker of one evaluation execution asked to stop (its
+// Temporal run id names it): that evaluation's episodes that have not
+// started skip themselves while it exists. Being per execution, a later
+// evaluation of the same tag never sees it, and a training run sharing
+// the prefix is not stopped by it.
+func (l Layout) EvalStop(tag, runID string) string { return l.EvalDir(tag) + "STOP-" + runID }
+
 // RunSpec is run.json: what the run was started with, written first, so a
 // resumed run keeps its rounds, groups and attempts.
 func (l Layout) RunSpec() string { return l.Prefix() + "run.json" }

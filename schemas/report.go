@@ -52,6 +52,17 @@ type Report struct {
 	Protocol         string  `json:"protocol,omitempty"`
 	ProtocolEpisodes int     `json:"protocol_episodes,omitempty"`
 	RequiredTasks    []int32 `json:"required_tasks,omitempty"`
+	// Stopped says the evaluation was stopped before every cell ran: the
+	// report is incomplete (its skipped cells are missing), never a score
+	// of the split. nil when every cell ran.
+	Stopped *ReportStop `json:"stopped,omitempty"`
+}
+
+// ReportStop is why a report is incomplete: the stop's reason and how
+// many of its cells were skipped.
+type ReportStop struct {
+	Reason  string `json:"reason"`
+	Skipped int    `json:"skipped"`
 }
 
 // Report scopes: a full report covers every cell of its split; a shard

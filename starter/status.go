@@ -37,11 +37,12 @@ func statusCmd(e *connect.Endpoints) *cobra.Command {
 	var f statusFlags
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "List runs, or show one run's round, phase, episode progress and per-round table",
-		Long: `List the train runs, newest first: status, round, phase, the current
-phase's episodes, success so far, latest validation success and last error.
-With --run, the detail of one run: the same, its running episode chunks and
-its per-round table. Everything comes from Temporal (the progress query of
+		Short: "List runs and evaluations, or show one run's training and evaluations",
+		Long: `List the training runs and evaluations, newest first: kind (train, eval, or
+sweep-eval for a sweep's), tag, status, round, phase, the current phase's
+episodes, success so far, latest validation success (an evaluation's: its
+report's), weights and last error. With --run, one run: its training run
+in detail (running episode chunks, per-round table), then its evaluations. Everything comes from Temporal (the progress query of
 running runs, search attributes and results of finished ones), nothing from S3.
 --watch redraws until Ctrl-C, or with --run until the run ends.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -78,15 +79,15 @@ func status(ctx context.Context, out io.Writer, e *connect.Endpoints, f statusFl
 	draw := func(ctx context.Context) (string, bool, error) {
 		var b bytes.Buffer
 		if f.run != "" {
-			v, err := api.DescribeRun(ctx, c, e.Namespace, dc, f.run)
+			views, err := api.DescribeRunAll(ctx, c, e.Namespace, dc, f.run)
 			if err != nil {
 				return "", false, err
 			}
-			renderDetail(&b, v)
+			done := renderRun(&b, views)
 			if err := fleetPart(ctx, &b, c, f.run); err != nil {
 				return "", false, err
 			}
-			return b.String(), !v.Running(), nil
+			return b.String(), done, nil
 		}
 		views, err := api.ListRuns(ctx, c, e.Namespace, dc, f.limit)
 		if err != nil {
@@ -112,19 +113,51 @@ func status(ctx context.Context, out io.Writer, e *connect.Endpoints, f statusFl
 	return term.Watch(ctx, out, term.IsTerminal(out), f.interval, draw)
 }
 
-// renderList is the table of runs, one row each.
+// renderList is the table of training runs and evaluations, one row
+// each (one per shard of a sharded evaluation).
 func renderList(out io.Writer, views []api.RunView) {
 	if len(views) == 0 {
 		fmt.Fprintln(out, "no runs yet: start one with `starter train --config <harness.yaml> --run <name> --weights <dir>`")
 		return
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "RUN\tSTATUS\tROUND\tPHASE\tEPISODES\tSUCCESS\tVALIDATION\tLAST ERROR")
+	fmt.Fprintln(tw, "RUN\tKIND\tTAG\tSTATUS\tROUND\tPHASE\tEPISODES\tSUCCESS\tVALIDATION\tWEIGHTS\tLAST ERROR")
 	for _, v := range views {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Run, v.Status, roundOf(v), dash(v.Phase),
-			episodesOf(v), successOf(v), valOf(v), dash(term.OneLine(v.Err, 60)))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Run, v.Kind, tagOf(v), v.Status, roundOf(v), dash(v.Phase),
+			episodesOf(v), successOf(v), valOf(v), dash(v.WeightsID), dash(term.OneLine(v.Err, 60)))
 	}
 	tw.Flush()
+}
+
+// renderRun is everything of one run: its training run in detail, then
+// its evaluations as a table. It says whether all of them have ended.
+func renderRun(out io.Writer, views []api.RunView) bool {
+	done := true
+	var evals []api.RunView
+	for _, v := range views {
+		done = done && !v.Running()
+		if v.Kind == api.KindTrain {
+			renderDetail(out, v)
+		} else {
+			evals = append(evals, v)
+		}
+	}
+	if len(evals) > 0 {
+		if len(evals) < len(views) {
+			fmt.Fprintln(out)
+		}
+		fmt.Fprintf(out, "evaluations of run %s:\n", evals[0].Run)
+		renderList(out, evals)
+	}
+	return done
+}
+
+// tagOf is an evaluation's tag, with its shard when it is one.
+func tagOf(v api.RunView) string {
+	if v.Shards > 1 {
+		return fmt.Sprintf("%s %d/%d", v.Tag, v.Shard, v.Shards)
+	}
+	return dash(v.Tag)
 }
 
 // renderDetail is one run: its state, the current phase, the running
@@ -189,7 +222,12 @@ func valOf(v api.RunView) string {
 	if c := v.ValCounts; c != nil && c.Valid > 0 {
 		s = fmt.Sprintf("%d/%d %s", c.Successes, c.Valid, stats.Rate(c.Successes, c.Valid))
 	}
-	if v.FinalVal {
+	switch {
+	case v.Kind != api.KindTrain && v.Status == "stopped":
+		s += " (incomplete)"
+	case v.Kind != api.KindTrain:
+		s += " (report)"
+	case v.FinalVal:
 		s += " (final)"
 	}
 	return s
@@ -263,14 +301,14 @@ func renderFleet(w io.Writer, st api.FleetStatus, run string, now time.Time) {
 			loads, sum.LoadTime.Round(100*time.Millisecond), sum.Idle.Round(time.Second), sum.Waits, sum.Waiting)
 	}
 	by := s.ServedBy()
-	keys := s.DemandKeys(run)
-	if len(keys) == 0 {
+	ws := s.ByWeights(run)
+	if len(ws) == 0 {
 		fmt.Fprintln(w, "  no episodes waiting for weights")
 		return
 	}
-	fmt.Fprintf(w, "  %-32s %-10s %4s %8s %-20s %s\n", "WEIGHTS", "PRIORITY", "", "EPISODES", "SERVED BY", "UNSERVED FOR")
-	for _, k := range keys {
-		d := s.Demands[k]
+	// One line per weights: its episode sets (chunks of 500) summed.
+	fmt.Fprintf(w, "  %-32s %-10s %13s %-20s %s\n", "WEIGHTS", "PRIORITY", "LEFT/EPISODES", "SERVED BY", "UNSERVED FOR")
+	for _, d := range ws {
 		wait := "—"
 		if at, ok := s.Waiting[d.Weights]; ok {
 			wait = now.Sub(at).Round(time.Second).String()
@@ -282,6 +320,6 @@ func renderFleet(w io.Writer, st api.FleetStatus, run string, now time.Time) {
 		case !s.Parked[d.Weights].IsZero():
 			note = "parked: nothing queued"
 		}
-		fmt.Fprintf(w, "  %-32s %-10d %4s %8d %-20s %s %s\n", d.Weights, d.Priority, "", d.Episodes, dash(strings.Join(by[d.Weights], ", ")), wait, note)
+		fmt.Fprintf(w, "  %-32s %-10d %13s %-20s %s %s\n", d.Weights, d.Priority, fmt.Sprintf("%d/%d", d.Left, d.Episodes), dash(strings.Join(by[d.Weights], ", ")), wait, note)
 	}
 }

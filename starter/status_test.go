@@ -96,20 +96,29 @@ func TestStatusRows(t *testing.T) {
 
 	// The views as api.ListRuns gives them (api.TestRunViews): running
 	// and stopping from the progress query, the others closed.
-	running := api.RunView{Run: "r-running", Status: "running", Round: 2, Rounds: 3, Phase: "train", Episodes: api.Tally{Total: 10, Done: 4, Valid: 3, Successes: 2},
+	running := api.RunView{Run: "r-running", Kind: api.KindTrain, Status: "running", Round: 2, Rounds: 3, Phase: "train", Episodes: api.Tally{Total: 10, Done: 4, Valid: 3, Successes: 2},
 		Live: true, Val: 0.3, ValCounts: sums[0].Val, WeightsID: "r1", Children: []string{"chunk-0"}, Summaries: sums[:1]}
-	stopping := api.RunView{Run: "r-stopping", Status: "stopping", Round: 1, Rounds: 2, Phase: "train", Episodes: api.Tally{Total: 8, Done: 8, Valid: 8, Successes: 8}, Live: true, Val: -1}
-	completed := api.RunView{Run: "r-completed", Status: "completed", Round: 2, Rounds: 2, Phase: "done", Val: 0.7, ValCounts: &schemas.TaskResult{Successes: 14, Valid: 20, SuccessRate: 0.7},
+	stopping := api.RunView{Run: "r-stopping", Kind: api.KindTrain, Status: "stopping", Round: 1, Rounds: 2, Phase: "train", Episodes: api.Tally{Total: 8, Done: 8, Valid: 8, Successes: 8}, Live: true, Val: -1}
+	completed := api.RunView{Run: "r-completed", Kind: api.KindTrain, Status: "completed", Round: 2, Rounds: 2, Phase: "done", Val: 0.7, ValCounts: &schemas.TaskResult{Successes: 14, Valid: 20, SuccessRate: 0.7},
 		FinalVal: true, WeightsID: "r2", Summaries: sums}
-	stopped := api.RunView{Run: "r-stopped", Status: "stopped", Round: 2, Rounds: 4, Phase: "done", Val: 0.5, Summaries: sums[:1]}
-	failed := api.RunView{Run: "r-failed", Status: "failed", Round: 2, Rounds: 2, Phase: "done", Val: 0.5, WeightsID: "r1", Err: long, Summaries: sums[:1]}
-	canceled := api.RunView{Run: "r-canceled", Status: "canceled", Round: 2, Rounds: 2, Phase: "done", Val: 0.5, WeightsID: "r1", Summaries: sums[:1]}
-	terminated := api.RunView{Run: "r-terminated", Status: "terminated", Round: 2, Phase: "done", Val: 0.5, Err: "terminated: operator: wrong harness"}
+	stopped := api.RunView{Run: "r-stopped", Kind: api.KindTrain, Status: "stopped", Round: 2, Rounds: 4, Phase: "done", Val: 0.5, Summaries: sums[:1]}
+	failed := api.RunView{Run: "r-failed", Kind: api.KindTrain, Status: "failed", Round: 2, Rounds: 2, Phase: "done", Val: 0.5, WeightsID: "r1", Err: long, Summaries: sums[:1]}
+	canceled := api.RunView{Run: "r-canceled", Kind: api.KindTrain, Status: "canceled", Round: 2, Rounds: 2, Phase: "done", Val: 0.5, WeightsID: "r1", Summaries: sums[:1]}
+	terminated := api.RunView{Run: "r-terminated", Kind: api.KindTrain, Status: "terminated", Round: 2, Phase: "done", Val: 0.5, Err: "terminated: operator: wrong harness"}
+
+	// Evaluations: running (one shard of two), stopped with an incomplete
+	// report, and a sweep's, completed.
+	evalRunning := api.RunView{Run: "e-running", Kind: api.KindEval, Tag: "plus", Shard: 1, Shards: 2, Status: "running", Phase: "episodes",
+		Episodes: api.Tally{Total: 5015, Done: 500, Valid: 500, Successes: 250}, Live: true, Val: -1, WeightsID: "r7"}
+	evalStopped := api.RunView{Run: "e-stopped", Kind: api.KindEval, Tag: "t1", Shards: 1, Status: "stopped", Phase: "done", Val: 0.5,
+		ValCounts: &schemas.TaskResult{Successes: 10, Valid: 20, SuccessRate: 0.5}, FinalVal: true, WeightsID: "w0", Err: "incomplete: stopped (starter stop), 15 cells skipped"}
+	sweepEval := api.RunView{Run: "e-sweep", Kind: api.KindSweepEval, Tag: "sweep-nightly-r2", Shards: 1, Status: "completed", Phase: "done", Val: 0.7,
+		ValCounts: &schemas.TaskResult{Successes: 14, Valid: 20, SuccessRate: 0.7}, FinalVal: true, WeightsID: "r2"}
 
 	var b bytes.Buffer
-	renderList(&b, []api.RunView{running, stopping, completed, stopped, failed, canceled, terminated})
+	renderList(&b, []api.RunView{running, stopping, completed, stopped, failed, canceled, terminated, evalRunning, evalStopped, sweepEval})
 	table := b.String()
-	if head := strings.Fields(strings.SplitN(table, "\n", 2)[0]); strings.Join(head, " ") != "RUN STATUS ROUND PHASE EPISODES SUCCESS VALIDATION LAST ERROR" {
+	if head := strings.Fields(strings.SplitN(table, "\n", 2)[0]); strings.Join(head, " ") != "RUN KIND TAG STATUS ROUND PHASE EPISODES SUCCESS VALIDATION WEIGHTS LAST ERROR" {
 		t.Fatalf("header %q", head)
 	}
 	// run, status, round, phase, episodes, success, validation, last error.
@@ -117,12 +126,15 @@ func TestStatusRows(t *testing.T) {
 	// the rate shown; r-stopped's attribute (50 %) is newer than its
 	// summaries, so it stays bare.
 	want := map[string][]string{
-		"r-running":    {"r-running", "running", "2/3", "train", "40% [=======>            ] (4/10)", "2/3 (66.7% [20–94]) · 2/4 done", "9/30 " + stats.Rate(9, 30), "-"},
-		"r-stopping":   {"r-stopping", "stopping", "1/2", "train", "100% [====================] (8/8)", "8/8 (100.0% [67–100]) · 8/8 done", "-", "-"},
-		"r-completed":  {"r-completed", "completed", "2/2", "done", "-", "-", "14/20 " + stats.Rate(14, 20) + " (final)", "-"},
-		"r-stopped":    {"r-stopped", "stopped", "2/4", "done", "-", "-", "50.0%", "-"},
-		"r-canceled":   {"r-canceled", "canceled", "2/2", "done", "-", "-", "50.0%", "-"},
-		"r-terminated": {"r-terminated", "terminated", "2/?", "done", "-", "-", "50.0%", "terminated: operator: wrong harness"},
+		"r-running":    {"r-running", "train", "-", "running", "2/3", "train", "40% [=======>            ] (4/10)", "2/3 (66.7% [20–94]) · 2/4 done", "9/30 " + stats.Rate(9, 30), "r1", "-"},
+		"r-stopping":   {"r-stopping", "train", "-", "stopping", "1/2", "train", "100% [====================] (8/8)", "8/8 (100.0% [67–100]) · 8/8 done", "-", "-", "-"},
+		"r-completed":  {"r-completed", "train", "-", "completed", "2/2", "done", "-", "-", "14/20 " + stats.Rate(14, 20) + " (final)", "r2", "-"},
+		"r-stopped":    {"r-stopped", "train", "-", "stopped", "2/4", "done", "-", "-", "50.0%", "-", "-"},
+		"r-canceled":   {"r-canceled", "train", "-", "canceled", "2/2", "done", "-", "-", "50.0%", "r1", "-"},
+		"r-terminated": {"r-terminated", "train", "-", "terminated", "2/?", "done", "-", "-", "50.0%", "-", "terminated: operator: wrong harness"},
+		"e-running":    {"e-running", "eval", "plus 1/2", "running", "-", "episodes", "9% [>                   ] (500/5015)", "250/500 (" + stats.Rate(250, 500) + ") · 250/500 done", "-", "r7", "-"},
+		"e-stopped":    {"e-stopped", "eval", "t1", "stopped", "-", "done", "-", "-", "10/20 " + stats.Rate(10, 20) + " (incomplete)", "w0", "incomplete: stopped (starter stop), 15 cells skipped"},
+		"e-sweep":      {"e-sweep", "sweep-eval", "sweep-nightly-r2", "completed", "-", "done", "-", "-", "14/20 " + stats.Rate(14, 20) + " (report)", "r2", "-"},
 	}
 	for run, w := range want {
 		if got := rowOf(t, table, run); strings.Join(got, "|") != strings.Join(w, "|") {
@@ -131,11 +143,11 @@ func TestStatusRows(t *testing.T) {
 	}
 	// A failure is one line, cut to the column's width, its start kept.
 	f := rowOf(t, table, "r-failed")
-	if len(f) != 8 || f[1] != "failed" || !strings.HasPrefix(f[7], "round 2 training: activity error") ||
-		!strings.HasSuffix(f[7], "…") || len([]rune(f[7])) != 60 {
+	if len(f) != 11 || f[3] != "failed" || !strings.HasPrefix(f[10], "round 2 training: activity error") ||
+		!strings.HasSuffix(f[10], "…") || len([]rune(f[10])) != 60 {
 		t.Errorf("failed row %q: want the failure's first 59 characters and …", f)
 	}
-	if strings.Count(table, "\n") != 8 {
+	if strings.Count(table, "\n") != 11 {
 		t.Errorf("a row spans more than one line:\n%s", table)
 	}
 
@@ -152,6 +164,21 @@ func TestStatusRows(t *testing.T) {
 	renderDetail(&b, failed)
 	if d := b.String(); !strings.Contains(d, "last error: round 2 training") || !strings.Contains(d, "CUDA out of memory") {
 		t.Errorf("failed detail lacks the whole failure:\n%s", d)
+	}
+	// One run's page: its training in detail, then its evaluations.
+	b.Reset()
+	evalOfRunning := evalRunning
+	evalOfRunning.Run = "r-running"
+	if done := renderRun(&b, []api.RunView{running, evalOfRunning}); done {
+		t.Error("a run with a running evaluation is said to be done")
+	}
+	page := b.String()
+	if i, j := strings.Index(page, "run r-running: running"), strings.Index(page, "evaluations of run r-running:"); i < 0 || j < i || !strings.Contains(page[j:], "plus 1/2") {
+		t.Errorf("run page:\n%s", page)
+	}
+	b.Reset()
+	if done := renderRun(&b, []api.RunView{evalStopped}); !done || !strings.HasPrefix(b.String(), "evaluations of run e-stopped:") {
+		t.Errorf("a run of one stopped evaluation (done %v):\n%s", done, b.String())
 	}
 	b.Reset()
 	renderList(&b, nil)
@@ -187,6 +214,10 @@ func TestRenderFleet(t *testing.T) {
 			Demands: map[string]fleet.Demand{
 				"tr-1": {Key: "tr-1", Run: "tr", Weights: "tr/r1", Priority: 1, Episodes: 64},
 				"sw-1": {Key: "sw-1", Run: "sweep-x", Weights: "sweep-x/c3", Priority: 3, Episodes: 35},
+				// An evaluation of 1,030 cells waits as three chunks.
+				"ev-0": {Key: "ev-0", Run: "plus", Weights: "plus/r7", Priority: 3, Episodes: 500},
+				"ev-1": {Key: "ev-1", Run: "plus", Weights: "plus/r7", Priority: 3, Episodes: 500, Remaining: 120},
+				"ev-2": {Key: "ev-2", Run: "plus", Weights: "plus/r7", Priority: 3, Episodes: 30},
 			},
 			Assign:  map[string][]string{"h1": {"tr/r1"}},
 			Waiting: map[string]time.Time{"sweep-x/c3": now.Add(-42 * time.Second)},
@@ -206,6 +237,10 @@ func TestRenderFleet(t *testing.T) {
 	}
 	if strings.Index(out, "tr/r1      ") > strings.Index(out, "sweep-x/c3") {
 		t.Errorf("training's weights are not listed first:\n%s", out)
+	}
+	// One line per weights, its chunks summed: 650 of 1,030 left.
+	if n := strings.Count(out, "plus/r7"); n != 1 || !strings.Contains(out, "650/1030") {
+		t.Errorf("the evaluation's weights on %d lines, want one saying 650/1030:\n%s", n, out)
 	}
 	var one bytes.Buffer
 	renderFleet(&one, st, "tr", now)

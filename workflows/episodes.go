@@ -241,6 +241,7 @@ func (c *chunkRun) run(cell api.Cell, retryBase int32) {
 	f := workflow.ExecuteActivity(ectx, rollout.RunEpisode, activities.EpisodeInput{
 		Run: in.Run, Round: in.Round, Phase: in.Phase, Group: cell.Group, Attempt: cell.Attempt,
 		Task: cell.Task, InitID: cell.InitID, WeightsID: in.WeightsID, InfraTries: in.InfraTries, RetryBase: retryBase,
+		StopKey: in.StopKey,
 	})
 	c.sel.AddFuture(f, func(f workflow.Future) { c.finish(id, f) })
 }
@@ -416,6 +417,7 @@ type phaseRun struct {
 	Heartbeat  time.Duration   // 0: 30s
 	Priority   int             // in the fleet; 0: fleet.EvalPriority
 	Again      bool            // the same weights are used again right after
+	StopKey    string          // an evaluation's stop marker (EpisodesInput.StopKey)
 	OnProgress func(api.Tally) // after each chunk
 }
 
@@ -453,6 +455,7 @@ func runEpisodes(ctx workflow.Context, p phaseRun, cells []api.Cell, running map
 			Priority:     p.Priority,
 			Again:        p.Again,
 			PerHost:      h.Model.PerHost,
+			StopKey:      p.StopKey,
 		})
 		running[id] = true
 		n++

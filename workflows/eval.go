@@ -54,16 +54,45 @@ func Eval(ctx workflow.Context, in api.EvalInput) (schemas.Report, error) {
 	var note *fleetNote
 	details := func() {
 		t := prog.Episodes
-		workflow.SetCurrentDetails(ctx, fmt.Sprintf("**eval %s** of weights %s on %s · %s\n\n%s| done | valid | successes | lost |\n|---|---|---|---|\n| %d/%d | %d | %d | %d |\n",
-			in.Tag, in.WeightsID, what, prog.Phase, note.markdown()+fails.markdown(), t.Done, t.Total, t.Valid, t.Successes, t.Lost))
+		state := prog.Phase
+		if prog.Stopping {
+			state += " (stopping)"
+		}
+		workflow.SetCurrentDetails(ctx, fmt.Sprintf("**eval %s** of weights %s on %s · %s\n\n%s| done | valid | successes | lost | skipped |\n|---|---|---|---|---|\n| %d/%d | %d | %d | %d | %d |\n",
+			in.Tag, in.WeightsID, what, state, note.markdown()+fails.markdown(), t.Done, t.Total, t.Valid, t.Successes, t.Lost, t.Skipped))
 	}
 	fails = watchFailures(ctx, details)
 	note = watchFleetNotes(ctx, details, false)
+	// An evaluation can be stopped like a run (docs/design.md §1); its
+	// marker is its own, so a training run in the same prefix goes on.
+	// Histories from before took no stop.
+	var stopKey, why string
+	stoppable := workflow.GetVersion(ctx, "eval-stop", workflow.DefaultVersion, 1) == 1
+	if stoppable {
+		stopKey = schemas.Layout{Run: in.Run}.EvalStop(in.Tag, workflow.GetInfo(ctx).WorkflowExecution.RunID)
+		workflow.Go(ctx, func(ctx workflow.Context) {
+			workflow.GetSignalChannel(ctx, api.StopSignal).Receive(ctx, &why)
+			why = cmp.Or(why, "stop signal")
+			prog.Stopping = true
+			details()
+			workflow.GetLogger(ctx).Info("evaluation stop requested; running episodes finish, the rest are skipped", "tag", in.Tag, "reason", why)
+			var records *activities.Records
+			if err := workflow.ExecuteActivity(controlContext(ctx), records.MarkEvalStop, stopKey, why).Get(ctx, nil); err != nil {
+				workflow.GetLogger(ctx).Error("evaluation stop marker not written; its episodes all run", "key", stopKey, "error", err)
+			}
+		})
+	}
 	started := workflow.GetInfo(ctx).WorkflowStartTime.UnixMilli()
-	t := runEpisodes(ctx, phaseRun{Run: in.Run, Phase: phase, WeightsID: in.WeightsID, Harness: h, Heartbeat: in.Heartbeat,
+	t := runEpisodes(ctx, phaseRun{Run: in.Run, Phase: phase, WeightsID: in.WeightsID, Harness: h, Heartbeat: in.Heartbeat, StopKey: stopKey,
 		Priority: cmp.Or(in.Priority, fleet.EvalPriority), OnProgress: func(t api.Tally) { prog.Episodes = t; note.fromChunk(t); details() }}, cells, running)
 	if t.Unservable != "" {
 		return rep, fmt.Errorf("eval %s: %s", in.Tag, t.Unservable)
+	}
+	// Skipped cells have no record: the report says it is incomplete. A
+	// skip without a stop of its own came from the run's STOP marker.
+	var stopped *schemas.ReportStop
+	if stoppable && t.Skipped > 0 {
+		stopped = &schemas.ReportStop{Reason: cmp.Or(why, "the run was stopping (its STOP marker)"), Skipped: t.Skipped}
 	}
 	workflow.GetLogger(ctx).Info("evaluation episodes done", "tag", in.Tag, "shard", in.Shard, "shards", shards, "done", t.Done, "lost", t.Lost)
 	prog.Phase = "report"
@@ -71,12 +100,12 @@ func Eval(ctx workflow.Context, in api.EvalInput) (schemas.Report, error) {
 	var records *activities.Records
 	err = workflow.ExecuteActivity(controlContext(ctx), records.WriteReport, activities.ReportInput{
 		Run: in.Run, Phase: phase, Tag: in.Tag, WeightsID: in.WeightsID, InitKey: in.InitKey,
-		Shard: in.Shard, Shards: shards, StartedAtMS: started,
+		Shard: in.Shard, Shards: shards, StartedAtMS: started, Stopped: stopped,
 	}).Get(ctx, &rep)
 	if err != nil {
 		return rep, fmt.Errorf("eval %s report: %w", in.Tag, err)
 	}
-	if shards == 1 {
+	if shards == 1 && rep.Stopped == nil {
 		// Other shards may still write into a sharded tag's partition, so
 		// only a whole evaluation folds its files.
 		compact(ctx, in.Run, 0, phase)

@@ -34,7 +34,7 @@ func evalEnv(t *testing.T, eps *[]activities.EpisodeInput, rin *activities.Repor
 	env.OnActivity(rec.WriteReport, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, in activities.ReportInput) (schemas.Report, error) {
 			*rin = in
-			return schemas.Report{Tag: in.Tag, Shard: in.Shard, Shards: in.Shards, Overall: schemas.TaskResult{Task: -1, SuccessRate: 0.5}}, nil
+			return schemas.Report{Tag: in.Tag, Shard: in.Shard, Shards: in.Shards, Overall: schemas.TaskResult{Task: -1, SuccessRate: 0.5}, Stopped: in.Stopped}, nil
 		})
 	env.OnActivity(rec.Compact, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, in activities.CompactInput) (store.CompactStats, error) {
@@ -127,6 +127,55 @@ func TestEvalWhole(t *testing.T) {
 	}
 	if !compacted {
 		t.Error("a whole evaluation did not compact its partition")
+	}
+}
+
+// TestEvalSkippedIsIncomplete: every episode gets the evaluation's own
+// stop marker; episodes that skipped themselves make the report
+// incomplete, and an incomplete evaluation does not compact.
+func TestEvalSkippedIsIncomplete(t *testing.T) {
+	env := mockEnv()
+	var ro *activities.Rollout
+	var rec *activities.Records
+	var mu sync.Mutex
+	keys := map[string]bool{}
+	env.OnActivity(ro.RunEpisode, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in activities.EpisodeInput) (activities.EpisodeResult, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			keys[in.StopKey] = true
+			// Task 2's episodes start after the stop.
+			return activities.EpisodeResult{Valid: in.Task.ID != 2, Skipped: in.Task.ID == 2}, nil
+		})
+	var rin activities.ReportInput
+	env.OnActivity(rec.WriteReport, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in activities.ReportInput) (schemas.Report, error) {
+			rin = in
+			return schemas.Report{Tag: in.Tag, Stopped: in.Stopped}, nil
+		})
+	compacted := false
+	env.OnActivity(rec.Compact, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in activities.CompactInput) (store.CompactStats, error) {
+			compacted = true
+			return store.CompactStats{}, nil
+		})
+	env.ExecuteWorkflow(Eval, api.EvalInput{Run: "r", Harness: testHarness(), WeightsID: "r2", Tag: "t1", InitKey: "eval_init_ids"})
+	if err := env.GetWorkflowError(); err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != 1 {
+		t.Fatalf("stop keys %v, want one for all episodes", keys)
+	}
+	for k := range keys {
+		if !strings.HasPrefix(k, schemas.Layout{Run: "r"}.EvalDir("t1")+"STOP-") {
+			t.Errorf("stop key %q, want the evaluation's own under eval/t1/", k)
+		}
+	}
+	if rin.Stopped == nil || rin.Stopped.Skipped != 2 || rin.Stopped.Reason == "" {
+		t.Errorf("report input stopped %+v, want 2 skipped (task 2 × 2 eval ids) and a reason", rin.Stopped)
+	}
+	if compacted {
+		t.Error("an incomplete evaluation compacted its partition")
 	}
 }
 

@@ -340,10 +340,10 @@ func fleetMarkdown(s fleet.State, stats map[string][]schemas.SlotStats, now time
 		}
 	}
 	if len(s.Demands) > 0 {
-		b.WriteString("\n| weights | run | priority | episodes | served by | waiting |\n|---|---|---|---|---|---|\n")
+		// One row per weights: a large evaluation is many episode sets.
+		b.WriteString("\n| weights | run | priority | episodes left / all | sets | served by | waiting |\n|---|---|---|---|---|---|---|\n")
 		by := s.ServedBy()
-		for _, key := range slices.Sorted(maps.Keys(s.Demands)) {
-			d := s.Demands[key]
+		for _, d := range s.ByWeights("") {
 			wait := "—"
 			if at, ok := s.Waiting[d.Weights]; ok {
 				wait = now.Sub(at).Round(time.Second).String()
@@ -351,7 +351,7 @@ func fleetMarkdown(s fleet.State, stats map[string][]schemas.SlotStats, now time
 					wait += " (boosted)"
 				}
 			}
-			fmt.Fprintf(&b, "| %s | %s | %d | %d | %s | %s |\n", d.Weights, d.Run, d.Priority, d.Episodes, strings.Join(by[d.Weights], ", "), wait)
+			fmt.Fprintf(&b, "| %s | %s | %d | %d / %d | %d | %s | %s |\n", d.Weights, d.Run, d.Priority, d.Left, d.Episodes, d.Sets, strings.Join(by[d.Weights], ", "), wait)
 		}
 	}
 	return b.String()

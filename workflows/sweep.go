@@ -137,7 +137,10 @@ func evaluateWeights(ctx workflow.Context, in api.SweepInput, w activities.Sweep
 		return schemas.LeaderboardEntry{}, fmt.Errorf("look for report %s: %w", key, err)
 	}
 	rep := found.Report
-	if !found.Found || rep.WeightsID != runID || rep.InitKey != in.InitKey {
+	// A stopped evaluation's report is incomplete: evaluated again, it
+	// is finished and replaced. (Reports stored before had no Stopped, so
+	// recorded histories take the same path.)
+	if !found.Found || rep.WeightsID != runID || rep.InitKey != in.InitKey || rep.Stopped != nil {
 		cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
 			WorkflowID:    api.EvalWorkflowID(in.Run, tag, 0, 1),
 			TaskQueue:     api.ControlQueue,
@@ -152,6 +155,10 @@ func evaluateWeights(ctx workflow.Context, in api.SweepInput, w activities.Sweep
 		}).Get(ctx, &rep)
 		if err != nil {
 			return schemas.LeaderboardEntry{}, fmt.Errorf("evaluate weights %s: %w", w.ID, err)
+		}
+		if rep.Stopped != nil {
+			return schemas.LeaderboardEntry{}, fmt.Errorf("evaluation of weights %s was stopped (%s) with %d cells skipped: an incomplete report never enters the leaderboard; the next sweep finishes it",
+				w.ID, rep.Stopped.Reason, rep.Stopped.Skipped)
 		}
 	}
 	o := rep.Overall

@@ -504,19 +504,44 @@ func (s *State) ServedBy() map[string][]string {
 	return out
 }
 
-// DemandKeys returns the keys of run's demands (every run's when run is
-// ""), most urgent priority first, then by key.
-func (s *State) DemandKeys(run string) []string {
-	var keys []string
-	for k, d := range s.Demands {
-		if run == "" || d.Run == run {
-			keys = append(keys, k)
+// WeightsDemand is the demand for one weights summed over the episode
+// sets (one per chunk of up to 500 episodes) that wait for it.
+type WeightsDemand struct {
+	Weights  string
+	Run      string
+	Priority int // the most urgent of its sets'
+	Episodes int // in all its sets
+	Left     int // of Episodes, not finished, at most
+	Sets     int
+}
+
+// ByWeights is run's demand (every run's when run is "") one entry per
+// weights, most urgent priority first, then by weights: a 10,030-cell
+// evaluation is 21 sets of the same weights, which people read as one.
+func (s *State) ByWeights(run string) []WeightsDemand {
+	by := map[string]*WeightsDemand{}
+	for _, d := range s.Demands {
+		if run != "" && d.Run != run {
+			continue
 		}
+		w := by[d.Weights]
+		if w == nil {
+			w = &WeightsDemand{Weights: d.Weights, Run: d.Run, Priority: d.Priority}
+			by[d.Weights] = w
+		}
+		w.Priority = min(w.Priority, d.Priority)
+		w.Episodes += d.Episodes
+		w.Left += d.Left()
+		w.Sets++
 	}
-	slices.SortFunc(keys, func(a, b string) int {
-		return cmp.Or(cmp.Compare(s.Demands[a].Priority, s.Demands[b].Priority), cmp.Compare(a, b))
+	out := make([]WeightsDemand, 0, len(by))
+	for _, w := range by {
+		out = append(out, *w)
+	}
+	slices.SortFunc(out, func(a, b WeightsDemand) int {
+		return cmp.Or(cmp.Compare(a.Priority, b.Priority), cmp.Compare(a.Weights, b.Weights))
 	})
-	return keys
+	return out
 }
 
 // Expect records that w's demand ended at now and more will come soon.

@@ -361,15 +361,30 @@ func TestHostKeepsSeveralWeights(t *testing.T) {
 	wantAssign(t, mixed, map[string][]string{"h1": {"tr/w0"}})
 }
 
-// Status lists what waits most urgent first, one run's or all.
-func TestDemandKeys(t *testing.T) {
+// Status lists what waits one line per weights, however many episode
+// sets (chunks) wait for it, most urgent first, one run's or all.
+func TestByWeights(t *testing.T) {
 	s := State{Demands: map[string]Demand{
-		"b": {Run: "sweep-x", Priority: 3}, "a": {Run: "sweep-x", Priority: 3}, "z": {Run: "tr", Priority: 1},
+		"eval-plus-0": {Run: "plus", Weights: "plus/r7", Priority: 3, Episodes: 500},
+		"eval-plus-1": {Run: "plus", Weights: "plus/r7", Priority: 3, Episodes: 500, Remaining: 120},
+		"eval-plus-2": {Run: "plus", Weights: "plus/r7", Priority: 3, Episodes: 30},
+		"sweep-b":     {Run: "sweep-x", Weights: "sweep-x/b", Priority: 3, Episodes: 35},
+		"sweep-a":     {Run: "sweep-x", Weights: "sweep-x/a", Priority: 3, Episodes: 35},
+		"train-0":     {Run: "tr", Weights: "tr/r1", Priority: 1, Episodes: 384},
 	}}
-	if got := s.DemandKeys(""); !reflect.DeepEqual(got, []string{"z", "a", "b"}) {
-		t.Errorf("all runs: %v, want z a b", got)
+	want := []WeightsDemand{
+		{Weights: "tr/r1", Run: "tr", Priority: 1, Episodes: 384, Left: 384, Sets: 1},
+		{Weights: "plus/r7", Run: "plus", Priority: 3, Episodes: 1030, Left: 650, Sets: 3},
+		{Weights: "sweep-x/a", Run: "sweep-x", Priority: 3, Episodes: 35, Left: 35, Sets: 1},
+		{Weights: "sweep-x/b", Run: "sweep-x", Priority: 3, Episodes: 35, Left: 35, Sets: 1},
 	}
-	if got := s.DemandKeys("tr"); !reflect.DeepEqual(got, []string{"z"}) {
-		t.Errorf("run tr: %v, want z", got)
+	if got := s.ByWeights(""); !reflect.DeepEqual(got, want) {
+		t.Errorf("all runs:\n got %+v\nwant %+v", got, want)
+	}
+	if got := s.ByWeights("plus"); !reflect.DeepEqual(got, want[1:2]) {
+		t.Errorf("run plus: %+v, want %+v", got, want[1:2])
+	}
+	if got := s.ByWeights("nobody"); len(got) != 0 {
+		t.Errorf("run nobody: %+v", got)
 	}
 }

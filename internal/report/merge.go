@@ -74,6 +74,10 @@ func checkShard(r schemas.Report, k string, first schemas.Report, firstKey strin
 	if !r.IsShard() {
 		return fmt.Errorf("%s is not a shard report (scope %q)", k, r.Scope)
 	}
+	if r.Stopped != nil {
+		return fmt.Errorf("%s is incomplete: shard %d/%d was stopped (%s) with %d cells skipped; run the same `starter eval --tag %s --shard %d/%d` again to finish it, then merge",
+			k, r.Shard, r.Shards, r.Stopped.Reason, r.Stopped.Skipped, r.Tag, r.Shard, r.Shards)
+	}
 	for _, c := range []struct{ what, a, b string }{
 		{"shard count", strconv.Itoa(r.Shards), strconv.Itoa(n)},
 		{"run", r.Run, first.Run},

@@ -92,6 +92,10 @@ func TestMergeShards(t *testing.T) {
 			r[1].Scope, r[1].Shards = schemas.ScopeFull, 1
 			return r, k
 		}},
+		{"a stopped shard", []string{"1-of-3.json is incomplete", "stopped", "--shard 1/3"}, func(r []schemas.Report, k []string) ([]schemas.Report, []string) {
+			r[1].Stopped = &schemas.ReportStop{Reason: "starter stop", Skipped: 1}
+			return r, k
+		}},
 		{"cells short of the split", []string{"cover 7 cells", "has 8"}, func(r []schemas.Report, k []string) ([]schemas.Report, []string) {
 			r[1].Cells = r[1].Cells[1:]
 			r[1].Overall.Episodes--

@@ -111,6 +111,9 @@ func OverInvalidLimit(rep schemas.Report) bool {
 // task without a valid episode, or fewer cells than the protocol's
 // episodes. nil when rep may be called final.
 func FinalScoreError(rep schemas.Report) error {
+	if err := StoppedError(rep); err != nil {
+		return err
+	}
 	if err := coverageError(rep); err != nil {
 		return err
 	}
@@ -120,6 +123,16 @@ func FinalScoreError(rep schemas.Report) error {
 	o := rep.Overall
 	return fmt.Errorf("not a final score: %d of %d attempted episodes (%.1f%%) were invalid or lost, over the limit of %.0f%% (collect.max_invalid_share); fix the causes (invalid by cause: %s), then evaluate again under a new --tag",
 		o.Invalid+o.Lost, o.Attempted(), 100*o.InvalidShare(), 100*InvalidLimit(rep), Causes(o))
+}
+
+// StoppedError refuses an incomplete report, whose evaluation was
+// stopped, as a score of its split; nil when every cell ran.
+func StoppedError(rep schemas.Report) error {
+	if rep.Stopped == nil {
+		return nil
+	}
+	return fmt.Errorf("not a score: the evaluation was stopped (%s) with %d of %d cells skipped; run the same `starter eval` (same --run and --tag) again to finish it",
+		rep.Stopped.Reason, rep.Stopped.Skipped, max(rep.SplitCells, rep.Overall.Attempted()))
 }
 
 // coverageError says which required tasks rep does not cover. A task all

@@ -67,6 +67,10 @@ func writeTable(w io.Writer, rep schemas.Report, bucket string, all bool) error 
 	fmt.Fprintf(w, "weights %s (digest %.12s), %s, harness %s (config %s)%s\nreport: s3://%s/%s\n",
 		rep.WeightsID, rep.WeightsDigest, rep.InitKey, rep.Harness, rep.Digest, took, bucket, key)
 	o := rep.Overall
+	if st := rep.Stopped; st != nil {
+		fmt.Fprintf(w, "!! INCOMPLETE: the evaluation was stopped (%s): %d cells were skipped and count as lost; not a score of the split. Run the same `starter eval` again (same --run and --tag) to finish it\n",
+			st.Reason, st.Skipped)
+	}
 	if o.Invalid+o.Lost > 0 {
 		fmt.Fprintf(w, "invalid by cause: %s (%.1f%% of %d attempted; lost cells are listed as missing in the report)\n", Causes(o), 100*o.InvalidShare(), o.Attempted())
 	}
@@ -78,6 +82,9 @@ func writeTable(w io.Writer, rep schemas.Report, bucket string, all bool) error 
 	case rep.IsShard():
 		fmt.Fprintf(w, "SHARD %d/%d of tag %s: not a score of the split. Once all %d shards are done: starter report merge --run %s --tag %s\n",
 			rep.Shard, rep.Shards, rep.Tag, rep.Shards, rep.Run, rep.Tag)
+	case rep.Stopped != nil && rep.InitKey != FinalKey:
+		fmt.Fprintf(w, "incomplete (%s): %s over the %d valid of %d attempted episodes before the stop — not a score of the split\n",
+			rep.InitKey, stats.Rate(o.Successes, o.Valid), o.Valid, o.Attempted())
 	case rep.InitKey == FinalKey:
 		if err := FinalScoreError(rep); err != nil {
 			return fmt.Errorf("tag %s of run %s: %w", rep.Tag, rep.Run, err)

@@ -44,7 +44,11 @@ type ShardFile struct {
 type TagState struct {
 	Run, Tag string
 	Full     string
-	Shards   []ShardFile
+	// Stopped is the full report when its evaluation was stopped
+	// (schemas.Report.Stopped): an incomplete report, which an evaluation
+	// of the same weights under the tag finishes and replaces.
+	Stopped *schemas.Report
+	Shards  []ShardFile
 }
 
 var shardName = regexp.MustCompile(`(^|/)([0-9]+)-of-([0-9]+)\.json$`)
@@ -59,6 +63,13 @@ func ReadTag(ctx context.Context, s *store.Store, run, tag string) (TagState, er
 	}
 	if ok {
 		st.Full = l.Report(tag)
+		var rep schemas.Report
+		if err := store.GetJSON(ctx, s, st.Full, &rep); err != nil {
+			return st, err
+		}
+		if rep.Stopped != nil {
+			st.Stopped = &rep
+		}
 	}
 	objs, err := s.List(ctx, l.ShardsDir(tag))
 	if err != nil {
@@ -134,6 +145,11 @@ func PlanTag(st TagState, want TagSpec) (TagPlan, error) {
 		if st.Full == "" && len(st.Shards) == 0 {
 			return p, nil
 		}
+		if r := st.Stopped; r != nil && len(st.Shards) == 0 && !want.Replace && sameEvaluation(*r, want) {
+			// Resumed: the cells that ran are found recorded, the rest
+			// run, and the new report replaces the incomplete one.
+			return p, nil
+		}
 		if !want.Replace {
 			what := st.Full
 			if what == "" {
@@ -154,6 +170,9 @@ func PlanTag(st TagState, want TagSpec) (TagPlan, error) {
 		var problem string
 		switch {
 		case f.I == want.Shard.I && f.N == want.Shard.N:
+			if f.Rep.Stopped != nil && !want.Replace && sameEvaluation(f.Rep, want) {
+				continue // a stopped shard, finished by this evaluation
+			}
 			if !want.Replace {
 				return p, fmt.Errorf("shard %s of tag %s exists (%s): %s", want.Shard, st.Tag, f.Key, fix)
 			}
@@ -174,6 +193,12 @@ func PlanTag(st TagState, want TagSpec) (TagPlan, error) {
 		p.Remove = append(p.Remove, f.Key)
 	}
 	return p, nil
+}
+
+// sameEvaluation says rep is of the evaluation want describes: the same
+// weights, split and harness config.
+func sameEvaluation(rep schemas.Report, want TagSpec) bool {
+	return rep.WeightsDigest == want.Weights && rep.InitKey == want.InitKey && rep.Digest == want.Config
 }
 
 // WipeTag deletes a tag's reports and the records of its evaluation

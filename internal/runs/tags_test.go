@@ -18,6 +18,11 @@ func TestPlanTag(t *testing.T) {
 		return TagSpec{Shard: Shard{I: i, N: n}, InitKey: report.ValKey, Weights: "wd", Config: "cfg", Replace: replace}
 	}
 	full := "runs/r/eval/t/report.json"
+	stop := &schemas.ReportStop{Reason: "starter stop", Skipped: 3}
+	stopped := &schemas.Report{WeightsDigest: "wd", InitKey: report.ValKey, Digest: "cfg", Stopped: stop}
+	stoppedFinal := &schemas.Report{WeightsDigest: "wd", InitKey: report.FinalKey, Digest: "cfg", Stopped: stop}
+	stoppedShard := shard(1, 2, "wd", report.ValKey)
+	stoppedShard.Rep.Stopped = stop
 	cases := []struct {
 		name   string
 		st     TagState
@@ -36,6 +41,10 @@ func TestPlanTag(t *testing.T) {
 		{"same shard again", TagState{Shards: []ShardFile{shard(1, 2, "wd", report.ValKey)}}, spec(1, 2, false), "--replace-tag", false, nil},
 		{"same shard replaced", TagState{Shards: []ShardFile{shard(0, 2, "wd", report.ValKey), shard(1, 2, "wd", report.ValKey)}}, spec(1, 2, true), "", false,
 			[]string{"runs/r/eval/t/shards/1-of-2.json"}},
+		{"stopped report finished", TagState{Full: full, Stopped: stopped}, spec(0, 1, false), "", false, nil},
+		{"stopped final score finished", TagState{Full: full, Stopped: stoppedFinal}, TagSpec{Shard: Shard{I: 0, N: 1}, InitKey: report.FinalKey, Weights: "wd", Config: "cfg"}, "", false, nil},
+		{"stopped report, other weights", TagState{Full: full, Stopped: stopped}, TagSpec{Shard: Shard{I: 0, N: 1}, InitKey: report.ValKey, Weights: "other", Config: "cfg"}, "--replace-tag", false, nil},
+		{"stopped shard finished", TagState{Shards: []ShardFile{shard(0, 2, "wd", report.ValKey), stoppedShard}}, spec(1, 2, false), "", false, nil},
 		{"other shard count", TagState{Shards: []ShardFile{shard(0, 3, "wd", report.ValKey)}}, spec(1, 2, false), "split in 3 shards", false, nil},
 		{"other weights", TagState{Shards: []ShardFile{shard(0, 2, "other", report.ValKey)}}, spec(1, 2, false), "other weights", false, nil},
 		{"other init key", TagState{Shards: []ShardFile{shard(0, 2, "wd", report.FinalKey)}}, spec(1, 2, false), "--init-key", false, nil},

@@ -4,8 +4,8 @@
 // sweep.go, episodes.go, fleet.go) the registered workflow type name,
 // workflow ids, signal and query names, and input, result and progress
 // types. The client code that uses it: client.go starts, queries and stops
-// workflows and registers search attributes, runs.go lists and describes
-// training runs, schedule.go makes and drives sweeps' schedules.
+// workflows and registers search attributes, stops and cancels training
+// runs and evaluations, runs.go lists and describes them, schedule.go makes and drives sweeps' schedules.
 //
 // The workflow bodies live in package workflows, which imports this one.
 // They are apart so that a client (the starter) does not link the

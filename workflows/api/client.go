@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -78,22 +81,12 @@ func StartEval(ctx context.Context, c client.Client, in EvalInput) (client.Workf
 	}, EvalWorkflow, in)
 }
 
-// RequestStop sends a run's train workflow the stop signal.
+// RequestStop sends a run's train workflow the stop signal (a STOP file
+// beside `starter train`; `starter stop` uses Stop).
 func RequestStop(ctx context.Context, c client.Client, run, reason string) error {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	return notRunning(run, c.SignalWorkflow(ctx, WorkflowID(run), "", StopSignal, reason))
-}
-
-// CancelTrain cancels a run's train workflow: a hard stop.
-func CancelTrain(ctx context.Context, c client.Client, run string) error {
-	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
-	return notRunning(run, c.CancelWorkflow(ctx, WorkflowID(run), ""))
-}
-
-// notRunning says what Temporal's NotFound means to whoever stops a run.
-func notRunning(run string, err error) error {
+	err := c.SignalWorkflow(ctx, WorkflowID(run), "", StopSignal, reason)
 	var nf *serviceerror.NotFound
 	switch {
 	case err == nil:
@@ -102,6 +95,122 @@ func notRunning(run string, err error) error {
 		return fmt.Errorf("run %s is not running (unknown run, or it already ended): see `starter status`", run)
 	}
 	return fmt.Errorf("run %s: %w", run, err)
+}
+
+// Stopped is what Stop or Cancel acted on: a training run, or an
+// evaluation (every running shard of its tag).
+type Stopped struct {
+	Kind        string   // KindTrain, KindEval, KindSweepEval
+	Tag         string   // an evaluation's
+	WorkflowIDs []string // the workflows signalled or cancelled
+}
+
+// Stop asks for a controlled stop: running episodes finish, the others
+// are skipped. A training run ends with its state recorded (`starter
+// train` resumes it); an evaluation writes its report, marked incomplete.
+// Without tag it is the run's training run, or its one running evaluation.
+func Stop(ctx context.Context, c client.Client, ns, run, tag, reason string) (Stopped, error) {
+	return act(ctx, c, ns, run, tag, func(ctx context.Context, id string) error {
+		return c.SignalWorkflow(ctx, id, "", StopSignal, reason)
+	})
+}
+
+// Cancel cancels a training run or an evaluation, as Stop chooses it: a
+// hard stop, killing its episodes (and trainer).
+func Cancel(ctx context.Context, c client.Client, ns, run, tag string) (Stopped, error) {
+	return act(ctx, c, ns, run, tag, func(ctx context.Context, id string) error {
+		return c.CancelWorkflow(ctx, id, "")
+	})
+}
+
+// act does what Stop or Cancel does to the workflows of run (and tag).
+// The training run's id and an unsharded evaluation's are known, so they
+// are tried directly; the visibility store, which may lag a start by a
+// moment, is asked only for the rest, and for the runs that do run when
+// the one asked for does not.
+func act(ctx context.Context, c client.Client, ns, run, tag string, do func(context.Context, string) error) (Stopped, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	try := func(kind, tag, id string) (Stopped, bool, error) {
+		err := do(ctx, id)
+		var nf *serviceerror.NotFound
+		switch {
+		case err == nil:
+			return Stopped{Kind: kind, Tag: tag, WorkflowIDs: []string{id}}, true, nil
+		case errors.As(err, &nf):
+			return Stopped{}, false, nil
+		}
+		return Stopped{}, false, fmt.Errorf("workflow %s of run %s: %w", id, run, err)
+	}
+	if tag == "" {
+		if st, ok, err := try(KindTrain, "", WorkflowID(run)); ok || err != nil {
+			return st, err
+		}
+	}
+	running, err := Running(ctx, c, ns)
+	if err != nil {
+		return Stopped{}, err
+	}
+	var evals []RunView
+	tags := map[string]bool{}
+	for _, v := range running {
+		if v.Kind != KindTrain && v.Run == run && (tag == "" || v.Tag == tag) {
+			evals = append(evals, v)
+			tags[v.Tag] = true
+		}
+	}
+	if len(tags) > 1 {
+		return Stopped{}, fmt.Errorf("run %s has %d evaluations running (tags %s): name one with --tag", run, len(tags), strings.Join(slices.Sorted(maps.Keys(tags)), ", "))
+	}
+	if len(evals) == 0 && tag != "" {
+		if st, ok, err := try(KindEval, tag, EvalWorkflowID(run, tag, 0, 1)); ok || err != nil {
+			return st, err
+		}
+	}
+	if len(evals) == 0 {
+		return Stopped{}, notRunning(run, tag, running)
+	}
+	st := Stopped{Kind: evals[0].Kind, Tag: evals[0].Tag}
+	for _, v := range evals {
+		s, ok, err := try(v.Kind, v.Tag, v.WorkflowID)
+		if err != nil {
+			return st, err
+		}
+		if ok { // a shard may have ended meanwhile
+			st.WorkflowIDs = append(st.WorkflowIDs, s.WorkflowIDs...)
+		}
+	}
+	if len(st.WorkflowIDs) == 0 {
+		return st, notRunning(run, tag, running)
+	}
+	return st, nil
+}
+
+// notRunning says that run (its evaluation tag) is not running, and
+// names what is.
+func notRunning(run, tag string, running []RunView) error {
+	what := "run " + run
+	if tag != "" {
+		what = fmt.Sprintf("evaluation %s of run %s", tag, run)
+	}
+	if len(running) == 0 {
+		return fmt.Errorf("%s is not running, and nothing else is: see `starter status`", what)
+	}
+	names := make([]string, len(running))
+	for i, v := range running {
+		names[i] = RunningName(v)
+	}
+	slices.Sort(names)
+	return fmt.Errorf("%s is not running; running: %s", what, strings.Join(slices.Compact(names), ", "))
+}
+
+// RunningName names a running run or evaluation as an error lists it:
+// "r7 (train)", "plus1 (eval, tag t1)".
+func RunningName(v RunView) string {
+	if v.Kind == KindTrain {
+		return fmt.Sprintf("%s (%s)", v.Run, v.Kind)
+	}
+	return fmt.Sprintf("%s (%s, tag %s)", v.Run, v.Kind, v.Tag)
 }
 
 // IsRunning says whether workflow id has a running execution.

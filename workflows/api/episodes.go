@@ -52,6 +52,10 @@ type EpisodesInput struct {
 	Again bool `json:",omitempty"`
 	// PerHost is the harness's model_server.per_host, for the fleet.
 	PerHost int `json:",omitempty"`
+	// StopKey is the stop marker of the evaluation the chunk belongs to
+	// (schemas.Layout.EvalStop); episodes not started when it exists
+	// skip themselves. "" for training, which uses the run's STOP marker.
+	StopKey string `json:",omitempty"`
 }
 
 // Tally counts what a set of episodes did; it is the result of Episodes.

@@ -21,6 +21,8 @@ func EvalWorkflowID(run, tag string, shard, shards int) string {
 	return fmt.Sprintf("eval-%s-%s", run, tag)
 }
 
+// An evaluation takes StopSignal too (train.go): a controlled stop.
+
 // EvalProgressQuery returns an evaluation's EvalProgress.
 const EvalProgressQuery = "eval-progress"
 
@@ -48,6 +50,9 @@ type EvalProgress struct {
 	Shard     int
 	Shards    int
 	Phase     string // episodes, report, done
+	// Stopping says a stop was asked for (StopSignal): running episodes
+	// finish, the others are skipped, and the report is marked incomplete.
+	Stopping bool `json:",omitempty"`
 	// Episodes as of the last finished chunk; QueryEvalProgress adds the
 	// live counts of the running chunks named in Children.
 	Episodes Tally

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -24,24 +26,41 @@ import (
 	"github.com/roundhouse-rl/roundhouse/schemas"
 )
 
-// Listing and describing training runs, all from Temporal (the progress
-// query of running runs, search attributes and the histories of finished
-// ones), nothing from S3: what `starter status` prints.
+// Listing and describing runs — training runs, evaluations and a sweep's
+// evaluations — all from Temporal (the progress query of running ones,
+// search attributes and the histories of finished ones), nothing from S3:
+// what `starter status` prints.
 
-// RunView is one training run as Temporal knows it.
+// Kinds of RunView: a training run, an evaluation (`starter eval`, one
+// view per shard), and an evaluation a sweep started.
+const (
+	KindTrain     = "train"
+	KindEval      = "eval"
+	KindSweepEval = "sweep-eval"
+)
+
+// RunView is one training run, or one evaluation (shard), as Temporal
+// knows it.
 type RunView struct {
-	Run    string
-	Status string // running, stopping, completed, stopped, failed, canceled, terminated, timed out
-	Round  int32
-	Rounds int32 // 0 when unknown
-	Phase  string
+	Run  string
+	Kind string // KindTrain, KindEval, KindSweepEval
+	// WorkflowID is the workflow the view describes.
+	WorkflowID string
+	// Tag, Shard, Shards and InitKey are an evaluation's.
+	Tag           string
+	Shard, Shards int
+	InitKey       string
+	Status        string // running, stopping, completed, stopped, failed, canceled, terminated, timed out
+	Round         int32
+	Rounds        int32 // 0 when unknown
+	Phase         string
 	// Episodes are the current phase's live counts; Live says they are known.
 	Episodes Tally
 	Live     bool
 	Val      float64 // latest validation success, -1 when none
 	// ValCounts are Val's counts when known, for its interval.
 	ValCounts *schemas.TaskResult
-	FinalVal  bool // Val is the final validation's
+	FinalVal  bool // Val is the final validation's (of an evaluation: its report's)
 	WeightsID string
 	Err       string // the run's failure, or the last failure of an activity being retried
 	Started   time.Time
@@ -53,18 +72,73 @@ type RunView struct {
 // Running says the run's workflow has not ended.
 func (v RunView) Running() bool { return v.Status == "running" || v.Status == "stopping" }
 
-// listQuery finds each run's current workflow execution: the rounds a
-// run has left behind through continue-as-new are not runs of their own.
-var listQuery = fmt.Sprintf(`%s = "train" AND ExecutionStatus != "ContinuedAsNew"`, KindAttr.GetName())
+// listQuery finds the current workflow execution of each training run
+// and evaluation, and more (and ...): the rounds a run has left behind
+// through continue-as-new are not runs of their own; episode chunks and
+// sweeps are not listed.
+func listQuery(more ...string) string {
+	q := fmt.Sprintf(`(%[1]s = "train" OR %[1]s = "eval") AND ExecutionStatus != "ContinuedAsNew"`, KindAttr.GetName())
+	for _, m := range more {
+		q += " AND " + m
+	}
+	return q
+}
 
-// ListRuns lists the newest limit runs of namespace ns from the visibility
-// store, each described, a few at a time. dc decodes the payloads of
-// histories: the client's converter, with the payload codec when
-// payloads are encrypted.
+// ListRuns lists the newest limit training runs and evaluations of
+// namespace ns from the visibility store, each described, a few at a
+// time. dc decodes the payloads of histories: the client's converter,
+// with the payload codec when payloads are encrypted.
 func ListRuns(ctx context.Context, c client.Client, ns string, dc converter.DataConverter, limit int) ([]RunView, error) {
+	infos, err := list(ctx, c, ns, listQuery(), limit)
+	if err != nil {
+		return nil, err
+	}
+	return describeAll(ctx, c, ns, dc, infos), nil
+}
+
+// DescribeRunAll is everything of one run: its training run (first, if
+// it has one) and its evaluations, newest first, each described. A run
+// the visibility store does not know is looked up by its training
+// workflow's id, as DescribeRun does.
+func DescribeRunAll(ctx context.Context, c client.Client, ns string, dc converter.DataConverter, run string) ([]RunView, error) {
+	infos, err := list(ctx, c, ns, listQuery(fmt.Sprintf(`%s = %q`, RunAttr.GetName(), run)), 1000)
+	if err != nil {
+		return nil, err
+	}
+	views := describeAll(ctx, c, ns, dc, infos)
+	if len(views) == 0 {
+		v, err := DescribeRun(ctx, c, ns, dc, run)
+		if err != nil {
+			return nil, err
+		}
+		return []RunView{v}, nil
+	}
+	// The training run first; the list is newest first already.
+	sort.SliceStable(views, func(i, j int) bool { return views[i].Kind == KindTrain && views[j].Kind != KindTrain })
+	return views, nil
+}
+
+// Running lists the training runs and evaluations that run now, as the
+// visibility store has them (no query, no history): what stop and cancel
+// choose from, and name when asked for one that does not run.
+func Running(ctx context.Context, c client.Client, ns string) ([]RunView, error) {
+	infos, err := list(ctx, c, ns, listQuery(`ExecutionStatus = "Running"`), 1000)
+	if err != nil {
+		return nil, err
+	}
+	views := make([]RunView, len(infos))
+	for i, x := range infos {
+		views[i] = viewFromInfo(x)
+	}
+	return views, nil
+}
+
+// list runs a visibility query and keeps the newest execution of each
+// workflow id, newest first, at most limit.
+func list(ctx context.Context, c client.Client, ns, query string, limit int) ([]*workflowpb.WorkflowExecutionInfo, error) {
 	lctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	resp, err := c.ListWorkflow(lctx, &workflowservice.ListWorkflowExecutionsRequest{Namespace: ns, PageSize: int32(limit), Query: listQuery})
+	resp, err := c.ListWorkflow(lctx, &workflowservice.ListWorkflowExecutionsRequest{Namespace: ns, PageSize: int32(limit), Query: query})
 	var bad *serviceerror.InvalidArgument
 	if errors.As(err, &bad) && strings.Contains(err.Error(), KindAttr.GetName()) {
 		// The search attributes are registered with the first run or control worker.
@@ -88,6 +162,11 @@ func ListRuns(ctx context.Context, c client.Client, ns string, dc converter.Data
 	if len(infos) > limit {
 		infos = infos[:limit]
 	}
+	return infos, nil
+}
+
+// describeAll describes executions a few at a time.
+func describeAll(ctx context.Context, c client.Client, ns string, dc converter.DataConverter, infos []*workflowpb.WorkflowExecutionInfo) []RunView {
 	views := make([]RunView, len(infos))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(8)
@@ -98,7 +177,7 @@ func ListRuns(ctx context.Context, c client.Client, ns string, dc converter.Data
 		})
 	}
 	_ = g.Wait() // describe records its errors in the view
-	return views, nil
+	return views
 }
 
 // DescribeRun is one run's current execution, described.
@@ -120,6 +199,9 @@ func DescribeRun(ctx context.Context, c client.Client, ns string, dc converter.D
 // progress query; a closed one has its input and its close event.
 func describe(ctx context.Context, c client.Client, ns string, dc converter.DataConverter, info *workflowpb.WorkflowExecutionInfo) RunView {
 	v := viewFromInfo(info)
+	if v.Kind != KindTrain {
+		return describeEval(ctx, c, ns, dc, info, v)
+	}
 	if info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
 		p, err := QueryProgress(ctx, c, v.Run)
 		if err != nil {
@@ -149,10 +231,85 @@ func describe(ctx context.Context, c client.Client, ns string, dc converter.Data
 	return v
 }
 
+// describeEval completes an evaluation's view: a running one answers its
+// progress query; a closed one has its input and its close event, whose
+// result is the report.
+func describeEval(ctx context.Context, c client.Client, ns string, dc converter.DataConverter, info *workflowpb.WorkflowExecutionInfo, v RunView) RunView {
+	id := info.GetExecution().GetWorkflowId()
+	if info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		p, err := QueryEvalProgress(ctx, c, id)
+		if err != nil {
+			v.Err = fmt.Sprintf("no progress (is a control worker running?): %v", err)
+		} else {
+			applyEvalProgress(&v, p)
+		}
+		if fs, err := failnote.Pending(ctx, c, id); err == nil && len(fs) > 0 && v.Err == "" {
+			v.Err = strings.TrimPrefix(failnote.Line(fs[len(fs)-1], time.Now()), "! ")
+		}
+		return v
+	}
+	exec := info.GetExecution()
+	if first, err := historyEvent(ctx, c, ns, exec, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT); err == nil {
+		var in EvalInput
+		if a := first.GetWorkflowExecutionStartedEventAttributes(); a != nil && decode(dc, a.GetInput(), &in) == nil {
+			v.Tag, v.WeightsID, v.InitKey, v.Shard, v.Shards = in.Tag, in.WeightsID, in.InitKey, in.Shard, max(in.Shards, 1)
+		}
+	}
+	last, err := historyEvent(ctx, c, ns, exec, enumspb.HISTORY_EVENT_FILTER_TYPE_CLOSE_EVENT)
+	if err != nil {
+		v.Err = err.Error()
+	}
+	applyEvalClose(&v, dc, last)
+	return v
+}
+
+// applyEvalProgress takes a running evaluation's live state.
+func applyEvalProgress(v *RunView, p EvalProgress) {
+	v.Tag, v.WeightsID, v.InitKey, v.Shard, v.Shards, v.Phase = p.Tag, p.WeightsID, p.InitKey, p.Shard, p.Shards, p.Phase
+	v.Episodes, v.Live, v.Children = p.Episodes, true, p.Children
+	if p.Stopping {
+		v.Status = "stopping"
+	}
+}
+
+// applyEvalClose completes a closed evaluation's view from its close
+// event: a completed one's report gives its success; a stopped one's
+// report says it is incomplete.
+func applyEvalClose(v *RunView, dc converter.DataConverter, last *historypb.HistoryEvent) {
+	v.Phase = "done"
+	switch {
+	case last.GetWorkflowExecutionCompletedEventAttributes() != nil:
+		var rep schemas.Report
+		if err := decode(dc, last.GetWorkflowExecutionCompletedEventAttributes().GetResult(), &rep); err != nil {
+			v.Err = fmt.Sprintf("result unreadable: %v", err)
+			return
+		}
+		o := rep.Overall
+		v.Val, v.ValCounts, v.FinalVal = o.SuccessRate, &o, true
+		if rep.Stopped != nil {
+			v.Status = "stopped"
+			v.Err = fmt.Sprintf("incomplete: stopped (%s), %d cells skipped", rep.Stopped.Reason, rep.Stopped.Skipped)
+		}
+	case last.GetWorkflowExecutionFailedEventAttributes() != nil:
+		v.Err = failureMessage(last.GetWorkflowExecutionFailedEventAttributes().GetFailure())
+	case last.GetWorkflowExecutionTerminatedEventAttributes() != nil:
+		if r := last.GetWorkflowExecutionTerminatedEventAttributes().GetReason(); r != "" {
+			v.Err = "terminated: " + r
+		}
+	case last.GetWorkflowExecutionTimedOutEventAttributes() != nil:
+		v.Err = "the workflow timed out"
+	}
+}
+
+// shardSuffix is how EvalWorkflowID names a shard.
+var shardSuffix = regexp.MustCompile(`-([0-9]+)of([0-9]+)$`)
+
 // viewFromInfo is what the visibility store knows: status and search
-// attributes, which the SDK writes unencoded.
+// attributes, which the SDK writes unencoded. An evaluation's tag is its
+// phase attribute's (eval-<tag>); one started by a sweep has a parent.
 func viewFromInfo(info *workflowpb.WorkflowExecutionInfo) RunView {
-	v := RunView{Run: strings.TrimPrefix(info.GetExecution().GetWorkflowId(), "train-"), Val: -1,
+	id := info.GetExecution().GetWorkflowId()
+	v := RunView{Run: strings.TrimPrefix(id, "train-"), Kind: KindTrain, WorkflowID: id, Val: -1,
 		Started: info.GetStartTime().AsTime(), Status: statusName(info.GetStatus())}
 	f := info.GetSearchAttributes().GetIndexedFields()
 	attr := func(name string, to any) bool {
@@ -172,6 +329,19 @@ func viewFromInfo(info *workflowpb.WorkflowExecutionInfo) RunView {
 	var rate float64
 	if attr(SuccessRateAttr.GetName(), &rate) {
 		v.Val = rate
+	}
+	var kind string
+	if attr(KindAttr.GetName(), &kind) && kind == KindEval {
+		v.Kind, v.Shards = KindEval, 1
+		if info.GetParentExecution() != nil {
+			v.Kind = KindSweepEval
+		}
+		v.Tag, v.Phase = strings.TrimPrefix(v.Phase, schemas.PhaseEval+"-"), ""
+		if m := shardSuffix.FindStringSubmatch(id); m != nil && strings.HasSuffix(strings.TrimSuffix(id, m[0]), "-"+v.Tag) {
+			v.Shard, _ = strconv.Atoi(m[1])
+			v.Shards, _ = strconv.Atoi(m[2])
+		}
+		v.FinalVal = v.Val >= 0
 	}
 	return v
 }

@@ -92,6 +92,10 @@ func TestRunViews(t *testing.T) {
 	}
 	for i, got := range []RunView{running, stopping, completed, stopped, failed, canceled, terminated} {
 		got.Started = want[i].Started
+		if got.Kind != KindTrain || got.WorkflowID != WorkflowID(want[i].Run) {
+			t.Errorf("view of %s: kind %q, workflow %q", want[i].Run, got.Kind, got.WorkflowID)
+		}
+		got.Kind, got.WorkflowID = "", ""
 		if len(got.Children) == 0 {
 			got.Children = nil
 		}
@@ -104,6 +108,47 @@ func TestRunViews(t *testing.T) {
 	}
 	if !running.Running() || !stopping.Running() || completed.Running() || failed.Running() {
 		t.Errorf("Running: running %v, stopping %v, completed %v, failed %v", running.Running(), stopping.Running(), completed.Running(), failed.Running())
+	}
+}
+
+// An evaluation's view: kind, tag and shard from its search attributes
+// and id (a sweep's has a parent), then its progress query or its
+// report; a stopped report makes it stopped and says why.
+func TestEvalViews(t *testing.T) {
+	evalInfo := func(run, tag string, shard, shards int, parent bool, st enumspb.WorkflowExecutionStatus) *workflowpb.WorkflowExecutionInfo {
+		x := &workflowpb.WorkflowExecutionInfo{Execution: &commonpb.WorkflowExecution{WorkflowId: EvalWorkflowID(run, tag, shard, shards), RunId: "x"},
+			Status: st, StartTime: timestamppb.Now(), SearchAttributes: &commonpb.SearchAttributes{IndexedFields: map[string]*commonpb.Payload{
+				KindAttr.GetName(): payload(t, "eval"), RunAttr.GetName(): payload(t, run), PhaseAttr.GetName(): payload(t, schemas.TagPhase(tag)),
+				WeightsAttr.GetName(): payload(t, "r7")}}}
+		if parent {
+			x.ParentExecution = &commonpb.WorkflowExecution{WorkflowId: "sweep-nightly-2026", RunId: "y"}
+		}
+		return x
+	}
+	sharded := viewFromInfo(evalInfo("plus", "t-2of3", 1, 4, false, enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING))
+	if sharded.Kind != KindEval || sharded.Tag != "t-2of3" || sharded.Shard != 1 || sharded.Shards != 4 || sharded.Phase != "" || sharded.WeightsID != "r7" || sharded.Run != "plus" {
+		t.Errorf("sharded evaluation %+v", sharded)
+	}
+	// A tag that looks like a shard suffix is still the tag.
+	whole := viewFromInfo(evalInfo("plus", "t-2of3", 0, 1, false, enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING))
+	if whole.Tag != "t-2of3" || whole.Shards != 1 {
+		t.Errorf("whole evaluation %+v", whole)
+	}
+	applyEvalProgress(&whole, EvalProgress{Tag: "t-2of3", WeightsID: "r7", InitKey: "val_init_ids", Shards: 1, Phase: "episodes", Stopping: true,
+		Episodes: Tally{Total: 10, Done: 3}})
+	if !whole.Running() || whole.Status != "stopping" || !whole.Live || whole.Episodes.Done != 3 || whole.Phase != "episodes" {
+		t.Errorf("stopping evaluation %+v", whole)
+	}
+	sweep := viewFromInfo(evalInfo("lab", "sweep-nightly-r2", 0, 1, true, enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED))
+	rep := schemas.Report{Overall: schemas.TaskResult{Episodes: 20, Valid: 20, Successes: 7, SuccessRate: 0.35}, Stopped: &schemas.ReportStop{Reason: "starter stop", Skipped: 15}}
+	applyEvalClose(&sweep, nil, &historypb.HistoryEvent{Attributes: &historypb.HistoryEvent_WorkflowExecutionCompletedEventAttributes{
+		WorkflowExecutionCompletedEventAttributes: &historypb.WorkflowExecutionCompletedEventAttributes{Result: payloads(t, rep)}}})
+	if sweep.Kind != KindSweepEval || sweep.Status != "stopped" || sweep.Running() || sweep.Val != 0.35 || sweep.ValCounts == nil || sweep.ValCounts.Successes != 7 ||
+		sweep.Err != "incomplete: stopped (starter stop), 15 cells skipped" {
+		t.Errorf("stopped sweep evaluation %+v", sweep)
+	}
+	if got := RunningName(sweep); got != "lab (sweep-eval, tag sweep-nightly-r2)" {
+		t.Errorf("RunningName = %q", got)
 	}
 }
 
