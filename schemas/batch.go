@@ -19,6 +19,12 @@ const (
 	BatchRolloutLogprobs   = "rollout_logprobs"   // float32 [sum completion tokens], as recorded by the proxy
 	BatchAdvantages        = "advantages"         // float32 [n], leave-one-out advantage of the call's episode
 	BatchWeights           = "weights"            // float32 [n], 1/(selected calls in the episode)
+	// BatchTemperatures is what the trainer divides sample i's logits by
+	// before its log-softmax: the call's temperature when the model server
+	// returned processed logprobs (they include it), 1 otherwise, and 1 for
+	// every sample when the array is missing (batches written before it).
+	// docs/design.md §4, "Sampling settings".
+	BatchTemperatures = "temperatures" // float32 [n]
 	// Images: the distinct blobs (<sha256>.<ext>, Layout.Blob) the batch's
 	// requests sent, each once, in order of first use; sample i's own images,
 	// in prompt order and with repeats, are image_index[image_offsets[i]:

@@ -308,7 +308,7 @@ func TestStatusAndReportOnRealRun(t *testing.T) {
 			t.Fatalf("status: %v\n%s", err, out)
 		}
 		if strings.Contains(out, run+" ") {
-			if row = rowOf(t, out, run); row[1] == "completed" {
+			if row = rowOf(t, out, run); row[3] == "completed" {
 				break
 			}
 		}
@@ -322,7 +322,7 @@ func TestStatusAndReportOnRealRun(t *testing.T) {
 		t.Fatalf("the result's final validation counts %+v do not match its rate %v", res.FinalVal, res.FinalValSuccess)
 	}
 	fv := res.FinalVal
-	if want := fmt.Sprintf("%d/%d %s (final)", fv.Successes, fv.Valid, stats.Rate(fv.Successes, fv.Valid)); row[2] != "1/1" || row[3] != "done" || row[6] != want || row[7] != "-" {
+	if want := fmt.Sprintf("%d/%d %s (final)", fv.Successes, fv.Valid, stats.Rate(fv.Successes, fv.Valid)); row[1] != "train" || row[4] != "1/1" || row[5] != "done" || row[8] != want || row[10] != "-" {
 		t.Errorf("status row %q: want round 1/1, phase done, validation %s, no error", row, want)
 	}
 

@@ -104,6 +104,7 @@ func expectedColumns() []duckColumn {
 		reflect.TypeFor[bool]():      "BOOLEAN",
 		reflect.TypeFor[int32]():     "INTEGER",
 		reflect.TypeFor[int64]():     "BIGINT",
+		reflect.TypeFor[*int64]():    "BIGINT", // optional: NULL where absent
 		reflect.TypeFor[float64]():   "DOUBLE",
 		reflect.TypeFor[[]int32]():   "INTEGER[]",
 		reflect.TypeFor[[]float32](): "FLOAT[]",
