@@ -20,6 +20,7 @@ import (
 	"github.com/roundhouse-rl/roundhouse/internal/outcome"
 	"github.com/roundhouse-rl/roundhouse/internal/proc"
 	"github.com/roundhouse-rl/roundhouse/internal/proxy"
+	"github.com/roundhouse-rl/roundhouse/internal/sampling"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/internal/telemetry/instr"
 	"github.com/roundhouse-rl/roundhouse/schemas"
@@ -235,6 +236,10 @@ func (r *Rollout) play(ctx context.Context, h schemas.Harness, in EpisodeInput, 
 		return outcome.Result{}, nil, err
 	}
 	pep.Upstream = svc["model_url"] // this episode's model server, of several
+	if pep.Sampling, err = sampling.Defaults(h.Model.Sampling, svc["weights_dir"]); err != nil {
+		// The weights' file is wrong on every try: fail once, naming it.
+		return outcome.Result{}, nil, temporal.NewNonRetryableApplicationError(err.Error(), "SamplingDefaults", err)
+	}
 	prefix := r.Host.Proxy.Begin(pep)
 	vars := map[string]string{
 		"base_url": "http://" + r.Host.ProxyAddr + prefix, "task": strconv.Itoa(int(in.Task.ID)),

@@ -92,6 +92,33 @@ type ModelServer struct {
 	// at the new weights before it sends these requests in order (vLLM:
 	// sleep, collective_rpc reload_weights, wake_up) and checks Ready.
 	Reload []ReloadStep `yaml:"reload,omitempty" json:"reload,omitempty"`
+	// Sampling says what the server returns as logprobs and where the
+	// settings a request leaves out come from (docs/design.md §3,
+	// "Sampling settings").
+	Sampling SamplingSpec `yaml:"sampling,omitempty" json:"sampling,omitempty"`
+}
+
+// Logprobs modes of a model server (vLLM's --logprobs-mode) and sources of
+// its sampling defaults (vLLM's --generation-config).
+const (
+	LogprobsRaw          = "raw_logprobs"       // vLLM's default: before penalties, temperature and truncation
+	LogprobsProcessed    = "processed_logprobs" // vLLM ≥ 0.10.2: of the distribution the token was drawn from
+	GenerationConfigAuto = "auto"               // vLLM's default: the weights' generation_config.json, then vLLM's own
+	GenerationConfigVLLM = "vllm"               // vLLM's own neutral defaults only
+)
+
+// SamplingSpec is model_server.sampling. Both fields take vLLM's defaults
+// when left out, so a harness that says nothing is judged as vLLM serves it.
+type SamplingSpec struct {
+	// LogprobsMode is what the server's logprobs are: raw_logprobs or
+	// processed_logprobs. It must match the server command's --logprobs-mode.
+	LogprobsMode string `yaml:"logprobs_mode,omitempty" json:"logprobs_mode,omitempty"`
+	// GenerationConfig is where a request's missing settings come from:
+	// auto, the weights' generation_config.json (read by the rollout host
+	// from the weights it serves) over vLLM's own, or vllm, vLLM's own
+	// (temperature 1, no truncation, no penalty). It must match the server
+	// command's --generation-config.
+	GenerationConfig string `yaml:"generation_config,omitempty" json:"generation_config,omitempty"`
 }
 
 // ReloadStep is one request of a model server's in-place reload: POST

@@ -59,9 +59,46 @@ type Call struct {
 	Content          string `parquet:"content" json:"content"`
 	PromptTokens     int32  `parquet:"prompt_tokens" json:"prompt_tokens"`
 	CompletionTokens int32  `parquet:"completion_tokens" json:"completion_tokens"`
-	// Trainable is false when the upstream returned no token ids or logprobs:
-	// such a call is kept for the record but never selected for training.
+	// Sampling is what the completion was sampled with: the request's
+	// settings, the model server's defaults for those it left out.
+	Sampling
+	// Trainable is false when the call cannot train: the upstream returned
+	// no token ids or logprobs, or the trainer cannot reproduce the
+	// distribution its tokens were drawn from. Such a call is kept for the
+	// record but never selected for training; UntrainableReason says why.
 	Trainable bool `parquet:"trainable" json:"trainable"`
+	// UntrainableReason is "" for a trainable call, else the reasons,
+	// comma-separated (docs/design.md §3, "Sampling settings"): failed,
+	// no_token_ids, no_logprobs, token_count_mismatch, or what in the
+	// sampling the trainer cannot reproduce (greedy, temperature_raw,
+	// top_p, top_k, min_p, repetition_penalty, presence_penalty,
+	// frequency_penalty, structured_output, logit_bias, bad_words,
+	// allowed_token_ids, min_tokens, unknown_logprobs_mode).
+	UntrainableReason string `parquet:"untrainable_reason" json:"untrainable_reason,omitempty"`
+}
+
+// Sampling is a call's effective sampling settings (docs/design.md §3,
+// "Sampling settings"), flat columns of the calls table. Rows written
+// before they existed read as zero values with LogprobsMode "".
+type Sampling struct {
+	Temperature float64 `parquet:"temperature" json:"temperature" yaml:"temperature"`
+	TopP        float64 `parquet:"top_p" json:"top_p" yaml:"top_p"`
+	// TopK 0 is no top-k (vLLM's -1 and 0 both mean that).
+	TopK              int32   `parquet:"top_k" json:"top_k" yaml:"top_k"`
+	MinP              float64 `parquet:"min_p" json:"min_p" yaml:"min_p"`
+	RepetitionPenalty float64 `parquet:"repetition_penalty" json:"repetition_penalty" yaml:"repetition_penalty"`
+	PresencePenalty   float64 `parquet:"presence_penalty" json:"presence_penalty" yaml:"presence_penalty"`
+	FrequencyPenalty  float64 `parquet:"frequency_penalty" json:"frequency_penalty" yaml:"frequency_penalty"`
+	// Defaulted names the settings above that the request left out, so
+	// the server's defaults gave them.
+	Defaulted []string `parquet:"sampling_defaulted,list" json:"sampling_defaulted" yaml:"-"`
+	// Constraints names what else in the request shaped the distribution:
+	// structured output (response_format, tool_choice required or named,
+	// structured_outputs or guided_*), logit_bias, bad_words,
+	// allowed_token_ids, min_tokens.
+	Constraints []string `parquet:"sampling_constraints,list" json:"sampling_constraints" yaml:"-"`
+	// LogprobsMode is what the server's logprobs were (model_server.sampling).
+	LogprobsMode string `parquet:"logprobs_mode" json:"logprobs_mode" yaml:"-"`
 }
 
 // CallCounts is the projection of Call that advantages and selection read:
@@ -72,6 +109,12 @@ type CallCounts struct {
 	PromptTokens     int32  `parquet:"prompt_tokens"`
 	CompletionTokens int32  `parquet:"completion_tokens"`
 	Trainable        bool   `parquet:"trainable"`
+	// UntrainableReason lets a round count why calls did not train.
+	UntrainableReason string `parquet:"untrainable_reason"`
+	// Temperature and LogprobsMode give the trainer the temperature of
+	// processed logprobs (schemas.BatchTemperatures).
+	Temperature  float64 `parquet:"temperature"`
+	LogprobsMode string  `parquet:"logprobs_mode"`
 }
 
 // CallTokens is the projection of Call that the training batch needs.

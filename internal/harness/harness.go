@@ -332,6 +332,9 @@ func Check(h schemas.Harness) error {
 	if err := checkMemory(h); err != nil {
 		return err
 	}
+	if err := checkSampling(h.Model); err != nil {
+		return err
+	}
 	for i, st := range h.Model.Reload {
 		if !strings.HasPrefix(st.Post, "/") {
 			return &FieldError{fmt.Sprintf("model_server.reload.%d.post", i), fmt.Errorf("%q: give the path to POST, e.g. /collective_rpc", st.Post)}
@@ -525,4 +528,51 @@ func checkMemory(h schemas.Harness) error {
 			max(m.PerHost, 1), m.MemoryShare, strings.Join(parts, ", "), total, fit)}
 	}
 	return nil
+}
+
+// checkSampling checks model_server.sampling against the server command:
+// the logprobs mode and the source of defaults the harness declares are
+// what the proxy judges every call by (docs/design.md §3, "Sampling
+// settings"), so a command that starts the server otherwise would train on
+// a distribution the tokens were not drawn from. A flag the command does
+// not give takes vLLM's default.
+func checkSampling(m schemas.ModelServer) error {
+	for _, c := range []struct {
+		field, flag, value, dflt string
+		allowed                  []string
+	}{
+		{"model_server.sampling.logprobs_mode", "--logprobs-mode", m.Sampling.LogprobsMode, schemas.LogprobsRaw,
+			[]string{schemas.LogprobsRaw, schemas.LogprobsProcessed}},
+		{"model_server.sampling.generation_config", "--generation-config", m.Sampling.GenerationConfig, schemas.GenerationConfigAuto,
+			[]string{schemas.GenerationConfigAuto, schemas.GenerationConfigVLLM}},
+	} {
+		declared := cmp.Or(c.value, c.dflt)
+		if !slices.Contains(c.allowed, declared) {
+			if strings.HasSuffix(declared, "_logits") {
+				return &FieldError{c.field, fmt.Errorf("%q: logits are not logprobs, and no call could train on them; use %s", declared, strings.Join(c.allowed, " or "))}
+			}
+			return &FieldError{c.field, fmt.Errorf("%q: use %s", declared, strings.Join(c.allowed, " or "))}
+		}
+		given, ok := flagValue(m.Command, c.flag)
+		switch {
+		case ok && given != declared:
+			return &FieldError{c.field, fmt.Errorf("is %s but model_server.command starts the server with %s %s: make them agree", declared, c.flag, given)}
+		case !ok && declared != c.dflt:
+			return &FieldError{c.field, fmt.Errorf("is %s but model_server.command does not pass %s, so the server uses its default %s: add %q, %q to the command", declared, c.flag, c.dflt, c.flag, declared)}
+		}
+	}
+	return nil
+}
+
+// flagValue is the value of flag in args, as "--flag value" or "--flag=value".
+func flagValue(args []string, flag string) (string, bool) {
+	for i, a := range args {
+		if a == flag && i+1 < len(args) {
+			return args[i+1], true
+		}
+		if v, ok := strings.CutPrefix(a, flag+"="); ok {
+			return v, true
+		}
+	}
+	return "", false
 }

@@ -83,6 +83,13 @@ func TestBadInputNamesTheProblem(t *testing.T) {
 		{"model servers that do not fit beside the services", strings.Replace(good, "served_name: toy", "served_name: toy\n  per_host: 3\n  memory_share: 0.3", 1) +
 			"services:\n  - {name: vla, command: [vla], memory_share: 0.15}\n  - {name: sam3, command: [sam3], memory_share: 0.1}\n", nil,
 			[]string{"model_server.per_host", "3 model servers × memory_share 0.3 + services (vla 0.15, sam3 0.1) = 1.15", "2 fit", "lower per_host"}},
+		{"logits declared as the logprobs mode", strings.Replace(good, "served_name: toy", "served_name: toy\n  sampling: {logprobs_mode: processed_logits}", 1), nil,
+			[]string{"model_server.sampling.logprobs_mode", "logits are not logprobs", "raw_logprobs or processed_logprobs"}},
+		{"processed logprobs the command does not ask for", strings.Replace(good, "served_name: toy", "served_name: toy\n  sampling: {logprobs_mode: processed_logprobs}", 1), nil,
+			[]string{"model_server.sampling.logprobs_mode", "does not pass --logprobs-mode", `"--logprobs-mode", "processed_logprobs"`}},
+		{"a generation config the command contradicts", strings.Replace(strings.Replace(good, "served_name: toy", "served_name: toy\n  sampling: {generation_config: vllm}", 1),
+			`"127.0.0.1:{port}"]`, `"127.0.0.1:{port}", "--generation-config=auto"]`, 1), nil,
+			[]string{"model_server.sampling.generation_config", "is vllm but model_server.command starts the server with --generation-config auto"}},
 	}
 	for _, c := range cases {
 		p := write(t, c.body)

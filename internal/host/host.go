@@ -246,7 +246,7 @@ func (h *Host) RecoverOrphans(ctx context.Context) (int, error) {
 		}
 		for i := range calls {
 			calls[i].Error = strings.TrimPrefix(calls[i].Error+"; ", "; ") + "orphaned: the worker stopped before the episode completed"
-			calls[i].Trainable = false
+			calls[i].Trainable, calls[i].UntrainableReason = false, "orphaned"
 		}
 		if err := h.storeOrphan(ctx, o, calls); err != nil {
 			return 0, fmt.Errorf("orphan %s: %w", o.Path, err)

@@ -343,6 +343,9 @@ func (a *acquisition) use(slot string, m *service, vars map[string]string) func(
 	// one upstream serves harnesses that read {model_url} less.
 	vars["model_port"] = strconv.Itoa(m.lease.Port)
 	vars["model_url"] = m.url
+	// Where the served weights are, for their generation_config.json
+	// (sampling.Defaults).
+	vars["weights_dir"] = a.local
 	h.Proxy.SetUpstream(m.url)
 	var once sync.Once
 	return func() {

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/roundhouse-rl/roundhouse/internal/sampling"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 )
 
@@ -36,6 +37,10 @@ type chatRequest struct {
 	// harness's own or the injected one; nil when it goes without.
 	seed         *int64
 	seedInjected bool
+	// given and constraints are the request's sampling settings and what
+	// else in it shapes the distribution (sampling.Effective).
+	given        sampling.Given
+	constraints  []string
 	upstreamBody []byte
 }
 
@@ -90,6 +95,25 @@ func parseChatRequestSeeded(body []byte, inject *int64) (chatRequest, error) {
 			hasTokenIDs, req.wantTokenIDs = true, isTrue(v)
 			forced = append(forced, edit{span{start: start, end: s.i}, "true"})
 			allTrue = allTrue && req.wantTokenIDs
+		case "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty":
+			// A value that is not a number is the server's to reject; null
+			// is left out, as in vLLM.
+			i := sampling.Index(decodeKey(k, plain))
+			f, err := strconv.ParseFloat(string(v), 64)
+			req.given.Set[i], req.given.Value[i] = err == nil, f
+		case "tool_choice":
+			// "required" and a named function make vLLM constrain decoding
+			// to the tools' JSON schema; "auto" and "none" do not.
+			req.constrain("structured_output", string(v) == `"required"` || (len(v) > 0 && v[0] == '{'))
+		case "response_format":
+			req.constrain("structured_output", structuredFormat(v))
+		case "structured_outputs", "guided_json", "guided_regex", "guided_choice", "guided_grammar":
+			req.constrain("structured_output", !isNull(v))
+		case "logit_bias", "bad_words", "allowed_token_ids":
+			req.constrain(decodeKey(k, plain), !isNull(v) && !isEmpty(v))
+		case "min_tokens":
+			f, err := strconv.ParseFloat(string(v), 64)
+			req.constrain("min_tokens", err == nil && f > 0)
 		case "seed":
 			// The last one counts; null means no seed, as in vLLM.
 			hasSeed, req.seed = !isNull(v), nil
@@ -146,6 +170,31 @@ func parseChatRequestSeeded(body []byte, inject *int64) (chatRequest, error) {
 type edit struct {
 	span
 	value string
+}
+
+// constrain records that the request shapes the distribution by name.
+func (r *chatRequest) constrain(name string, on bool) {
+	if on && !slices.Contains(r.constraints, name) {
+		r.constraints = append(r.constraints, name)
+	}
+}
+
+// structuredFormat: a response_format other than {"type":"text"} makes
+// vLLM constrain decoding to it.
+func structuredFormat(v []byte) bool {
+	if isNull(v) {
+		return false
+	}
+	var f struct {
+		Type string `json:"type"`
+	}
+	return json.Unmarshal(v, &f) != nil || (f.Type != "" && f.Type != "text")
+}
+
+// isEmpty: an empty JSON object or array, spaces allowed.
+func isEmpty(v []byte) bool {
+	t := bytes.TrimSpace(v)
+	return len(t) >= 2 && (t[0] == '{' || t[0] == '[') && len(bytes.TrimSpace(t[1:len(t)-1])) == 0
 }
 
 func (r chatRequest) seedOr0() int64 {
@@ -232,7 +281,8 @@ func (p *Proxy) handleChat(w http.ResponseWriter, r *http.Request, rec *schemas.
 	root := ep.meta.Upstream
 	defer func() {
 		rec.LatencyMS = float64(time.Since(start).Microseconds()) / 1000
-		rec.Trainable = isTrainable(rec)
+		rec.UntrainableReason = untrainable(rec)
+		rec.Trainable = rec.UntrainableReason == ""
 		p.logCall(r.Context(), rec)
 	}()
 
@@ -281,6 +331,7 @@ func (p *Proxy) handleChat(w http.ResponseWriter, r *http.Request, rec *schemas.
 	}
 	rec.Model, rec.Stream = req.model, req.stream
 	rec.Seed, rec.SeedInjected = req.seed, req.seedInjected
+	rec.Sampling = sampling.Effective(req.given, req.constraints, ep.meta.samplingDefaults())
 
 	target, err := p.upstreamURL(root, "/v1/chat/completions", r.URL.RawQuery)
 	if err != nil {
@@ -511,20 +562,29 @@ func logprobs(l *respLogprobs) []float32 {
 	return out
 }
 
-// isTrainable: only a complete, successful call whose upstream returned the
-// prompt ids, the completion ids and one logprob per completion token can
-// train; the proxy never reconstructs ids itself.
+// untrainable says why a call cannot train, "" when it can. Only a
+// complete, successful call whose upstream returned the prompt ids, the
+// completion ids and one logprob per completion token can; the proxy never
+// reconstructs ids itself. Of those, only calls whose distribution the
+// trainer can reproduce (sampling.Reasons).
 //
 // When the server reports usage, the id counts must match it: vLLM builds
 // with a tool or reasoning parser have dropped the ids of buffered stream
 // chunks (vllm#29074, #37737), and such a call would train on a completion
 // the model did not produce.
-func isTrainable(c *schemas.Call) bool {
-	return c.Error == "" && c.HTTPStatus >= 200 && c.HTTPStatus <= 299 &&
-		len(c.PromptTokenIDs) > 0 && len(c.CompletionTokenIDs) > 0 &&
-		len(c.CompletionLogprobs) == len(c.CompletionTokenIDs) &&
-		(c.PromptTokens == 0 || int(c.PromptTokens) == len(c.PromptTokenIDs)) &&
-		(c.CompletionTokens == 0 || int(c.CompletionTokens) == len(c.CompletionTokenIDs))
+func untrainable(c *schemas.Call) string {
+	switch {
+	case c.Error != "" || c.HTTPStatus < 200 || c.HTTPStatus > 299:
+		return "failed"
+	case len(c.PromptTokenIDs) == 0 || len(c.CompletionTokenIDs) == 0:
+		return "no_token_ids"
+	case len(c.CompletionLogprobs) != len(c.CompletionTokenIDs):
+		return "no_logprobs"
+	case (c.PromptTokens != 0 && int(c.PromptTokens) != len(c.PromptTokenIDs)) ||
+		(c.CompletionTokens != 0 && int(c.CompletionTokens) != len(c.CompletionTokenIDs)):
+		return "token_count_mismatch"
+	}
+	return sampling.Reasons(c.Sampling)
 }
 
 // hopHeaders are connection-level headers a proxy must not forward.

@@ -25,6 +25,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/roundhouse-rl/roundhouse/internal/sampling"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 )
 
@@ -44,6 +45,20 @@ type Episode struct {
 	// without a seed of its own one derived from them (CallSeed), and
 	// makes the proxy check that the model server honours seeds.
 	Seeds *Seeds
+	// Sampling is the model server's defaults for settings a request leaves
+	// out, with its logprobs mode (sampling.Defaults); unset, vLLM's
+	// neutral defaults with raw logprobs.
+	Sampling schemas.Sampling
+}
+
+// samplingDefaults is Sampling, or vLLM's own defaults when it is unset.
+func (e Episode) samplingDefaults() schemas.Sampling {
+	if e.Sampling.LogprobsMode == "" {
+		d := sampling.Neutral
+		d.LogprobsMode = schemas.LogprobsRaw
+		return d
+	}
+	return e.Sampling
 }
 
 // Options configure a Proxy; zero values take the defaults.

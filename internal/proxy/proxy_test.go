@@ -30,7 +30,7 @@ type reqOpts struct {
 func chatBody(user string, o reqOpts) []byte {
 	u, _ := json.Marshal(user)
 	var b strings.Builder
-	fmt.Fprintf(&b, `{"model": "toy", "messages": [{"role": "system", "content": "You plan robot actions."}, {"role": "user", "content": %s}], "temperature": 0.7`, u)
+	fmt.Fprintf(&b, `{"model": "toy", "messages": [{"role": "system", "content": "You plan robot actions."}, {"role": "user", "content": %s}], "temperature": 1.0`, u)
 	if o.tools {
 		b.WriteString(`, "tools": [{"type": "function", "function": {"name": "move_to", "parameters": {"type": "object"}}}], "tool_choice": "auto"`)
 	}
