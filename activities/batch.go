@@ -2,6 +2,7 @@ package activities
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/roundhouse-rl/roundhouse/internal/npz"
 	"github.com/roundhouse-rl/roundhouse/internal/rl"
+	"github.com/roundhouse-rl/roundhouse/internal/sampling"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/internal/telemetry/instr"
 	"github.com/roundhouse-rl/roundhouse/schemas"
@@ -206,6 +208,10 @@ func selectSamples(in BatchInput, order []*planned, sum *schemas.BatchSummary) [
 			// usage, so the counts stand in for the arrays here.
 			if !call.Trainable || call.CompletionTokens <= 0 {
 				sum.UntrainableCalls++
+				if sum.UntrainableByReason == nil {
+					sum.UntrainableByReason = map[string]int{}
+				}
+				sum.UntrainableByReason[cmp.Or(call.UntrainableReason, "unrecorded")]++
 				continue
 			}
 			switch rl.FilterCall(in.Filters, in.Round, call.CallIndex, int(call.PromptTokens)+int(call.CompletionTokens), p.ep.SuccessCall) {
@@ -223,7 +229,8 @@ func selectSamples(in BatchInput, order []*planned, sum *schemas.BatchSummary) [
 			call := p.calls[indexOf(p.calls, eligible[k])]
 			samples = append(samples, schemas.Sample{Run: in.Run, Round: in.Round, EpisodeID: p.ep.EpisodeID,
 				Group: p.ep.Group, CallIndex: call.CallIndex, Advantage: p.adv, Weight: 1 / float64(len(sel)),
-				PromptTokens: call.PromptTokens, CompletionTokens: call.CompletionTokens})
+				PromptTokens: call.PromptTokens, CompletionTokens: call.CompletionTokens,
+				Temperature: sampling.TrainerTemperature(schemas.Sampling{Temperature: call.Temperature, LogprobsMode: call.LogprobsMode})})
 			if p.adv == 0 {
 				sum.ZeroWeightSamples++
 			}
@@ -396,6 +403,9 @@ func encodeBatch(w io.Writer, samples []schemas.Sample, toks []schemas.CallToken
 			return perCall(schemas.BatchAdvantages, func(s schemas.Sample) float64 { return s.Advantage })
 		},
 		func() error { return perCall(schemas.BatchWeights, func(s schemas.Sample) float64 { return s.Weight }) },
+		func() error {
+			return perCall(schemas.BatchTemperatures, func(s schemas.Sample) float64 { return s.Temperature })
+		},
 		func() error { return z.WriteStrings(schemas.BatchImages, images) },
 		func() error { return z.WriteInt32(schemas.BatchImageIndex, imageIndex) },
 		func() error { return z.WriteInt64(schemas.BatchImageOffsets, imageOffsets) },

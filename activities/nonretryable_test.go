@@ -129,6 +129,30 @@ func TestNonRetryableFailsFirstAttempt(t *testing.T) {
 			_, err := env.ExecuteActivity(rec.BuildBatch, activities.BatchInput{Run: run, Round: 1, MaxCallsPerEpisode: 16, Selection: "first", Seed: 1})
 			return err
 		}},
+		{"WriteReport: no call of a training run's validation can train", "Untrainable", func(env *testsuite.TestActivityEnvironment) error {
+			const run = "nr-untrainable"
+			l := schemas.Layout{Run: run}
+			putJSON(l.Harness(), schemas.Harness{Name: "h", Tasks: []schemas.Task{{ID: 0, Suite: "toy"}}, Splits: schemas.Splits{Val: "45-46"}})
+			publishWeights(l.Weights("w0"), map[string]string{"policy.json": `{"w":0}`})
+			for i, init := range []int32{45, 46} {
+				e := schemas.Episode{Run: run, Round: 1, Phase: schemas.PhaseVal, InitID: init, Group: int32(i), Valid: true, WeightsID: "w0"}
+				e.EpisodeID = schemas.EpisodeID(1, schemas.PhaseVal, int32(i), 0)
+				call := schemas.Call{EpisodeID: e.EpisodeID, UntrainableReason: "temperature_raw,top_k"}
+				if _, err := store.WriteParquet(ctx, s, l.Calls(1, schemas.PhaseVal, e.EpisodeID), []schemas.Call{call}); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := store.WriteParquet(ctx, s, l.Episodes(1, schemas.PhaseVal, e.EpisodeID), []schemas.Episode{e}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			env.RegisterActivity(&activities.Records{Store: s})
+			_, err := env.ExecuteActivity(rec.WriteReport, activities.ReportInput{Run: run, Round: 1, Phase: schemas.PhaseVal,
+				Tag: schemas.ValTag(1), WeightsID: "w0", InitKey: "val_init_ids"})
+			if err != nil && !strings.Contains(err.Error(), "--logprobs-mode processed_logprobs") {
+				t.Errorf("the refusal does not name the fix: %v", err)
+			}
+			return err
+		}},
 		{"ListSweepWeights: a source naming no bucket", "BadSource", func(env *testsuite.TestActivityEnvironment) error {
 			env.RegisterActivity(&activities.Records{Store: s})
 			_, err := env.ExecuteActivity(rec.ListSweepWeights, activities.SweepSource{Source: "s3:///ckpts/", Run: "nr-sweep"})
@@ -230,6 +254,35 @@ func TestNonRetryableFailsFirstAttempt(t *testing.T) {
 				Task: schemas.Task{ID: 0, Suite: "toy"}, InitID: 11, WeightsID: "w0", InfraTries: 3}))
 		}},
 	}
+	// The rollout activity's own refusal: weights whose generation config
+	// cannot be read give no sampling defaults to judge calls by.
+	cases = append(cases, struct {
+		name, typ string
+		run       func(env *testsuite.TestActivityEnvironment) error
+	}{"RunEpisode: the weights' generation_config.json is broken", "SamplingDefaults", func(env *testsuite.TestActivityEnvironment) error {
+		const run = "nr-genconfig"
+		l := schemas.Layout{Run: run}
+		h := schemas.Harness{Name: "fake", Dir: dir, Digest: "nr-gc"}
+		h.Model.Command = []string{"sh", "-c", "echo ready; exec sleep 300"}
+		h.Model.Ready = schemas.Ready{Log: "ready"}
+		h.Model.WeightsFile = "policy.json"
+		h.Episode.Command = []string{"true"}
+		putJSON(l.Harness(), h)
+		publishWeights(l.Weights("w0"), map[string]string{"policy.json": `{"w":0}`, "generation_config.json": `{"temperature": "hot"}`})
+		hst, err := host.Start(ctx, host.Config{Store: s, WorkDir: filepath.Join(dir, "rollout-gc"), ProxyListen: "127.0.0.1:0", Name: "nr-gc",
+			Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer hst.Close()
+		env.RegisterActivity(&activities.Rollout{Host: hst})
+		err = errOf(env.ExecuteActivity(ro.RunEpisode, activities.EpisodeInput{Run: run, Round: 1, Phase: schemas.PhaseTrain,
+			Task: schemas.Task{ID: 0, Suite: "toy"}, InitID: 11, WeightsID: "w0", InfraTries: 3}))
+		if err != nil && !strings.Contains(err.Error(), "generation_config.json") {
+			t.Errorf("the refusal does not name the file: %v", err)
+		}
+		return err
+	}})
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			var suite testsuite.WorkflowTestSuite

@@ -1,14 +1,19 @@
 package activities
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/roundhouse-rl/roundhouse/internal/report"
+	"github.com/roundhouse-rl/roundhouse/internal/sampling"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/internal/telemetry/instr"
 	"github.com/roundhouse-rl/roundhouse/internal/weights"
@@ -49,6 +54,11 @@ func (c *Records) WriteReport(ctx context.Context, in ReportInput) (schemas.Repo
 	rep, key, err := c.newReport(ctx, h, in)
 	if err != nil {
 		return rep, err
+	}
+	if in.Phase == schemas.PhaseVal {
+		if err := c.refuseUntrainable(ctx, h, in); err != nil {
+			return rep, err
+		}
 	}
 	cells, want, err := reportCells(h, in, &rep)
 	if err != nil {
@@ -265,4 +275,50 @@ func (c *Records) ReadReport(ctx context.Context, key string) (schemas.Report, e
 		return rep, fmt.Errorf("report %s: %w", key, err)
 	}
 	return rep, nil
+}
+
+// refuseUntrainable stops a training run at its validation when none of
+// the validation's calls could train because of how they were sampled
+// (docs/design.md §3, "Sampling settings"): the planner sends the same
+// requests in collection, so every GPU-hour of it would be spent on calls
+// the batch drops. Calls untrainable for other causes (failed, no ids)
+// are the episodes' infrastructure failures, counted there.
+func (c *Records) refuseUntrainable(ctx context.Context, h schemas.Harness, in ReportInput) error {
+	l := schemas.Layout{Run: in.Run}
+	calls, trainable := 0, 0
+	by := map[string]int{}
+	err := store.ScanTable(ctx, c.Store, l.CallsDir(in.Round, in.Phase),
+		func(r schemas.CallCounts) string { return r.EpisodeID }, nil,
+		func(rows []schemas.CallCounts) error {
+			for _, r := range rows {
+				calls++
+				if r.Trainable {
+					trainable++
+				} else {
+					by[r.UntrainableReason]++
+				}
+			}
+			return nil
+		})
+	if err != nil {
+		return fmt.Errorf("round %d validation calls: %w", in.Round, err)
+	}
+	if calls == 0 || trainable > 0 {
+		return nil
+	}
+	var reasons []string
+	for r := range by {
+		if !sampling.IsSamplingReason(r) {
+			return nil
+		}
+		reasons = append(reasons, r)
+	}
+	slices.Sort(reasons)
+	return temporal.NewNonRetryableApplicationError(fmt.Sprintf(
+		"harness %s: none of the %d calls of round %d's validation could train, as they were sampled (%s; model_server.sampling: "+
+			"logprobs_mode %s, generation_config %s): the trainer cannot reproduce that distribution (docs/design.md §3, "+
+			"\"Sampling settings\"), and collection would record only calls the batch drops. Fix: %s",
+		h.Name, calls, in.Round, report.CauseList(by), sampling.Mode(h.Model.Sampling),
+		cmp.Or(h.Model.Sampling.GenerationConfig, schemas.GenerationConfigAuto), sampling.Fix(strings.Join(reasons, ","))),
+		"Untrainable", nil)
 }

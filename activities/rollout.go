@@ -238,7 +238,7 @@ func (r *Rollout) play(ctx context.Context, h schemas.Harness, in EpisodeInput, 
 	pep.Upstream = svc["model_url"] // this episode's model server, of several
 	if pep.Sampling, err = sampling.Defaults(h.Model.Sampling, svc["weights_dir"]); err != nil {
 		// The weights' file is wrong on every try: fail once, naming it.
-		return outcome.Result{}, nil, temporal.NewNonRetryableApplicationError(err.Error(), "SamplingDefaults", err)
+		return outcome.Result{}, nil, temporal.NewNonRetryableApplicationError(err.Error(), "SamplingDefaults", nil)
 	}
 	prefix := r.Host.Proxy.Begin(pep)
 	vars := map[string]string{

@@ -180,4 +180,8 @@ type Sample struct {
 	Weight           float64 `parquet:"weight" json:"weight"`
 	PromptTokens     int32   `parquet:"prompt_tokens" json:"prompt_tokens"`
 	CompletionTokens int32   `parquet:"completion_tokens" json:"completion_tokens"`
+	// Temperature is what the trainer divides the call's logits by
+	// (BatchTemperatures): the call's temperature when its logprobs were
+	// processed, else 1.
+	Temperature float64 `parquet:"temperature" json:"temperature"`
 }

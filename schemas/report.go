@@ -183,6 +183,9 @@ type BatchSummary struct {
 	GroupsWithSignal     int            `json:"groups_with_signal"`
 	Calls                int            `json:"calls"`
 	UntrainableCalls     int            `json:"untrainable_calls"`
+	// UntrainableByReason counts them by Call.UntrainableReason
+	// ("unrecorded" for calls recorded before reasons).
+	UntrainableByReason map[string]int `json:"untrainable_by_reason,omitempty"`
 	// Calls dropped by the selection filters (schemas.Filters), before selection.
 	DroppedLength      int `json:"dropped_length"`
 	DroppedPostSuccess int `json:"dropped_post_success"`

@@ -13,6 +13,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/roundhouse-rl/roundhouse/schemas"
@@ -207,6 +208,21 @@ func TrainerTemperature(s schemas.Sampling) float64 {
 		return s.Temperature
 	}
 	return 1
+}
+
+// transport are the reasons of untrainable calls that are not about
+// sampling (the proxy's and the host's).
+var transport = []string{"failed", "no_token_ids", "no_logprobs", "token_count_mismatch", "orphaned", ""}
+
+// IsSamplingReason: each of the comma-separated reasons is about how the
+// call was sampled, not about a failed or incomplete call.
+func IsSamplingReason(reasons string) bool {
+	for _, r := range strings.Split(reasons, ",") {
+		if slices.Contains(transport, r) {
+			return false
+		}
+	}
+	return true
 }
 
 // Fix names what makes calls with these reasons trainable, for the error
