@@ -117,8 +117,8 @@ func (t *tracker) update() {
 			t.epPhase, e.Done, e.Total, e.Valid, e.Successes, e.Lost, e.Skipped)
 	}
 	if bs := t.batch; bs != nil {
-		fmt.Fprintf(&b, "| batch | value |\n|---|---|\n| valid episodes | %d/%d |\n| groups with signal | %d/%d |\n| samples (zero-weight) | %d (%d) |\n| untrainable calls | %d/%d |\n",
-			bs.Valid, bs.Episodes, bs.GroupsWithSignal, bs.Groups, bs.Samples, bs.ZeroWeightSamples, bs.UntrainableCalls, bs.Calls)
+		fmt.Fprintf(&b, "| batch | value |\n|---|---|\n| valid episodes | %d/%d |\n| groups with signal | %d/%d |\n| samples (zero-weight) | %d (%d) |\n| untrainable calls | %d/%d %s |\n",
+			bs.Valid, bs.Episodes, bs.GroupsWithSignal, bs.Groups, bs.Samples, bs.ZeroWeightSamples, bs.UntrainableCalls, bs.Calls, untrainableCauses(bs))
 		if bs.ImageRefs > 0 {
 			fmt.Fprintf(&b, "| images to the trainer (uses) | %d (%d) |\n", bs.Images, bs.ImageRefs)
 		}
@@ -140,4 +140,13 @@ func (t *tracker) update() {
 		}
 	}
 	workflow.SetCurrentDetails(t.ctx, b.String())
+}
+
+// untrainableCauses is the round's untrainable calls by reason, "" when
+// there are none (docs/design.md §3, "Sampling settings").
+func untrainableCauses(bs *schemas.BatchSummary) string {
+	if len(bs.UntrainableByReason) == 0 {
+		return ""
+	}
+	return "(" + report.CauseList(bs.UntrainableByReason) + ")"
 }

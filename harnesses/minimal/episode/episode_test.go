@@ -76,7 +76,8 @@ func TestRunOverHTTP(t *testing.T) {
 		h.ServeHTTP(w, r)
 	}))
 	defer ts.Close()
-	pl := &episode.OpenAI{BaseURL: ts.URL + "/v1", Model: "toy", Client: episode.NewHTTPClient(10 * time.Second)}
+	one := 1.0
+	pl := &episode.OpenAI{BaseURL: ts.URL + "/v1", Model: "toy", Client: episode.NewHTTPClient(10 * time.Second), Temperature: &one}
 	terminations := map[string]int{}
 	for task := range env.NumTasks() {
 		for seed := 11; seed <= 16; seed++ {

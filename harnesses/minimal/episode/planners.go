@@ -58,17 +58,23 @@ type OpenAI struct {
 	BaseURL string // ends in /v1
 	Model   string
 	Client  *http.Client // must carry a timeout
+	// Temperature is the request's "temperature"; nil leaves it out, so
+	// the model server's default applies.
+	Temperature *float64
 }
 
-// Complete POSTs {base}/chat/completions with the tools and temperature 1.
+// Complete POSTs {base}/chat/completions with the tools and the temperature.
 func (o *OpenAI) Complete(ctx context.Context, msgs []policy.Message, tools []policy.Tool) (policy.Message, error) {
-	body, err := json.Marshal(map[string]any{
+	payload := map[string]any{
 		"model":       o.Model,
 		"messages":    msgs,
 		"tools":       tools,
 		"tool_choice": "auto",
-		"temperature": 1.0,
-	})
+	}
+	if o.Temperature != nil {
+		payload["temperature"] = *o.Temperature
+	}
+	body, err := json.Marshal(payload)
 	if err != nil {
 		return policy.Message{}, fmt.Errorf("encode request: %w", err)
 	}

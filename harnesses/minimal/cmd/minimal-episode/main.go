@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -37,6 +38,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	maxTurns := fs.Int("max-turns", env.DefaultMaxTurns, "model calls allowed")
 	outDir := fs.String("output-dir", "", "directory for outcome.json and transcript.json (required)")
 	timeout := fs.Duration("timeout", 60*time.Second, "timeout of each model request")
+	temperature := fs.String("temperature", "1", `the requests' sampling temperature, or "default" to leave it to the model server`)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -52,6 +54,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return fail(2, err)
 	}
 	pl := &episode.OpenAI{BaseURL: *baseURL, Model: *model, Client: episode.NewHTTPClient(*timeout)}
+	if *temperature != "default" {
+		t, err := strconv.ParseFloat(*temperature, 64)
+		if err != nil || t < 0 {
+			return fail(2, fmt.Errorf(`--temperature %q: give a number ≥ 0, or "default" to leave it to the model server`, *temperature))
+		}
+		pl.Temperature = &t
+	}
 	out, msgs := episode.Run(context.Background(), pl, e, *maxTurns)
 	// MINIMAL_EPISODE_DELAY (a duration) holds the finished episode before
 	// it reports, so fault tests get slow hosts with real calls recorded.
