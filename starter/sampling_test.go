@@ -1,0 +1,71 @@
+package main
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/roundhouse-rl/roundhouse/internal/store"
+	"github.com/roundhouse-rl/roundhouse/internal/testkit/itest"
+	"github.com/roundhouse-rl/roundhouse/schemas"
+)
+
+// A planner that samples at temperature 0.7 from a server returning raw
+// logprobs (vLLM's default) makes no call trainable: the recorded
+// logprobs are not the distribution its tokens were drawn from
+// (docs/design.md §3, "Sampling settings"). The run must stop at round 1's
+// validation, before collection, with the fix named once, and the
+// validation's calls must record what they were sampled with.
+func TestUntrainableSamplingStopsAtValidation(t *testing.T) {
+	itest.Slow(t)
+	stack := itest.Start(t)
+	bins := itest.Binaries(t)
+	root := itest.Root(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	stack.StartWorker(t, bins, "main")
+
+	const run = "itest-temperature-raw"
+	out, err := stack.Starter(ctx, t, bins, "train", "--config", filepath.Join(root, "harnesses/minimal/harness.yaml"), "--run", run,
+		"--weights", filepath.Join(root, "harnesses/minimal/weights/w0"), "--rounds", "1", "--groups", "2", "--attempts", "2",
+		"--var", "bin="+bins, "--var", "temperature=0.7").CombinedOutput()
+	t.Logf("starter train (%v):\n%s", err, out)
+	if err == nil {
+		t.Fatal("starter train succeeded; want the run stopped at its validation")
+	}
+	var final string
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(l, "error: ") {
+			final = l
+		}
+	}
+	for _, want := range []string{"none of the", "round 1's validation could train", "temperature_raw:",
+		"--logprobs-mode processed_logprobs"} {
+		if n := strings.Count(final, want); n != 1 {
+			t.Errorf("the final error has %q %d times, want once:\n%s", want, n, final)
+		}
+	}
+
+	l := schemas.Layout{Run: run}
+	// Collection never started: no training call was recorded.
+	if keys, err := stack.Store.List(ctx, l.CallsDir(1, schemas.PhaseTrain)); err != nil || len(keys) > 0 {
+		t.Errorf("round 1 collection recorded %d objects (%v); want none", len(keys), err)
+	}
+	// The validation's calls say what they were sampled with.
+	var calls []schemas.Call
+	err = store.ScanTable(ctx, stack.Store, l.CallsDir(1, schemas.PhaseVal),
+		func(c schemas.Call) string { return c.EpisodeID }, nil,
+		func(rows []schemas.Call) error { calls = append(calls, rows...); return nil })
+	if err != nil || len(calls) == 0 {
+		t.Fatalf("validation calls: %d, %v", len(calls), err)
+	}
+	for _, c := range calls {
+		if c.Temperature != 0.7 || c.LogprobsMode != schemas.LogprobsRaw || c.Trainable || c.UntrainableReason != "temperature_raw" ||
+			strings.Join(c.Defaulted, ",") != "top_p,top_k,min_p,repetition_penalty,presence_penalty,frequency_penalty" {
+			t.Fatalf("call %s/%d: temperature %v, mode %q, trainable %v (%q), defaulted %v; want 0.7 raw, untrainable temperature_raw, the rest defaulted",
+				c.EpisodeID, c.CallIndex, c.Temperature, c.LogprobsMode, c.Trainable, c.UntrainableReason, c.Defaulted)
+		}
+	}
+}
