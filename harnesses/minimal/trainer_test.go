@@ -89,8 +89,8 @@ func TestTrainerSign(t *testing.T) {
 	// rollout logprobs are the policy's own.
 	want := schemas.TrainerMetrics{Steps: 1, Samples: 2, Tokens: 4, MeanRatio: 1}
 	got := m
-	got.Loss, got.LogprobMismatch, got.LogprobMismatchMax = 0, 0, 0
-	if !reflect.DeepEqual(got, want) || m.LogprobMismatch > 1e-6 || m.LogprobMismatchMax > 1e-6 {
+	got.Loss, got.LogprobMismatch, got.LogprobMismatchMax, got.DriftCallMax = 0, 0, 0, 0
+	if !reflect.DeepEqual(got, want) || m.LogprobMismatch > 1e-6 || m.LogprobMismatchMax > 1e-6 || m.DriftCallMax > 1e-6 {
 		t.Errorf("metrics %+v", m)
 	}
 }
