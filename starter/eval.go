@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
 	"github.com/roundhouse-rl/roundhouse/internal/fleet"
@@ -239,7 +240,12 @@ func waitEval(ctx context.Context, out io.Writer, c client.Client, id string) (s
 		}
 		return l
 	})
-	if err != nil {
+	var cancelled *temporal.CanceledError
+	switch {
+	case errors.As(err, &cancelled):
+		// Someone asked for it (starter cancel, the UI): not a failure to fix.
+		return rep, fmt.Errorf("evaluation %s was cancelled (starter cancel or the Temporal UI), so no report was written: rerun the same command to evaluate again", id)
+	case err != nil:
 		return rep, fmt.Errorf("evaluation %s failed: %w (details in the Temporal UI; fix the cause, then rerun the same command: no report was written)", id, err)
 	}
 	return rep, nil
