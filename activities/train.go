@@ -68,7 +68,7 @@ func (t *Trainer) Train(ctx context.Context, in TrainInput) (schemas.TrainerMetr
 	if man, ok := t.published(ctx, in); ok {
 		return man.Metrics, nil
 	}
-	tr, err := t.newTrainTry(ctx, h, in)
+	tr, err := t.newTrainTry(ctx, h, in, "round")
 	if err != nil {
 		return m, err
 	}
@@ -126,12 +126,13 @@ func (t *Trainer) published(ctx context.Context, in TrainInput) (schemas.Weights
 	return man, weights.Verify(ctx, t.Store, outPrefix, man) == nil
 }
 
-// newTrainTry empties this try's folder, names the paths the trainer is
+// newTrainTry empties this try's folder (named for its kind: "round" for
+// training, "drift" for a measurement), names the paths the trainer is
 // given and leases its rendezvous port. The caller releases the lease.
-func (t *Trainer) newTrainTry(ctx context.Context, h schemas.Harness, in TrainInput) (*trainTry, error) {
+func (t *Trainer) newTrainTry(ctx context.Context, h schemas.Harness, in TrainInput, kind string) (*trainTry, error) {
 	l := schemas.Layout{Run: in.Run}
 	try := activity.GetInfo(ctx).Attempt
-	dir := filepath.Join(t.WorkDir, "train", in.Run, fmt.Sprintf("round-%d-try%d", in.Round, try))
+	dir := filepath.Join(t.WorkDir, "train", in.Run, fmt.Sprintf("%s-%d-try%d", kind, in.Round, try))
 	if err := os.RemoveAll(dir); err != nil {
 		return nil, fmt.Errorf("train dir: %w", err)
 	}

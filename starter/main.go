@@ -62,7 +62,7 @@ func rootCmd() *cobra.Command {
 		_, err := e.DataConverter()
 		return err
 	}
-	root.AddCommand(trainCmd(&e), statusCmd(&e), validateCmd(), reportCmd(&e), compareCmd(&e), stopCmd(&e), cancelCmd(&e), sweepCmd(&e), evalCmd(&e))
+	root.AddCommand(trainCmd(&e), statusCmd(&e), validateCmd(), reportCmd(&e), compareCmd(&e), stopCmd(&e), cancelCmd(&e), sweepCmd(&e), evalCmd(&e), driftCmd(&e))
 	return root
 }
 

@@ -177,6 +177,7 @@ func (p *process) serveControl(ctx context.Context) error {
 	w.RegisterWorkflow(workflows.Eval)
 	w.RegisterWorkflow(workflows.Sweep)
 	w.RegisterWorkflow(workflows.Fleet)
+	w.RegisterWorkflow(workflows.Drift)
 	w.RegisterActivity(&activities.Records{Store: p.s, Temporal: p.c})
 	p.workers = append(p.workers, w)
 	return nil

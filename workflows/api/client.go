@@ -81,6 +81,19 @@ func StartEval(ctx context.Context, c client.Client, in EvalInput) (client.Workf
 	}, EvalWorkflow, in)
 }
 
+// StartDrift starts the drift measurement of a round, or finds it
+// running. It carries no search attributes: it is no run of its own, and
+// `starter status` does not list it.
+func StartDrift(ctx context.Context, c client.Client, in DriftInput) (client.WorkflowRun, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	return c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID: DriftWorkflowID(in.Run, in.Round), TaskQueue: ControlQueue,
+		StaticSummary:            fmt.Sprintf("drift of run %s round %d: the trainer's logprobs against the recorded ones", in.Run, in.Round),
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+	}, DriftWorkflow, in)
+}
+
 // RequestStop sends a run's train workflow the stop signal (a STOP file
 // beside `starter train`; `starter stop` uses Stop).
 func RequestStop(ctx context.Context, c client.Client, run, reason string) error {
