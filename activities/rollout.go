@@ -141,6 +141,9 @@ func (r *Rollout) RunEpisode(ctx context.Context, in EpisodeInput) (res EpisodeR
 	pep := proxy.Episode{Key: key, WeightsID: in.WeightsID, Span: span.SpanContext()}
 	if h.Collect.CallSeeds {
 		pep.Seeds = &proxy.Seeds{Harness: h.Collect.Seed, Task: in.Task.ID, InitID: in.InitID}
+		if in.Phase == schemas.PhaseTrain {
+			pep.Seeds.Round = in.Round // fresh draws each round (proxy.Seeds)
+		}
 	}
 	outDir := filepath.Join(r.Host.WorkDir, "episodes", in.Run, fmt.Sprintf("%s-try%d", id, retry))
 	started := time.Now()

@@ -321,7 +321,7 @@ func (p *Proxy) handleChat(w http.ResponseWriter, r *http.Request, rec *schemas.
 	rec.Request = string(extractImages(body, onBlob))
 	var inject *int64
 	if sd := ep.meta.Seeds; sd != nil {
-		seed := CallSeed(sd.Harness, sd.Task, sd.InitID, ep.meta.Key.Attempt, rec.CallIndex)
+		seed := sd.of(ep.meta.Key.Attempt, rec.CallIndex)
 		inject = &seed
 	}
 	req, err := parseChatRequestSeeded(body, inject)

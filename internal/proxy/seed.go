@@ -21,7 +21,8 @@ import (
 // derived from the harness's seed, the cell (task, init id), the attempt
 // and the call index: the same call of the same cell gets the same seed in
 // every run and under every tag, while the attempts of a training group
-// differ. Run ids, tags, rounds and retries are left out on purpose.
+// differ. Run ids, tags and retries are left out on purpose; the round
+// only in training collection (Seeds.Round).
 
 // Seeds is what the proxy derives an episode's call seeds from.
 type Seeds struct {
@@ -29,6 +30,20 @@ type Seeds struct {
 	Task    int32
 	InitID  int32
 	// The attempt is the episode key's.
+	// Round is 0 for validation and evaluation, so a cell draws the same
+	// noise under every weights and two scores differ by the weights
+	// alone; a training round's number in collection, so round k+1's
+	// groups do not replay round k's draws on the same cells.
+	Round int32
+}
+
+// of is the seed of call index call of an episode of the given attempt.
+func (s Seeds) of(attempt, call int32) int64 {
+	seed := CallSeed(s.Harness, s.Task, s.InitID, attempt, call)
+	if s.Round != 0 {
+		seed = int64(splitmix(uint64(seed)^uint64(uint32(s.Round))) & math.MaxInt32)
+	}
+	return seed
 }
 
 // CallSeed is the seed of call index call of the episode (task, initID,

@@ -51,6 +51,31 @@ func TestCallSeed(t *testing.T) {
 	}
 }
 
+// Validation and evaluation seeds ignore the round; a training round's
+// collection gets its own draws, each round others, in range.
+func TestSeedsOfTrainingRounds(t *testing.T) {
+	eval := Seeds{Harness: 1, Task: 3, InitID: 45}
+	if eval.of(0, 2) != CallSeed(1, 3, 45, 0, 2) {
+		t.Errorf("an evaluation's seed is not CallSeed's")
+	}
+	seen := map[int64]int32{}
+	for round := int32(1); round <= 6; round++ {
+		tr := eval
+		tr.Round = round
+		s := tr.of(0, 2)
+		if s < 0 || s > math.MaxInt32 {
+			t.Fatalf("round %d seed %d outside 0…2^31−1", round, s)
+		}
+		if s != tr.of(0, 2) {
+			t.Fatalf("round %d: the same call got two seeds", round)
+		}
+		if other, dup := seen[s]; dup || s == eval.of(0, 2) {
+			t.Errorf("round %d repeats the seed of round %d (or of evaluation): %d", round, other, s)
+		}
+		seen[s] = round
+	}
+}
+
 // The seed goes in only where the request has none; every other byte of
 // the body is the harness's, as without seeds.
 func TestSeedInjectedOnlyWhenAbsent(t *testing.T) {
