@@ -193,6 +193,17 @@ func WriteDiagnostics(w io.Writer, sums []schemas.RoundSummary, st schemas.State
 	if len(reasons) > 0 {
 		fmt.Fprintf(w, "\ntask failures by reason: %s\n", strings.Join(reasons, " · "))
 	}
+	// Why calls did not train: failures, missing ids, or sampling the
+	// trainer cannot reproduce (docs/design.md §3, "Sampling settings").
+	var untrainable []string
+	for _, r := range sums {
+		if len(r.UntrainableByReason) > 0 {
+			untrainable = append(untrainable, fmt.Sprintf("r%d %s", r.Round, CauseList(r.UntrainableByReason)))
+		}
+	}
+	if len(untrainable) > 0 {
+		fmt.Fprintf(w, "\nuntrainable calls by reason: %s\n", strings.Join(untrainable, " · "))
+	}
 	var trend []string
 	for _, r := range sums {
 		if r.ValSuccess >= 0 {

@@ -95,7 +95,8 @@ func TestWriteDiagnostics(t *testing.T) {
 		{Round: 1, WeightsID: "w0", NewWeightsID: "r1", ValSuccess: 0.3,
 			BatchSummary: schemas.BatchSummary{Episodes: 36, Valid: 34, Invalid: 2, InvalidByCause: map[string]int{"timeout": 1, "infrastructure": 1},
 				Successes: 20, Groups: 6, GroupsWithSignal: 4, Calls: 200, UntrainableCalls: 10, Samples: 90, Images: 12, ImageRefs: 90,
-				TaskFailuresByReason: map[string]int{"max_turns": 3, "finish_claimed": 7}},
+				TaskFailuresByReason: map[string]int{"max_turns": 3, "finish_claimed": 7},
+				UntrainableByReason:  map[string]int{"failed": 2, "temperature_raw": 8}},
 			Trainer: schemas.TrainerMetrics{Loss: 0.0123, LogprobMismatch: 1e-8, LogprobMismatchMax: 3.5e-7, DriftShare: 0.25, Steps: 2}},
 		// Round 2: 4 timeouts and 2 lost of 20 attempted (30 %) is over the
 		// 20 % limit; its validation has counts, so an interval.
@@ -105,7 +106,8 @@ func TestWriteDiagnostics(t *testing.T) {
 	var out bytes.Buffer
 	WriteDiagnostics(&out, sums, schemas.State{Rounds: 2, RoundsDone: 2, FinalValSuccess: 0.7})
 	got := out.String()
-	for _, want := range []string{"95.0%", "infrastructure:1 timeout:1", "0.0123", "30.0% → 50.0% → 70.0% (final)", "logprob Δ mean", "3.5e-07", "25.0%", "12 (90 uses)", "task failures by reason: r1 finish_claimed:7 max_turns:3"} {
+	for _, want := range []string{"95.0%", "infrastructure:1 timeout:1", "0.0123", "30.0% → 50.0% → 70.0% (final)", "logprob Δ mean", "3.5e-07", "25.0%", "12 (90 uses)", "task failures by reason: r1 finish_claimed:7 max_turns:3",
+		"untrainable calls by reason: r1 failed:2 temperature_raw:8\n"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("diagnostics lack %q:\n%s", want, got)
 		}
