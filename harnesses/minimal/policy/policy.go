@@ -13,11 +13,15 @@
 //     plus, for weights with a vision section and a prompt with images,
 //     Σ_k img_k·V[k][a] over the features of the prompt's last image
 //     (image.go: pixels in, band redness out, V trainable).
-//   - Completion token ids = [action, <|im_end|>]. The action is sampled from
-//     softmax(logits / temperature); its recorded logprob is log softmax of
-//     the temperature-1 logits (vLLM's default raw logprobs). <|im_end|> is
-//     forced: its logprob is 0.0. The trainer treats the first completion
-//     token as the decision and every later one as forced (logprob 0).
+//   - Completion token ids = [action, <|im_end|>]. The action is drawn as
+//     vLLM's sampler draws a token (SampleWith, Sampling): repetition
+//     penalty on the logits, then (unless greedy) temperature, min_p,
+//     top_k and top_p, renormalised over what is left. Its raw logprob is
+//     log softmax of the untouched logits (vLLM's default raw_logprobs),
+//     its processed one the log probability under the distribution it was
+//     drawn from (vLLM's processed_logprobs). <|im_end|> is forced: its
+//     logprob is 0.0. The trainer treats the first completion token as the
+//     decision and every later one as forced (logprob 0).
 package policy
 
 import (
@@ -29,6 +33,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
+	"sort"
 )
 
 // Format identifies the weights file layout.
@@ -244,9 +249,9 @@ func (p *Policy) Features(prompt []int) []int {
 	return slices.Compact(f)
 }
 
-// LogProbs returns log softmax of the logits over the actions for prompt,
-// whose images have the features images (Render's second result).
-func (p *Policy) LogProbs(prompt []int, images ...[]float64) []float64 {
+// Logits returns the action logits for prompt, whose images have the
+// features images (Render's second result).
+func (p *Policy) Logits(prompt []int, images ...[]float64) []float64 {
 	z := slices.Clone(p.B)
 	for _, f := range p.Features(prompt) {
 		if f < 0 || f >= len(p.W) {
@@ -263,9 +268,17 @@ func (p *Policy) LogProbs(prompt []int, images ...[]float64) []float64 {
 			}
 		}
 	}
-	return logSoftmax(z, 1)
+	return z
 }
 
+// LogProbs returns log softmax of the logits over the actions for prompt,
+// whose images have the features images (Render's second result).
+func (p *Policy) LogProbs(prompt []int, images ...[]float64) []float64 {
+	return logSoftmax(p.Logits(prompt, images...), 1)
+}
+
+// logSoftmax is log softmax(z / temperature); entries of -Inf (truncated
+// away) stay -Inf and the rest renormalise over themselves.
 func logSoftmax(z []float64, temperature float64) []float64 {
 	m := math.Inf(-1)
 	for _, x := range z {
@@ -283,36 +296,84 @@ func logSoftmax(z []float64, temperature float64) []float64 {
 	return out
 }
 
+// Sampling is how a request asks for its token to be drawn, in vLLM's
+// terms. The zero value of each truncation or penalty field means off, so
+// Sampling{Temperature: 1} is plain sampling from the model.
+type Sampling struct {
+	// Temperature divides the logits; ≤ 0 is greedy (argmax), and then
+	// vLLM ignores top_k, top_p and min_p too.
+	Temperature float64
+	// TopK keeps the k most likely actions; ≤ 0 keeps all (vLLM: 0 or -1).
+	TopK int
+	// TopP keeps the most likely actions whose mass reaches p, at least
+	// one; 0 or ≥ 1 keeps all.
+	TopP float64
+	// MinP drops actions less likely than MinP times the most likely one;
+	// 0 keeps all.
+	MinP float64
+	// RepetitionPenalty, when not 0 or 1, scales the logit of every action
+	// whose token occurs in the prompt (or the output, which is empty at
+	// the decision): divided when positive, multiplied when negative, as
+	// vLLM (after Hugging Face) does. Presence and frequency penalties
+	// count output tokens only, so at the toy's single decision they have
+	// nothing to act on.
+	RepetitionPenalty float64
+}
+
 // Completion is one generated reply.
 type Completion struct {
 	Action   int       // logit index of the chosen action
 	IDs      []int     // [action token, <|im_end|>]
-	Logprobs []float64 // per completion token: [log π(action), 0]
-	// Dist is log π over all actions at the decision (temperature 1).
+	Logprobs []float64 // per completion token: [raw log π(action), 0]
+	// Dist is the raw log π over all actions at the decision: log softmax
+	// of the logits before any penalty, temperature or truncation (vLLM's
+	// raw_logprobs).
 	Dist []float64
+	// Processed is log π over all actions under the distribution the
+	// action was drawn from (vLLM's processed_logprobs): penalised,
+	// tempered, truncated (-Inf) and renormalised. Greedy: the penalised
+	// logits' log softmax at temperature 1, as vLLM returns for a batch
+	// of greedy requests, which skips temperature and truncation.
+	Processed []float64
 }
 
-// Sample draws an action for prompt (with its images' features).
-// temperature ≤ 0 is greedy. force ≥ 0
-// pins the action (a named tool_choice); its logprob is still the model's.
+// Sample draws an action for prompt (with its images' features) at
+// temperature, without truncation or penalty; see SampleWith.
 func (p *Policy) Sample(prompt []int, temperature float64, force int, rng *rand.Rand, images ...[]float64) Completion {
-	lp := p.LogProbs(prompt, images...)
+	return p.SampleWith(prompt, Sampling{Temperature: temperature}, force, rng, images...)
+}
+
+// SampleWith draws an action for prompt (with its images' features) the
+// way vLLM's sampler draws a token, in its order: repetition penalty, then
+// for a non-greedy draw temperature, min_p, top_k, top_p, and one draw
+// from what is left, renormalised. force ≥ 0 pins the action (a named
+// tool_choice); its logprobs are still the model's (-Inf in Processed
+// when truncation removed it). rng may be nil for a greedy or forced draw.
+func (p *Policy) SampleWith(prompt []int, s Sampling, force int, rng *rand.Rand, images ...[]float64) Completion {
+	z := p.Logits(prompt, images...)
+	raw := logSoftmax(z, 1)
+	z = p.penalise(z, prompt, s.RepetitionPenalty)
+	var q []float64
+	if s.Temperature <= 0 {
+		q = logSoftmax(z, 1)
+	} else {
+		q = truncate(logSoftmax(z, s.Temperature), s)
+	}
 	a := force
 	switch {
 	case force >= 0:
-	case temperature <= 0:
+	case s.Temperature <= 0:
 		a = 0
-		for k := range lp {
-			if lp[k] > lp[a] {
+		for k := range q {
+			if q[k] > q[a] {
 				a = k
 			}
 		}
 	default:
-		z := make([]float64, len(lp))
-		copy(z, lp)
-		q := logSoftmax(z, temperature)
+		// Inverse CDF in action order, one uniform per draw: the same
+		// draws a seed gave before truncation existed.
 		u, acc := rng.Float64(), 0.0
-		a = len(q) - 1
+		a = -1
 		for k, x := range q {
 			acc += math.Exp(x)
 			if u < acc {
@@ -320,11 +381,88 @@ func (p *Policy) Sample(prompt []int, temperature float64, force int, rng *rand.
 				break
 			}
 		}
+		if a < 0 { // u beyond the rounded total: the last action left
+			for k := len(q) - 1; k >= 0; k-- {
+				if !math.IsInf(q[k], -1) {
+					a = k
+					break
+				}
+			}
+		}
 	}
 	return Completion{
-		Action:   a,
-		IDs:      []int{p.Actions[a], p.imEnd},
-		Logprobs: []float64{lp[a], 0},
-		Dist:     lp,
+		Action:    a,
+		IDs:       []int{p.Actions[a], p.imEnd},
+		Logprobs:  []float64{raw[a], 0},
+		Dist:      raw,
+		Processed: q,
 	}
+}
+
+// penalise applies a repetition penalty to the logits z of actions whose
+// token occurs in prompt.
+func (p *Policy) penalise(z []float64, prompt []int, penalty float64) []float64 {
+	if penalty == 0 || penalty == 1 {
+		return z
+	}
+	seen := map[int]bool{}
+	for _, id := range prompt {
+		seen[id] = true
+	}
+	out := slices.Clone(z)
+	for a, id := range p.Actions {
+		if !seen[id] {
+			continue
+		}
+		if out[a] > 0 {
+			out[a] /= penalty
+		} else {
+			out[a] *= penalty
+		}
+	}
+	return out
+}
+
+// truncate applies min_p, top_k and top_p, in vLLM's order, to the tempered
+// log-probabilities lp: dropped actions become -Inf and the rest are
+// renormalised. top_p follows vLLM's apply_top_k_top_p: ascending by
+// probability, an action goes while the mass up to and including it is
+// at most 1 - p, and the most likely action always stays. top_k keeps
+// ties with its k-th action, as vLLM's threshold does.
+func truncate(lp []float64, s Sampling) []float64 {
+	out := slices.Clone(lp)
+	drop := func(k int) { out[k] = math.Inf(-1) }
+	if s.MinP > 0 {
+		top := slices.Max(out)
+		for k, x := range out {
+			if math.Exp(x) < s.MinP*math.Exp(top) {
+				drop(k)
+			}
+		}
+	}
+	order := make([]int, len(out)) // ascending by probability
+	for k := range order {
+		order[k] = k
+	}
+	sort.SliceStable(order, func(i, j int) bool { return out[order[i]] < out[order[j]] })
+	if s.TopK > 0 && s.TopK < len(out) {
+		// vLLM keeps every action tied with the k-th most likely.
+		kth := out[order[len(out)-s.TopK]]
+		for k, x := range out {
+			if x < kth {
+				drop(k)
+			}
+		}
+	}
+	if s.TopP > 0 && s.TopP < 1 {
+		q := logSoftmax(out, 1) // after top_k, as vLLM's softmax sees it
+		acc := 0.0
+		for _, k := range order[:len(order)-1] {
+			acc += math.Exp(q[k])
+			if acc <= 1-s.TopP {
+				drop(k)
+			}
+		}
+	}
+	return logSoftmax(out, 1)
 }

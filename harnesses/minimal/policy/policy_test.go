@@ -250,3 +250,65 @@ func TestImages(t *testing.T) {
 		t.Errorf("a URL image: %v", err)
 	}
 }
+
+// TestSampleWith checks vLLM's order of truncation on a three-action
+// policy with logits 2, 1, 0 (probabilities ~.665, .245, .090): each
+// setting keeps what vLLM keeps and renormalises over it, the repetition
+// penalty moves the logit of an action already in the prompt, and greedy
+// reports the penalised distribution at temperature 1.
+func TestSampleWith(t *testing.T) {
+	vocab := slices.Concat(Specials, roles, []string{"a", "b", "c"})
+	f := File{Format: Format, Vocab: vocab, B: []float64{2, 1, 0}}
+	for _, a := range []string{"a", "b", "c"} {
+		f.Actions = append(f.Actions, slices.Index(vocab, a))
+	}
+	for range vocab {
+		f.W = append(f.W, []float64{0, 0, 0})
+	}
+	p, err := New(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompt, _, err := p.Render([]Message{{Role: "user", Content: "b"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lse := func(z ...float64) float64 {
+		var s float64
+		for _, x := range z {
+			s += math.Exp(x)
+		}
+		return math.Log(s)
+	}
+	inf := math.Inf(-1)
+	for _, c := range []struct {
+		name string
+		s    Sampling
+		want []float64
+	}{
+		{"neutral", Sampling{Temperature: 1}, []float64{2 - lse(2, 1, 0), 1 - lse(2, 1, 0), -lse(2, 1, 0)}},
+		{"temperature 0.5", Sampling{Temperature: 0.5}, []float64{4 - lse(4, 2, 0), 2 - lse(4, 2, 0), -lse(4, 2, 0)}},
+		{"top_k 2", Sampling{Temperature: 1, TopK: 2}, []float64{2 - lse(2, 1), 1 - lse(2, 1), inf}},
+		{"top_p 0.7", Sampling{Temperature: 1, TopP: 0.7}, []float64{2 - lse(2, 1), 1 - lse(2, 1), inf}},
+		{"top_p 0.6", Sampling{Temperature: 1, TopP: 0.6}, []float64{0, inf, inf}},
+		{"min_p 0.2", Sampling{Temperature: 1, MinP: 0.2}, []float64{2 - lse(2, 1), 1 - lse(2, 1), inf}},
+		{"repetition 2 on b", Sampling{Temperature: 1, RepetitionPenalty: 2}, []float64{2 - lse(2, 0.5, 0), 0.5 - lse(2, 0.5, 0), -lse(2, 0.5, 0)}},
+		{"greedy with repetition", Sampling{RepetitionPenalty: 2, TopK: 1}, []float64{2 - lse(2, 0.5, 0), 0.5 - lse(2, 0.5, 0), -lse(2, 0.5, 0)}},
+	} {
+		rng := rand.New(rand.NewPCG(1, 1))
+		for range 20 {
+			got := p.SampleWith(prompt, c.s, -1, rng)
+			for k := range c.want {
+				if !(math.Abs(got.Processed[k]-c.want[k]) < 1e-12 || got.Processed[k] == c.want[k]) {
+					t.Fatalf("%s: processed %v, want %v", c.name, got.Processed, c.want)
+				}
+			}
+			if math.IsInf(c.want[got.Action], -1) {
+				t.Fatalf("%s: drew %s, which is truncated away", c.name, p.ActionName(got.Action))
+			}
+			if raw := p.LogProbs(prompt); got.Logprobs[0] != raw[got.Action] || !slices.Equal(got.Dist, raw) {
+				t.Fatalf("%s: raw logprobs %v, want the model's %v", c.name, got.Dist, raw)
+			}
+		}
+	}
+}
