@@ -7,8 +7,25 @@
 //     server that is still loading its weights fails its readiness check.
 //   - POST /v1/chat/completions honours model (404 unless the served name),
 //     messages, tools, tool_choice (auto, required, none, named), temperature,
-//     seed (reproducible sampling, unless IgnoreSeed), max_tokens / max_completion_tokens,
-//     logprobs + top_logprobs, return_token_ids, stream + stream_options.
+//     top_p, top_k, min_p, repetition_penalty (presence_penalty and
+//     frequency_penalty are checked and count output tokens only, so they
+//     cannot touch the toy's one decision), seed (reproducible sampling,
+//     unless IgnoreSeed), max_tokens / max_completion_tokens, logprobs +
+//     top_logprobs, return_token_ids, stream + stream_options. Sampling
+//     follows vLLM's sampler (policy.SampleWith): temperature 0 is greedy
+//     (and drops top_k, top_p and min_p), a temperature below 0.01 is raised
+//     to 0.01, as vLLM does.
+//   - Omitted sampling fields take Defaults, vLLM's defaults from the
+//     weights' generation_config.json (--generation-config auto;
+//     GenerationConfig), else the neutral ones: temperature 1, top_p 1,
+//     top_k off, min_p 0, repetition_penalty 1.
+//   - Logprobs are LogprobsMode's: raw_logprobs (vLLM's default) reports
+//     log softmax of the logits as the model gives them, whatever the
+//     request's sampling settings; processed_logprobs reports them under
+//     the distribution the token was drawn from (penalised, tempered,
+//     truncated and renormalised; a greedy request's without temperature
+//     or truncation, as vLLM's all-greedy batch). Truncated alternatives
+//     in top_logprobs read -9999.0, vLLM's stand-in for -inf.
 //   - The reply is one tool call (finish_reason "tool_calls") whose token ids
 //     are [action, <|im_end|>]; logprobs.content has one entry per completion
 //     token; token_ids (in the choice) and prompt_token_ids (top level; in
@@ -59,6 +76,16 @@ type Server struct {
 	// not: a server that does not honour per-request seeds, which the
 	// recording proxy's seed check must catch. Set before serving.
 	IgnoreSeed bool
+
+	// LogprobsMode is what logprobs report, vLLM's --logprobs-mode (empty:
+	// raw_logprobs). Set before serving.
+	LogprobsMode LogprobsMode
+
+	// Defaults fill the sampling fields a request omits, as vLLM fills
+	// them from generation_config.json (GenerationConfig). Read once at
+	// start: reload_weights does not change them, as in vLLM, which reads
+	// the generation config with the model config. Set before serving.
+	Defaults Defaults
 
 	// Sleep mode (EnableSleepMode): vLLM's endpoints for swapping weights
 	// in a running server.
@@ -207,6 +234,12 @@ type request struct {
 	Tools               []policy.Tool    `json:"tools"`
 	ToolChoice          json.RawMessage  `json:"tool_choice"`
 	Temperature         *float64         `json:"temperature"`
+	TopP                *float64         `json:"top_p"`
+	TopK                *int             `json:"top_k"`
+	MinP                *float64         `json:"min_p"`
+	RepetitionPenalty   *float64         `json:"repetition_penalty"`
+	PresencePenalty     *float64         `json:"presence_penalty"`
+	FrequencyPenalty    *float64         `json:"frequency_penalty"`
 	Seed                *int64           `json:"seed"`
 	MaxTokens           *int             `json:"max_tokens"`
 	MaxCompletionTokens *int             `json:"max_completion_tokens"`
@@ -222,32 +255,35 @@ type request struct {
 
 // plan is what one request asks for, checked.
 type plan struct {
-	prompt      []int
-	images      [][]float64 // features of the prompt's images, in order
-	temperature float64
-	force       int  // action index of a named tool_choice, else -1
-	callTools   bool // reply with a tool call (else content)
-	named       bool
-	maxTokens   int
-	topK        int
-	rng         *rand.Rand
+	prompt    []int
+	images    [][]float64 // features of the prompt's images, in order
+	sampling  policy.Sampling
+	force     int  // action index of a named tool_choice, else -1
+	callTools bool // reply with a tool call (else content)
+	named     bool
+	maxTokens int
+	topK      int
+	rng       *rand.Rand
 }
 
 func (s *Server) parse(r *request) (plan, string, error) {
-	pl := plan{temperature: 1, force: -1, maxTokens: 2}
+	pl := plan{force: -1, maxTokens: 2}
 	if len(r.Messages) == 0 {
 		return pl, "messages", errors.New("messages must not be empty")
 	}
 	if r.N != nil && *r.N != 1 {
 		return pl, "n", errors.New("only n=1 is supported by the toy model")
 	}
-	if r.Temperature != nil {
-		if *r.Temperature < 0 {
-			return pl, "temperature", errors.New("temperature must be non-negative")
-		}
-		pl.temperature = *r.Temperature
+	smp, param, err := s.sampling(r)
+	if err != nil {
+		return pl, param, err
 	}
-	for _, mt := range []*int{r.MaxTokens, r.MaxCompletionTokens} {
+	pl.sampling = smp
+	maxTokens := []*int{r.MaxTokens, r.MaxCompletionTokens}
+	if r.MaxTokens == nil && r.MaxCompletionTokens == nil {
+		maxTokens = []*int{s.Defaults.MaxTokens} // generation_config's max_new_tokens
+	}
+	for _, mt := range maxTokens {
 		if mt != nil {
 			if *mt < 1 {
 				return pl, "max_tokens", errors.New("max_tokens must be at least 1")
@@ -313,11 +349,11 @@ func (s *Server) parse(r *request) (plan, string, error) {
 
 func (s *Server) sample(pl plan) policy.Completion {
 	if pl.rng != nil {
-		return s.pol().Sample(pl.prompt, pl.temperature, pl.force, pl.rng, pl.images...)
+		return s.pol().SampleWith(pl.prompt, pl.sampling, pl.force, pl.rng, pl.images...)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.pol().Sample(pl.prompt, pl.temperature, pl.force, s.rng, pl.images...)
+	return s.pol().SampleWith(pl.prompt, pl.sampling, pl.force, s.rng, pl.images...)
 }
 
 func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
@@ -412,8 +448,12 @@ func (s *Server) reply(pl plan, c policy.Completion) reply {
 		ids:     c.IDs[:pl.maxTokens],
 		action:  s.pol().ActionName(c.Action),
 	}
+	dist := c.Dist
+	if s.LogprobsMode == ProcessedLogprobs {
+		dist = c.Processed
+	}
 	for i := range rep.ids {
-		rep.logprobs = append(rep.logprobs, s.logprob(c, i, pl.topK))
+		rep.logprobs = append(rep.logprobs, s.logprob(c, dist, i, pl.topK))
 	}
 	switch {
 	case len(rep.ids) < len(c.IDs):
@@ -446,11 +486,17 @@ func byteList(s string) []int {
 }
 
 // logprob is the logprobs entry of completion token i with its top k
-// alternatives. Tokens the model cannot emit there have probability 0,
-// reported as -9999.0 the way vLLM clamps -inf.
-func (s *Server) logprob(c policy.Completion, i, k int) logprob {
+// alternatives, dist being log π over the actions at the decision (raw or
+// processed). Tokens the model cannot emit there, or that truncation
+// removed, have probability 0, reported as -9999.0 the way vLLM clamps
+// -inf.
+func (s *Server) logprob(c policy.Completion, dist []float64, i, k int) logprob {
 	tok := s.pol().Token(c.IDs[i])
-	e := logprob{topLogprob: topLogprob{tok, c.Logprobs[i], byteList(tok)}, TopLogprobs: []topLogprob{}}
+	own := c.Logprobs[i] // forced tokens: 0
+	if i == 0 {
+		own = clampInf(dist[c.Action])
+	}
+	e := logprob{topLogprob: topLogprob{tok, own, byteList(tok)}, TopLogprobs: []topLogprob{}}
 	if k == 0 {
 		return e
 	}
@@ -460,7 +506,7 @@ func (s *Server) logprob(c policy.Completion, i, k int) logprob {
 	}
 	if i == 0 {
 		for a, id := range s.pol().Actions {
-			lp[id] = c.Dist[a]
+			lp[id] = clampInf(dist[a])
 		}
 	} else {
 		lp[c.IDs[i]] = 0 // forced

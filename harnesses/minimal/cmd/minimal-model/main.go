@@ -23,6 +23,15 @@
 // it sample without the request's seed, like a server that does not
 // honour per-request seeds: the recording proxy's seed check
 // (collect.call_seeds) must then fail the episodes.
+//
+// --logprobs-mode raw_logprobs|processed_logprobs is vLLM's flag of that
+// name (raw_logprobs by default, as in vLLM): raw logprobs are the model's
+// own, processed ones those of the distribution the token was drawn from
+// after temperature, truncation and penalties. --generation-config
+// auto|vllm is vLLM's too: with auto (the default) the
+// generation_config.json beside --weights, if there is one, sets the
+// sampling values requests omit; with vllm they are the neutral ones.
+// Both are read once at start (package server).
 package main
 
 import (
@@ -35,6 +44,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"syscall"
 	"time"
@@ -49,15 +59,25 @@ func main() {
 	name := flag.String("served-name", "toy", "model name clients must ask for")
 	sleepMode := flag.Bool("enable-sleep-mode", false, "serve /sleep, /wake_up, /is_sleeping and /collective_rpc reload_weights, as vLLM does")
 	ignoreSeed := flag.Bool("ignore-seed", false, "sample without the request's seed, as a server that ignores it (also MINIMAL_MODEL_IGNORE_SEED=1)")
+	logprobsMode := flag.String("logprobs-mode", string(server.RawLogprobs), "raw_logprobs (the model's, before temperature and truncation) or processed_logprobs (of the distribution sampled from), as vLLM's flag")
+	genConfig := flag.String("generation-config", "auto", "auto: generation_config.json beside --weights sets the sampling defaults of requests that omit them; vllm: neutral defaults (as vLLM's flag)")
 	flag.Parse()
-	if err := run(*weights, *listen, *name, *sleepMode, *ignoreSeed); err != nil {
+	if err := run(*weights, *listen, *name, *sleepMode, *ignoreSeed, *logprobsMode, *genConfig); err != nil {
 		log.Fatalf("minimal-model: %v", err)
 	}
 }
 
-func run(weights, listen, name string, sleepMode, ignoreSeed bool) error {
+func run(weights, listen, name string, sleepMode, ignoreSeed bool, logprobsMode, genConfig string) error {
 	if weights == "" {
 		return errors.New("--weights is required")
+	}
+	mode, err := server.ParseLogprobsMode(logprobsMode)
+	if err != nil {
+		return fmt.Errorf("--logprobs-mode: %w", err)
+	}
+	defaults, err := server.GenerationConfig(genConfig, filepath.Dir(weights))
+	if err != nil {
+		return fmt.Errorf("--generation-config: %w", err)
 	}
 	switch v := os.Getenv("MINIMAL_MODEL_IGNORE_SEED"); v {
 	case "", "0":
@@ -84,6 +104,13 @@ func run(weights, listen, name string, sleepMode, ignoreSeed bool) error {
 	}
 	model := server.New(p, name, weights)
 	model.IgnoreSeed = ignoreSeed
+	model.LogprobsMode, model.Defaults = mode, defaults
+	if defaults != (server.Defaults{}) {
+		// vLLM warns the same way: requests that omit these fields do not
+		// sample from the model's own distribution.
+		fmt.Printf("minimal-model: default sampling parameters from %s: %s (--generation-config vllm for neutral ones)\n",
+			filepath.Join(filepath.Dir(weights), server.GenerationConfigFile), defaults)
+	}
 	if ignoreSeed {
 		fmt.Println("minimal-model: ignoring request seeds (--ignore-seed)")
 	}
