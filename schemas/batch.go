@@ -68,6 +68,17 @@ type TrainerMetrics struct {
 	// model server's (--rollout-processor), flagged before training.
 	Processor         *ProcessorInfo `json:"processor,omitempty"`
 	ProcessorMismatch string         `json:"processor_mismatch,omitempty"`
+	// Temperatures is the range of the batch's temperatures (the array
+	// BatchTemperatures) the trainer divided the logits by, so a round
+	// shows whether its π_old was tempered; nil when the batch had no such
+	// array (every sample at 1).
+	Temperatures *TemperatureRange `json:"temperatures,omitempty"`
+}
+
+// TemperatureRange is the smallest and largest temperature of a batch.
+type TemperatureRange struct {
+	Min float64 `json:"min"`
+	Max float64 `json:"max"`
 }
 
 // ProcessorInfo names what turns an image into pixels and placeholder

@@ -37,8 +37,13 @@ type sample struct {
 	images             []string // blob names, in prompt order
 }
 
-// writeBatch writes batch.npz in the layout of schemas/batch.go.
-func writeBatch(path string, ss []sample) error {
+// writeBatch writes batch.npz in the layout of schemas/batch.go, without
+// the temperatures array (every sample at 1).
+func writeBatch(path string, ss []sample) error { return writeBatchTemps(path, ss, nil) }
+
+// writeBatchTemps writes batch.npz with temps as its temperatures array
+// (none when nil).
+func writeBatchTemps(path string, ss []sample, temps []float32) error {
 	var pids, cids []int32
 	var lps, advs, ws []float32
 	poff, coff := []int64{0}, []int64{0}
@@ -75,6 +80,12 @@ func writeBatch(path string, ss []sample) error {
 		func() error { return w.WriteStrings(schemas.BatchImages, names) },
 		func() error { return w.WriteInt32(schemas.BatchImageIndex, index) },
 		func() error { return w.WriteInt64(schemas.BatchImageOffsets, ioff) },
+		func() error {
+			if temps == nil {
+				return nil
+			}
+			return w.WriteFloat32(schemas.BatchTemperatures, temps)
+		},
 	} {
 		if err := f(); err != nil {
 			w.Close()

@@ -34,6 +34,17 @@ image (ceil(w/patch) * ceil(h/patch)); exit 2 naming sample and image
 otherwise. --drop-images zeroes the image features: the ablation the drift
 guard must stop. W, b and V are trained.
 
+Temperatures: batch.npz's temperatures (float32, one per sample; all 1
+when the array is missing) divide each sample's logits before every
+log_softmax, for pi_old and pi_theta alike, on the toy and the Hugging Face
+path. A rollout engine that returns processed logprobs (vLLM
+--logprobs-mode processed_logprobs) reports the tempered distribution it
+sampled from, so pi_old must be tempered the same way for the importance
+weight and the drift guard to compare like with like; raw logprobs (vLLM's
+default) are the model's own, temperature 1. A temperature that is not
+finite and > 0 is refused (exit 2). metrics.json records the smallest and
+largest (temperatures: {min, max}) when the batch has the array.
+
 Objective (docs/design.md §4), per completion token t of sample s with
 advantage A:
     rho   = exp(logp_theta - logp_old)   (pi_old = the input weights)
@@ -54,8 +65,9 @@ holding config.json and `transformers` importable). The recorded token ids
 are used exactly as the rollout engine returned them; nothing is templated
 or tokenized again. Per forward of --micro-batch samples (default 1;
 right-padded under an attention mask), log_softmax at positions
-len(prompt)-1 .. end-1 gathered at the completion ids gives log pi_theta
-(pi_old: the same before training), and the same loss as the toy applies.
+len(prompt)-1 .. end-1 (of the logits divided by the sample's temperature)
+gathered at the completion ids gives log pi_theta (pi_old: the same before
+training), and the same loss as the toy applies.
 
 - Causal LMs load with AutoModelForCausalLM.
 - Vision-language models (config.json has vision_config): Qwen2-VL and
@@ -361,7 +373,40 @@ def load_arrays(path, vocab_size):
         if arr["completion_offsets"][i + 1] == arr["completion_offsets"][i]:
             raise InputError(f"batch {path}: sample {i} has no completion tokens")
     load_image_arrays(path, arr, n)
+    load_temperatures(path, arr, n)
     return arr, n
+
+
+def load_temperatures(path, arr, n):
+    """Validates the temperatures array (schemas/batch.go) in place: what
+    sample i's logits are divided by before their log_softmax, so that
+    pi_old is the distribution the rollout engine's logprobs describe (its
+    processed logprobs at temperature T are the tempered softmax's). A
+    batch written before the array existed has none: all 1, the model's own
+    distribution, which raw logprobs describe."""
+    if "temperatures" not in arr:
+        arr["temperatures"] = np.ones(n, np.float32)
+        arr["temperatures_given"] = False
+        return
+    t = arr["temperatures"]
+    if t.ndim != 1 or t.dtype.kind != "f" or len(t) != n:
+        raise InputError(f"batch {path}: temperatures must be 1-D float with one entry per sample ({n}), "
+                         f"got {t.dtype} {t.shape}")
+    bad = np.flatnonzero(~(np.isfinite(t) & (t > 0)))
+    if len(bad):
+        raise InputError(f"batch {path}: temperatures must be finite and > 0; sample {int(bad[0])} has "
+                         f"{float(t[bad[0]])} ({len(bad)} such): a greedy or unknown temperature has no "
+                         "distribution to train against; leave such calls out of the batch")
+    arr["temperatures_given"] = True
+
+
+def temperature_metrics(arr):
+    """metrics.json's record of the temperatures the trainer divided by;
+    absent when the batch had no temperatures array (all 1)."""
+    if not arr["temperatures_given"]:
+        return {}
+    t = arr["temperatures"].astype(np.float64)
+    return {"temperatures": {"min": float(t.min()), "max": float(t.max())}}
 
 
 def load_image_arrays(path, arr, n):
@@ -479,6 +524,7 @@ def load_batch(a, wfile, V):
         "feats": feats, "phi": phi, "act": act, "ntok": ntok, "first": co[:-1].astype(np.int64),
         "roll": roll, "co": co.astype(np.int64),
         "adv": arr["advantages"].astype(np.float64), "weight": arr["weights"].astype(np.float64),
+        "temp": arr["temperatures"].astype(np.float64), "metrics": temperature_metrics(arr),
     }
 
 
@@ -494,13 +540,15 @@ def ppo_objective(rho, A, clip_low, clip_high, dual_clip):
 
 
 def action_logprobs(W, b, V, B, idx):
-    """log pi(action) of samples idx under (W, b, V)."""
+    """log pi(action) of samples idx under (W, b, V), each sample's logits
+    divided by its temperature (the batch's temperatures; 1 unless the
+    rollout's logprobs were processed at another)."""
     feats, act = B["feats"], B["act"]
     flat = torch.from_numpy(np.concatenate([feats[i] for i in idx]))
     lens = torch.tensor([len(feats[i]) for i in idx], dtype=torch.int64)
     offsets = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(lens, 0)[:-1]])
     logits = torch.nn.functional.embedding_bag(flat, W, offsets, mode="sum") + b + torch.from_numpy(B["phi"][idx]) @ V
-    lp = torch.log_softmax(logits, dim=1)
+    lp = torch.log_softmax(logits / torch.from_numpy(B["temp"][idx])[:, None], dim=1)
     return lp[torch.arange(len(idx)), torch.from_numpy(act[idx])]
 
 
@@ -685,6 +733,7 @@ def optimize(a, rank, world, B, params, opt, device, loss_of, fsdp=False):
         "dual_clip_fraction": dual_n / tok_n if tok_n else 0.0,
         "mean_ratio": ratio_sum / tok_n if tok_n else 1.0,
         **guard,
+        **B["metrics"],
     }
 
 
@@ -1093,7 +1142,9 @@ def hf_logprobs(model, B, idx, device, micro=None):
         logits = res.logits if hasattr(res, "logits") else res[0]
         for r, i in enumerate(part):
             p, c = B["prompts"][i], B["completions"][i]
-            lg = logits[r, len(p) - 1 - first:len(p) + len(c) - 1 - first].float()
+            # Divided by the sample's temperature (batch.npz temperatures)
+            # in float32, as vLLM divides its float32 logits.
+            lg = logits[r, len(p) - 1 - first:len(p) + len(c) - 1 - first].float() / float(B["temp"][i])
             lp = torch.log_softmax(lg, dim=-1).gather(1, torch.from_numpy(c).to(device)[:, None])[:, 0]
             out.append(lp.double().cpu())
     return torch.cat(out) if out else torch.zeros(0, dtype=torch.float64)
@@ -1123,6 +1174,7 @@ def hf_prepare(a, device, rank, world, train=False):
         "completions": [arr["completion_ids"][co[i]:co[i + 1]].astype(np.int64) for i in range(n)],
         "co": co, "ntok": np.diff(co), "roll": arr["rollout_logprobs"].astype(np.float64),
         "adv": arr["advantages"].astype(np.float64), "weight": arr["weights"].astype(np.float64),
+        "temp": arr["temperatures"].astype(np.float64), "metrics": temperature_metrics(arr),
     }
     for i in range(n):
         if len(B["prompts"][i]) == 0:
