@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -66,6 +67,70 @@ func TestUntrainableSamplingStopsAtValidation(t *testing.T) {
 			strings.Join(c.Defaulted, ",") != "top_p,top_k,min_p,repetition_penalty,presence_penalty,frequency_penalty" {
 			t.Fatalf("call %s/%d: temperature %v, mode %q, trainable %v (%q), defaulted %v; want 0.7 raw, untrainable temperature_raw, the rest defaulted",
 				c.EpisodeID, c.CallIndex, c.Temperature, c.LogprobsMode, c.Trainable, c.UntrainableReason, c.Defaulted)
+		}
+	}
+}
+
+// With the model server returning processed logprobs (vLLM's
+// --logprobs-mode processed_logprobs; the toy mirrors it), a planner at
+// temperature 0.7 trains: each call is recorded as trainable with its
+// temperature, the batch carries it, and the trainer, dividing its logits
+// by it, reproduces the recorded logprobs so that the drift guard (0.001
+// on the toy) passes. The raw-logprobs case is the test above.
+func TestProcessedLogprobsTrainAtTemperature(t *testing.T) {
+	itest.Slow(t)
+	stack := itest.Start(t)
+	bins := itest.Binaries(t)
+	root := itest.Root(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	stack.StartWorker(t, bins, "main")
+
+	cfg := filepath.Join(t.TempDir(), "processed.yaml")
+	yaml := "base: " + filepath.Join(root, "harnesses/minimal/harness.yaml") + "\nname: minimal-processed\n" +
+		"model_server:\n" +
+		`  command: ["{bin}/minimal-model", "--weights", "{weights}", "--listen", "127.0.0.1:{port}", "--served-name", "{served_name}",` + "\n" +
+		`            "--logprobs-mode", "processed_logprobs", "--generation-config", "vllm"]` + "\n" +
+		"  sampling: {logprobs_mode: processed_logprobs, generation_config: vllm}\n"
+	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const run = "itest-temperature-processed"
+	out, err := stack.Starter(ctx, t, bins, "train", "--config", cfg, "--run", run,
+		"--weights", filepath.Join(root, "harnesses/minimal/weights/w0"), "--rounds", "1", "--groups", "8", "--attempts", "6",
+		"--var", "bin="+bins, "--var", "temperature=0.7").CombinedOutput()
+	if err != nil {
+		t.Fatalf("starter train: %v\n%s", err, out)
+	}
+	l := schemas.Layout{Run: run}
+	var st schemas.State
+	if err := store.GetJSON(ctx, stack.Store, l.State(), &st); err != nil || len(st.Summaries) != 1 {
+		t.Fatalf("state: %+v, %v", st, err)
+	}
+	sum := st.Summaries[0]
+	if sum.Samples == 0 || sum.BatchKey == "" {
+		t.Fatalf("round 1 trained nothing (%d samples): a group with reward diversity is needed\n%s", sum.Samples, out)
+	}
+	tm := sum.Trainer
+	if tm.Temperatures == nil || tm.Temperatures.Min != float64(float32(0.7)) || tm.Temperatures.Max != tm.Temperatures.Min {
+		t.Errorf("the trainer divided by %+v, want 0.7 for every sample", tm.Temperatures)
+	}
+	if tm.LogprobMismatch > 1e-6 || tm.LogprobMismatchMax > 1e-5 {
+		t.Errorf("logprob Δ mean %g max %g: the trainer did not reproduce the processed logprobs", tm.LogprobMismatch, tm.LogprobMismatchMax)
+	}
+	if sum.UntrainableCalls != 0 {
+		t.Errorf("%d untrainable calls (%v), want none", sum.UntrainableCalls, sum.UntrainableByReason)
+	}
+	var calls []schemas.Call
+	err = store.ScanTable(ctx, stack.Store, l.CallsDir(1, schemas.PhaseTrain),
+		func(c schemas.Call) string { return c.EpisodeID }, nil,
+		func(rows []schemas.Call) error { calls = append(calls, rows...); return nil })
+	if err != nil || len(calls) == 0 {
+		t.Fatalf("training calls: %d, %v", len(calls), err)
+	}
+	for _, c := range calls {
+		if c.Temperature != 0.7 || c.LogprobsMode != schemas.LogprobsProcessed || !c.Trainable {
+			t.Fatalf("call %s/%d: temperature %v, mode %q, trainable %v (%q)", c.EpisodeID, c.CallIndex, c.Temperature, c.LogprobsMode, c.Trainable, c.UntrainableReason)
 		}
 	}
 }

@@ -187,6 +187,9 @@ def parse_args(argv):
     ap.add_argument("--metrics-out", help="metrics.json (required unless --eval-out)")
     ap.add_argument("--eval-out", help="evaluate instead of training: write the loss of the whole batch "
                     "as one global batch at --weights-theta, and its gradients, to this JSON file")
+    ap.add_argument("--drift-report", help="measure instead of training (starter drift): score the batch under "
+                    "--weights-in as the drift guard does, write every completion token's |log pi_old - log "
+                    "pi_rollout| and each sample's token count to this JSON file, and write no weights")
     ap.add_argument("--weights-theta", help="with --eval-out: pi_theta, a policy.json or model directory (default --weights-in)")
     ap.add_argument("--lr", type=float, default=1e-6, help="learning rate (Adam on the toy, AdamW on hf)")
     ap.add_argument("--clip-low", type=float, default=0.2)
@@ -677,6 +680,16 @@ def optimize(a, rank, world, B, params, opt, device, loss_of, fsdp=False):
     instead of by all_reduce_grads. The drift guard runs first. Returns
     metrics.json's content."""
     n, weight = len(B["adv"]), B["weight"]
+    if a.drift_report:
+        # starter drift: the guard's own differences, before any limit is
+        # applied (a measurement must not stop where the guard would).
+        if rank == 0:
+            write_json(a.drift_report, {
+                "token_abs_diff": np.abs(B["old_tok"] - B["roll"]).tolist(),
+                "sample_tokens": [int(x) for x in np.diff(B["co"])],
+            })
+            print(f"trainer: drift report of {n} samples written to {a.drift_report}; nothing trained", flush=True)
+        return None
     guard = check_drift(a, B)
     rng = np.random.default_rng(a.seed)
     stats = torch.zeros(5, dtype=torch.float64)  # loss sum, clipped, dual, ratio sum, tokens
@@ -743,6 +756,8 @@ def train(a, rank, world):
     opt = torch.optim.Adam([W, b, V], lr=a.lr)
     metrics = optimize(a, rank, world, B, [W, b, V], opt, torch.device("cpu"),
                        lambda mine, total_weight: batch_loss(W, b, V, B, mine, total_weight, a))
+    if metrics is None:  # --drift-report: measured, not trained
+        return None
     if rank == 0:
         out = dict(wfile)
         out["W"] = W.detach().numpy().tolist()
@@ -1356,6 +1371,8 @@ def hf_train(a, rank, world):
         return loss_of_logprobs(lp, B, part, tokens_of(B, part), total_weight, a)
 
     metrics = optimize(a, rank, world, B, params, opt, device, loss, fsdp=fsdp)
+    if metrics is None:  # --drift-report: measured, not trained
+        return None
     # The output keeps float32 master weights (the model server casts them
     # to its own dtype): rounding them at every save would lose, round after
     # round, every update smaller than a bfloat16 step.

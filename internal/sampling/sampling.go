@@ -27,6 +27,10 @@ var Neutral = schemas.Sampling{Temperature: 1, TopP: 1, RepetitionPenalty: 1}
 // greedyBelow is vLLM's _SAMPLING_EPS: a temperature under it is greedy.
 const greedyBelow = 1e-5
 
+// minTemperature is vLLM's _MAX_TEMP: SamplingParams raises a temperature
+// between 0 and it to it, so a call at 0.005 samples at 0.01.
+const minTemperature = 1e-2
+
 // GenerationConfigFile is the file of a weights directory whose settings
 // vLLM applies under --generation-config auto.
 const GenerationConfigFile = "generation_config.json"
@@ -132,7 +136,8 @@ func Index(name string) int {
 
 // Effective is the sampling of a request that gave g and the constraints
 // named, under the server's defaults: each setting left out takes the
-// default and is named in Defaulted.
+// default and is named in Defaulted. A temperature between 0 and 0.01 is
+// recorded as the 0.01 vLLM samples at.
 func Effective(g Given, constraints []string, defaults schemas.Sampling) schemas.Sampling {
 	s := defaults
 	s.Defaulted, s.Constraints = nil, constraints
@@ -146,6 +151,9 @@ func Effective(g Given, constraints []string, defaults schemas.Sampling) schemas
 		default:
 			*fields[i] = g.Value[i]
 		}
+	}
+	if s.Temperature > 0 && s.Temperature < minTemperature {
+		s.Temperature = minTemperature // as vLLM samples it
 	}
 	return s
 }

@@ -91,6 +91,11 @@ func TestEffective(t *testing.T) {
 	d := Neutral
 	d.LogprobsMode, d.TopK, d.MinP = schemas.LogprobsRaw, 5, 0.1
 	s := Effective(g, nil, d)
+	var low Given
+	low.Set[Index(Temperature)], low.Value[Index(Temperature)] = true, 0.005
+	if e := Effective(low, nil, d); e.Temperature != 0.01 || Reasons(e) != "temperature_raw,top_k,min_p" {
+		t.Errorf("temperature 0.005: recorded %v (%q), want vLLM's 0.01", e.Temperature, Reasons(e))
+	}
 	if s.Temperature != 0.5 || s.TopK != 0 || s.MinP != 0.1 || strings.Join(s.Defaulted, ",") != "top_p,min_p,repetition_penalty,presence_penalty,frequency_penalty" {
 		t.Errorf("effective %+v", s)
 	}
