@@ -133,4 +133,31 @@ func TestProcessedLogprobsTrainAtTemperature(t *testing.T) {
 			t.Fatalf("call %s/%d: temperature %v, mode %q, trainable %v (%q)", c.EpisodeID, c.CallIndex, c.Temperature, c.LogprobsMode, c.Trainable, c.UntrainableReason)
 		}
 	}
+
+	// starter drift measures the same round on the training worker: every
+	// token of the batch, all within float rounding of the recorded ones.
+	out, err = stack.Starter(ctx, t, bins, "drift", "--run", run, "--round", "1").CombinedOutput()
+	if err != nil {
+		t.Fatalf("starter drift: %v\n%s", err, out)
+	}
+	t.Logf("starter drift:\n%s", out)
+	var dr schemas.DriftReport
+	if err := store.GetJSON(ctx, stack.Store, l.Drift(1), &dr); err != nil {
+		t.Fatalf("drift report: %v", err)
+	}
+	if dr.Samples != sum.Samples || dr.Tokens != tm.Tokens || dr.WeightsID != sum.WeightsID || dr.Token.Max > 1e-5 ||
+		dr.Current["drift_limit"] == "" {
+		t.Errorf("drift report %+v: want the round's %d samples and %d tokens under %s, within 1e-5, and the harness's limits",
+			dr, sum.Samples, tm.Tokens, sum.WeightsID)
+	}
+	for _, want := range []string{"per token", "per call", "drift_call_limit", l.Drift(1)} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("starter drift printed no %q", want)
+		}
+	}
+	// A round that never ran is refused at once, naming what the run has.
+	out, err = stack.Starter(ctx, t, bins, "drift", "--run", run, "--round", "5").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "has no round 5: it has done 1 rounds") {
+		t.Errorf("starter drift of a round that never ran: %v\n%s", err, out)
+	}
 }
