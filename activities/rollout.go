@@ -243,6 +243,7 @@ func (r *Rollout) play(ctx context.Context, h schemas.Harness, in EpisodeInput, 
 		// The weights' file is wrong on every try: fail once, naming it.
 		return outcome.Result{}, nil, temporal.NewNonRetryableApplicationError(err.Error(), "SamplingDefaults", nil)
 	}
+	r.Host.ProbeProcessor(ctx, h, in.Run, in.WeightsID, svc)
 	prefix := r.Host.Proxy.Begin(pep)
 	vars := map[string]string{
 		"base_url": "http://" + r.Host.ProxyAddr + prefix, "task": strconv.Itoa(int(in.Task.ID)),

@@ -95,6 +95,7 @@ func (t *Trainer) Train(ctx context.Context, in TrainInput) (schemas.TrainerMetr
 	if err != nil {
 		return m, err
 	}
+	m.RolloutProcessor = tr.rolloutProcessor() // both sides recorded with the round
 	return t.publish(ctx, tr, m, files)
 }
 
@@ -183,8 +184,34 @@ func (t *Trainer) fetchInputs(ctx context.Context, tr *trainTry) error {
 	if fetched.Images > 0 {
 		activity.GetLogger(ctx).Info("trainer images", "images", fetched.Images, "downloaded", fetched.Downloaded, "bytes", fetched.Bytes)
 	}
-	_, err = weights.Fetch(ctx, t.Store, tr.layout.Weights(in.WeightsID), tr.inDir)
-	return err
+	if _, err := weights.Fetch(ctx, t.Store, tr.layout.Weights(in.WeightsID), tr.inDir); err != nil {
+		return err
+	}
+	// The model server's processor, where a rollout host probed it
+	// (model_server.processor_probe); "" tells the trainer there is none.
+	tr.vars["rollout_processor"] = ""
+	rp := filepath.Join(tr.dir, "rollout-processor.json")
+	switch err := t.Store.GetFile(ctx, tr.layout.RolloutProcessor(in.WeightsID), rp); {
+	case err == nil:
+		tr.vars["rollout_processor"] = rp
+	case !store.IsNotFound(err):
+		return err
+	}
+	return nil
+}
+
+// rolloutProcessor is the model server's processor the trainer was given,
+// nil when none.
+func (tr *trainTry) rolloutProcessor() *schemas.ProcessorInfo {
+	path := tr.vars["rollout_processor"]
+	if path == "" {
+		return nil
+	}
+	var info schemas.ProcessorInfo
+	if b, err := os.ReadFile(path); err != nil || json.Unmarshal(b, &info) != nil {
+		return nil
+	}
+	return &info
 }
 
 // command fills the harness's trainer command and environment; a

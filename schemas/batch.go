@@ -66,7 +66,11 @@ type TrainerMetrics struct {
 	// Processor is what made the trainer's pixels, for a vision-language
 	// model; ProcessorMismatch names the versions that differ from the
 	// model server's (--rollout-processor), flagged before training.
-	Processor         *ProcessorInfo `json:"processor,omitempty"`
+	Processor *ProcessorInfo `json:"processor,omitempty"`
+	// RolloutProcessor is the model server's side, as its rollout host's
+	// probe reported it (model_server.processor_probe); set by the trainer
+	// activity, nil without a probe.
+	RolloutProcessor  *ProcessorInfo `json:"rollout_processor,omitempty"`
 	ProcessorMismatch string         `json:"processor_mismatch,omitempty"`
 	// Temperatures is the range of the batch's temperatures (the array
 	// BatchTemperatures) the trainer divided the logits by, so a round

@@ -96,6 +96,12 @@ type ModelServer struct {
 	// settings a request leaves out come from (docs/design.md §3,
 	// "Sampling settings").
 	Sampling SamplingSpec `yaml:"sampling,omitempty" json:"sampling,omitempty"`
+	// ProcessorProbe, for a vision model, is a command the rollout host
+	// runs once per weights it serves, with the model server's
+	// {placeholders}: it prints, as JSON on its last line, the processor
+	// the model server makes pixels with (ProcessorInfo). The trainer gets
+	// it as {rollout_processor} and flags a different one before training.
+	ProcessorProbe []string `yaml:"processor_probe,omitempty" json:"processor_probe,omitempty"`
 }
 
 // Logprobs modes of a model server (vLLM's --logprobs-mode) and sources of
@@ -290,21 +296,22 @@ type Trainer struct {
 
 // RuntimeVars are the placeholders filled when a command runs, not at load time.
 var RuntimeVars = map[string]string{
-	"weights":     "local path of the weights file the model server loads",
-	"port":        "port allocated for the model server",
-	"served_name": "the model name the server answers to",
-	"base_url":    "the proxy base URL of this episode (ends in /v1)",
-	"task":        "task id of the episode (unique in the harness)",
-	"task_number": "the task's number within its suite (tasks: number:, default the id)",
-	"suite":       "the task's suite",
-	"seed":        "init state id of the episode",
-	"output_dir":  "the episode's output directory",
-	"batch":       "local path of the training batch (batch.npz)",
-	"images":      "local folder holding the batch's images as <sha256>.<ext> files, each checked against its name",
-	"weights_in":  "local path of the input weights file",
-	"weights_out": "local path where the trainer writes new weights",
-	"metrics_out": "local path where the trainer writes metrics.json",
-	"rdzv_port":   "a free local port for torchrun's rendezvous",
-	"round":       "round number",
-	"harness_dir": "directory of the harness file",
+	"weights":           "local path of the weights file the model server loads",
+	"port":              "port allocated for the model server",
+	"served_name":       "the model name the server answers to",
+	"base_url":          "the proxy base URL of this episode (ends in /v1)",
+	"task":              "task id of the episode (unique in the harness)",
+	"task_number":       "the task's number within its suite (tasks: number:, default the id)",
+	"suite":             "the task's suite",
+	"seed":              "init state id of the episode",
+	"output_dir":        "the episode's output directory",
+	"batch":             "local path of the training batch (batch.npz)",
+	"images":            "local folder holding the batch's images as <sha256>.<ext> files, each checked against its name",
+	"weights_in":        "local path of the input weights file",
+	"weights_out":       "local path where the trainer writes new weights",
+	"metrics_out":       "local path where the trainer writes metrics.json",
+	"rdzv_port":         "a free local port for torchrun's rendezvous",
+	"rollout_processor": "local path of the model server's processor info (model_server.processor_probe), \"\" when no host reported one",
+	"round":             "round number",
+	"harness_dir":       "directory of the harness file",
 }

@@ -168,3 +168,9 @@ func SweepLeaderboardMarkdown(name string) string { return SweepPrefix(name) + "
 func (l Layout) Comparison(a, b string) string {
 	return l.Evals() + "compare-" + a + "-vs-" + b + ".json"
 }
+
+// RolloutProcessor is where a rollout host stores the processor its model
+// server makes pixels with for a weights id (model_server.processor_probe).
+func (l Layout) RolloutProcessor(weightsID string) string {
+	return l.Prefix() + "processors/" + weightsID + ".json"
+}

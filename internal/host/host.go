@@ -50,6 +50,7 @@ type Host struct {
 	srv      *http.Server
 	ln       net.Listener
 	mu       sync.Mutex
+	probed   probes                 // weights whose model server processor was reported
 	services map[string]*service    // by name@config; model servers by modelSlot
 	failed   map[string]failedStart // recent failed starts, by the same keys
 	stored   sync.Map               // blob keys known to be in the bucket
