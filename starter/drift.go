@@ -9,6 +9,7 @@ import (
 
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
 	"github.com/roundhouse-rl/roundhouse/internal/report"
+	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 	"github.com/roundhouse-rl/roundhouse/workflows/api"
 )
@@ -37,11 +38,18 @@ at runs/<run>/drift/round=<R>/drift.json.`,
 				return fmt.Errorf("--round %d: give a round that trained, 1 or more (see `starter status --run %s`)", round, run)
 			}
 			ctx := cmd.Context()
-			c, _, err := connectBoth(ctx, e)
+			c, s, err := connectBoth(ctx, e)
 			if err != nil {
 				return err
 			}
 			defer c.Close()
+			// Only a training run has rounds to measure: say so before a
+			// training host is asked.
+			if _, err := s.ETag(ctx, schemas.Layout{Run: run}.State()); store.IsNotFound(err) {
+				return fmt.Errorf("run %s not found: `starter drift` measures a training run's round; see `starter status` for the runs", run)
+			} else if err != nil {
+				return fmt.Errorf("run %s: %w", run, err)
+			}
 			wr, err := api.StartDrift(ctx, c, api.DriftInput{Run: run, Round: round})
 			if err != nil {
 				return fmt.Errorf("start the drift measurement: %w", err)

@@ -155,7 +155,12 @@ func TestProcessedLogprobsTrainAtTemperature(t *testing.T) {
 			t.Errorf("starter drift printed no %q", want)
 		}
 	}
-	// A round that never ran is refused at once, naming what the run has.
+	// A run that does not exist, and a round that never ran, are refused
+	// naming what there is.
+	out, err = stack.Starter(ctx, t, bins, "drift", "--run", "no-such-run", "--round", "1").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "run no-such-run not found") {
+		t.Errorf("starter drift of a run that does not exist: %v\n%s", err, out)
+	}
 	out, err = stack.Starter(ctx, t, bins, "drift", "--run", run, "--round", "5").CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "has no round 5: it has done 1 rounds") {
 		t.Errorf("starter drift of a round that never ran: %v\n%s", err, out)
