@@ -25,6 +25,12 @@ const (
 	// every sample when the array is missing (batches written before it).
 	// docs/design.md §4, "Sampling settings".
 	BatchTemperatures = "temperatures" // float32 [n]
+	// BatchStaleness is how many weights versions older than the
+	// trainer's starting weights the weights that sampled sample i are (0:
+	// those very weights). Overlapped rounds (docs/design.md §4, "Stale
+	// samples") produce stale samples; the drift guard judges only the
+	// samples at 0, and the rest is reported as policy lag. Missing: all 0.
+	BatchStaleness = "staleness" // int32 [n]
 	// Images: the distinct blobs (<sha256>.<ext>, Layout.Blob) the batch's
 	// requests sent, each once, in order of first use; sample i's own images,
 	// in prompt order and with repeats, are image_index[image_offsets[i]:
@@ -67,6 +73,13 @@ type TrainerMetrics struct {
 	// model; ProcessorMismatch names the versions that differ from the
 	// model server's (--rollout-processor), flagged before training.
 	Processor *ProcessorInfo `json:"processor,omitempty"`
+	// StaleSamples are the batch's samples with staleness above 0
+	// (BatchStaleness); PolicyLagMean and PolicyLagMax are |log π_old −
+	// log π_rollout| over their tokens: how far the policy moved since
+	// they were sampled, not drift. All zero in a synchronous round.
+	StaleSamples  int     `json:"stale_samples,omitempty"`
+	PolicyLagMean float64 `json:"policy_lag_mean,omitempty"`
+	PolicyLagMax  float64 `json:"policy_lag_max,omitempty"`
 	// RolloutProcessor is the model server's side, as its rollout host's
 	// probe reported it (model_server.processor_probe); set by the trainer
 	// activity, nil without a probe.

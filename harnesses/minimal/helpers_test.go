@@ -44,6 +44,12 @@ func writeBatch(path string, ss []sample) error { return writeBatchTemps(path, s
 // writeBatchTemps writes batch.npz with temps as its temperatures array
 // (none when nil).
 func writeBatchTemps(path string, ss []sample, temps []float32) error {
+	return writeBatchWith(path, ss, temps, nil)
+}
+
+// writeBatchWith writes batch.npz with temps and stale as its
+// temperatures and staleness arrays (each left out when nil).
+func writeBatchWith(path string, ss []sample, temps []float32, stale []int32) error {
 	var pids, cids []int32
 	var lps, advs, ws []float32
 	poff, coff := []int64{0}, []int64{0}
@@ -85,6 +91,12 @@ func writeBatchTemps(path string, ss []sample, temps []float32) error {
 				return nil
 			}
 			return w.WriteFloat32(schemas.BatchTemperatures, temps)
+		},
+		func() error {
+			if stale == nil {
+				return nil
+			}
+			return w.WriteInt32(schemas.BatchStaleness, stale)
 		},
 	} {
 		if err := f(); err != nil {

@@ -377,7 +377,26 @@ def load_arrays(path, vocab_size):
             raise InputError(f"batch {path}: sample {i} has no completion tokens")
     load_image_arrays(path, arr, n)
     load_temperatures(path, arr, n)
+    load_staleness(path, arr, n)
     return arr, n
+
+
+def load_staleness(path, arr, n):
+    """Validates the staleness array (schemas/batch.go) in place: how many
+    weights versions older than --weights-in the weights that sampled
+    sample i are (0: sampled by them). A stale sample's gap between pi_old
+    and pi_rollout is policy lag, which the behaviour correction weighs,
+    not drift: the drift guard judges the samples at 0 only. A batch
+    written before the array existed has none: all 0."""
+    if "staleness" not in arr:
+        arr["staleness"] = np.zeros(n, np.int64)
+        return
+    s = arr["staleness"]
+    if s.ndim != 1 or s.dtype.kind not in "iu" or len(s) != n:
+        raise InputError(f"batch {path}: staleness must be 1-D integer with one entry per sample ({n}), got {s.dtype} {s.shape}")
+    if len(s) and s.min() < 0:
+        raise InputError(f"batch {path}: staleness must be >= 0; sample {int(np.argmin(s))} has {int(s.min())}")
+    arr["staleness"] = s.astype(np.int64)
 
 
 def load_temperatures(path, arr, n):
@@ -528,6 +547,7 @@ def load_batch(a, wfile, V):
         "roll": roll, "co": co.astype(np.int64),
         "adv": arr["advantages"].astype(np.float64), "weight": arr["weights"].astype(np.float64),
         "temp": arr["temperatures"].astype(np.float64), "metrics": temperature_metrics(arr),
+        "stale": arr["staleness"],
     }
 
 
@@ -622,22 +642,34 @@ def drift(B, a):
     calls over --drift-call-limit (else --drift-limit, as before there was
     one); the share of tokens past --drift-token-limit; and the first calls
     over the call limit, in batch order."""
-    d = np.abs(B["old_tok"] - B["roll"])
+    d_all = np.abs(B["old_tok"] - B["roll"])
+    co = B["co"]
+    stale = B.get("stale", np.zeros(len(co) - 1, np.int64))
+    tok_stale = np.repeat(stale > 0, np.diff(co))
+    lag = d_all[tok_stale]
+    lag_figures = {"lag_mean": float(lag.mean()) if len(lag) else 0.0, "lag_max": float(lag.max()) if len(lag) else 0.0,
+                   "stale": int((stale > 0).sum())}
+    # The guard judges the samples the starting weights produced; a stale
+    # sample's gap is how far the policy moved since, reported as lag.
+    d = d_all[~tok_stale]
     if len(d) == 0:
-        return {"mean": 0.0, "max": 0.0, "call_max": 0.0, "share": 0.0, "token_share": 0.0, "first": []}
-    co, ntok = B["co"], np.maximum(np.diff(B["co"]), 1)
-    per_call = np.add.reduceat(d, co[:-1]) / ntok if len(co) > 1 else np.zeros(0)
-    # reduceat gives an empty call its next call's first token: zero it.
-    per_call = np.where(np.diff(co) > 0, per_call, 0.0)
+        return {"mean": 0.0, "max": 0.0, "call_max": 0.0, "share": 0.0, "token_share": 0.0, "first": [], **lag_figures}
+    ntok = np.maximum(np.diff(co), 1)
+    per_call = np.add.reduceat(d_all, co[:-1]) / ntok if len(co) > 1 else np.zeros(0)
+    # reduceat gives an empty call its next call's first token: zero it;
+    # stale calls are not judged either.
+    per_call = np.where((np.diff(co) > 0) & (stale == 0), per_call, 0.0)
+    fresh = int((stale == 0).sum())
     call_limit = a.drift_call_limit or a.drift_limit
     bad = np.flatnonzero(per_call > call_limit) if call_limit > 0 else np.zeros(0, np.int64)
     token_share = float((d > a.drift_token_limit).mean()) if a.drift_token_limit > 0 else 0.0
     return {
         "mean": float(d.mean()), "max": float(d.max()),
         "call_max": float(per_call.max()) if len(per_call) else 0.0,
-        "share": len(bad) / len(per_call) if len(per_call) else 0.0,
+        "share": len(bad) / fresh if fresh else 0.0,
         "token_share": token_share,
         "first": [(int(i), float(per_call[i])) for i in bad[:5]],
+        **lag_figures,
     }
 
 
@@ -664,8 +696,11 @@ def check_drift(a, B):
         raise DriftError(f"drift guard: {100 * f['token_share']:.2f}% of tokens differ by more than "
                          f"--drift-token-limit {a.drift_token_limit:g}, over --drift-token-share "
                          f"{100 * a.drift_token_share:g}% {where}")
-    return {"logprob_mismatch": f["mean"], "logprob_mismatch_max": f["max"], "drift_share": f["share"],
-            "drift_call_max": f["call_max"], "drift_token_share": f["token_share"]}
+    out = {"logprob_mismatch": f["mean"], "logprob_mismatch_max": f["max"], "drift_share": f["share"],
+           "drift_call_max": f["call_max"], "drift_token_share": f["token_share"]}
+    if f["stale"]:
+        out.update(stale_samples=f["stale"], policy_lag_mean=f["lag_mean"], policy_lag_max=f["lag_max"])
+    return out
 
 
 def optimize(a, rank, world, B, params, opt, device, loss_of, fsdp=False):
@@ -1190,6 +1225,7 @@ def hf_prepare(a, device, rank, world, train=False):
         "co": co, "ntok": np.diff(co), "roll": arr["rollout_logprobs"].astype(np.float64),
         "adv": arr["advantages"].astype(np.float64), "weight": arr["weights"].astype(np.float64),
         "temp": arr["temperatures"].astype(np.float64), "metrics": temperature_metrics(arr),
+        "stale": arr["staleness"],
     }
     for i in range(n):
         if len(B["prompts"][i]) == 0:
