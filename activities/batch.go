@@ -30,6 +30,12 @@ type BatchInput struct {
 	Seed               int64
 	// Filters drop calls before selection (length, post-success).
 	Filters schemas.Filters
+	// TrainerWeightsID is the weights the round's trainer starts from;
+	// each sample's staleness is counted against it, and a sample more
+	// than MaxStaleness versions older is refused (docs/design.md §4,
+	// "Overlapped rounds"). "" in inputs from before: staleness 0.
+	TrainerWeightsID string `json:",omitempty"`
+	MaxStaleness     int32  `json:",omitempty"`
 }
 
 // BuildBatch computes leave-one-out advantages per group over valid
@@ -77,6 +83,7 @@ func (c *Records) BuildBatch(ctx context.Context, in BatchInput) (schemas.BatchS
 type planned struct {
 	ep    schemas.Episode
 	adv   float64
+	stale int32 // versions between the episode's weights and the trainer's
 	calls []schemas.CallCounts
 }
 
@@ -101,6 +108,9 @@ func (c *Records) planBatch(ctx context.Context, in BatchInput) ([]schemas.Sampl
 	order := withAdvantages(validGroups(eps, &sum), &sum)
 	if len(order) == 0 {
 		return nil, sum, nil
+	}
+	if err := staleness(in, order); err != nil {
+		return nil, sum, err
 	}
 	if err := c.readCallCounts(ctx, in, order); err != nil {
 		return nil, sum, fmt.Errorf("round %d calls: %w", in.Round, err)
@@ -230,7 +240,13 @@ func selectSamples(in BatchInput, order []*planned, sum *schemas.BatchSummary) [
 			samples = append(samples, schemas.Sample{Run: in.Run, Round: in.Round, EpisodeID: p.ep.EpisodeID,
 				Group: p.ep.Group, CallIndex: call.CallIndex, Advantage: p.adv, Weight: 1 / float64(len(sel)),
 				PromptTokens: call.PromptTokens, CompletionTokens: call.CompletionTokens,
-				Temperature: sampling.TrainerTemperature(schemas.Sampling{Temperature: call.Temperature, LogprobsMode: call.LogprobsMode})})
+				Temperature: sampling.TrainerTemperature(schemas.Sampling{Temperature: call.Temperature, LogprobsMode: call.LogprobsMode}),
+				WeightsID:   p.ep.WeightsID, Staleness: p.stale})
+			if sum.Staleness == nil {
+				sum.Staleness, sum.SampledBy = schemas.Staleness{}, map[string]int{}
+			}
+			sum.Staleness[p.stale]++
+			sum.SampledBy[p.ep.WeightsID]++
 			if p.adv == 0 {
 				sum.ZeroWeightSamples++
 			}
@@ -238,6 +254,38 @@ func selectSamples(in BatchInput, order []*planned, sum *schemas.BatchSummary) [
 		p.calls = nil
 	}
 	return samples
+}
+
+// staleness sets each planned episode's staleness: its weights' version
+// below the trainer's starting weights'. The workflow starts a round's
+// collection only on weights within the bound; this is the check on what
+// the records say, so an episode stored on other weights (a resumed round
+// finding an earlier try published) cannot slip past it.
+func staleness(in BatchInput, order []*planned) error {
+	if in.TrainerWeightsID == "" {
+		return nil
+	}
+	for _, p := range order {
+		if p.ep.WeightsID == in.TrainerWeightsID {
+			continue
+		}
+		top, err := schemas.WeightsVersion(in.TrainerWeightsID)
+		if err != nil {
+			return temporal.NewNonRetryableApplicationError(fmt.Sprintf("round %d batch: trainer's %v", in.Round, err), "BadBatch", nil)
+		}
+		v, err := schemas.WeightsVersion(p.ep.WeightsID)
+		if err != nil {
+			return temporal.NewNonRetryableApplicationError(fmt.Sprintf("round %d batch: episode %s: %v", in.Round, p.ep.EpisodeID, err), "BadBatch", nil)
+		}
+		p.stale = top - v
+		if p.stale < 0 || p.stale > in.MaxStaleness {
+			return temporal.NewNonRetryableApplicationError(fmt.Sprintf(
+				"round %d batch: episode %s ran on weights %s, %d versions from the trainer's %s, outside the bound 0…%d (collect.max_staleness): "+
+					"the round's records do not match its collection; rerun the round after deleting its episodes (starter train --replace starts over)",
+				in.Round, p.ep.EpisodeID, p.ep.WeightsID, p.stale, in.TrainerWeightsID, in.MaxStaleness), "StaleSample", nil)
+		}
+	}
+	return nil
 }
 
 // indexOf finds a call index in calls sorted by index.
@@ -405,6 +453,13 @@ func encodeBatch(w io.Writer, samples []schemas.Sample, toks []schemas.CallToken
 		func() error { return perCall(schemas.BatchWeights, func(s schemas.Sample) float64 { return s.Weight }) },
 		func() error {
 			return perCall(schemas.BatchTemperatures, func(s schemas.Sample) float64 { return s.Temperature })
+		},
+		func() error {
+			v := make([]int32, len(samples))
+			for i, s := range samples {
+				v[i] = s.Staleness
+			}
+			return z.WriteInt32(schemas.BatchStaleness, v)
 		},
 		func() error { return z.WriteStrings(schemas.BatchImages, images) },
 		func() error { return z.WriteInt32(schemas.BatchImageIndex, imageIndex) },

@@ -46,6 +46,11 @@ type TrainInput struct {
 	BatchKey     string
 	WeightsID    string `json:"WeightsIn"`
 	NewWeightsID string `json:"WeightsOut"`
+	// Staleness and SampledBy are the batch's samples by staleness and by
+	// the weights that sampled them (BatchSummary), recorded in the new
+	// weights' manifest so the weights say what they were trained on.
+	Staleness schemas.Staleness `json:",omitempty"`
+	SampledBy map[string]int    `json:",omitempty"`
 }
 
 // Label names the update where a failed attempt is shown (internal/failnote).
@@ -326,7 +331,8 @@ func (t *Trainer) publish(ctx context.Context, tr *trainTry, m schemas.TrainerMe
 	// with, and a try that loses returns what was published.
 	info := activity.GetInfo(ctx)
 	dirName := schemas.TryID(info.Attempt-1, info.WorkflowExecution.RunID) + "/"
-	pub, created, err := weights.Publish(ctx, t.Store, tr.layout.Weights(in.NewWeightsID), files, schemas.WeightsManifest{WeightsID: in.NewWeightsID, Metrics: m, Dir: dirName})
+	pub, created, err := weights.Publish(ctx, t.Store, tr.layout.Weights(in.NewWeightsID), files, schemas.WeightsManifest{WeightsID: in.NewWeightsID, Metrics: m, Dir: dirName,
+		Batch: in.BatchKey, Staleness: in.Staleness, SampledBy: in.SampledBy})
 	if err != nil {
 		return m, err
 	}

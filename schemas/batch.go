@@ -124,6 +124,13 @@ type WeightsManifest struct {
 	// files never land on the published ones. Empty: directly under
 	// weights/<id>/ (uploads and imports, and manifests from before).
 	Dir string `json:"dir,omitempty"`
+	// Batch is the batch.npz these weights were trained on (its samples
+	// table names each sample's weights), Staleness its samples by
+	// staleness and SampledBy by the weights that sampled them; empty for
+	// uploads and imports, and in manifests from before.
+	Batch     string         `json:"batch,omitempty"`
+	Staleness Staleness      `json:"staleness,omitempty"`
+	SampledBy map[string]int `json:"sampled_by,omitempty"`
 }
 
 // Key is where file name of these weights lies, prefix being weights/<id>/.

@@ -257,6 +257,12 @@ type Collect struct {
 	// flagged as unreliable, and a final score refused (0: the default,
 	// DefaultMaxInvalidShare; 1: never flag).
 	MaxInvalidShare float64 `yaml:"max_invalid_share" json:"max_invalid_share,omitempty"`
+	// MaxStaleness is η of overlapped rounds (docs/design.md §4, "Overlapped
+	// rounds"): with η ≥ 1, round k+1 collects on the newest weights while
+	// round k trains, and no trainer gets a sample of weights more than η
+	// versions older than its starting weights. 0, the default, is the
+	// synchronous loop: validation, collection, training, one after another.
+	MaxStaleness int32 `yaml:"max_staleness" json:"max_staleness,omitempty"`
 }
 
 // DefaultMaxInvalidShare is Collect.MaxInvalidShare when unset: past one

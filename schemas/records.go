@@ -184,4 +184,9 @@ type Sample struct {
 	// (BatchTemperatures): the call's temperature when its logprobs were
 	// processed, else 1.
 	Temperature float64 `parquet:"temperature" json:"temperature"`
+	// WeightsID is the weights that sampled the call (its episode's), and
+	// Staleness how many versions older they are than the trainer's
+	// starting weights (BatchStaleness; 0 in synchronous rounds).
+	WeightsID string `parquet:"weights_id" json:"weights_id,omitempty"`
+	Staleness int32  `parquet:"staleness" json:"staleness"`
 }

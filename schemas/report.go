@@ -133,6 +133,14 @@ type RoundSummary struct {
 	// (OverLimit's answer when the round ended; "" when nothing did, or in
 	// summaries from before).
 	OverInvalidLimit string `json:"over_invalid_limit,omitempty"`
+	// Overlapped rounds (collect.max_staleness ≥ 1; docs/design.md §4):
+	// CollectedOn is the weights the round's episodes ran on (WeightsID
+	// is what its trainer started from), PoolFrom the tag of the
+	// validation report its pool was chosen from, and MaxStaleness the
+	// bound η it ran under. Empty in synchronous rounds.
+	CollectedOn  string `json:"collected_on,omitempty"`
+	PoolFrom     string `json:"pool_from,omitempty"`
+	MaxStaleness int32  `json:"max_staleness,omitempty"`
 }
 
 // Attempted is every collection episode the round asked for: valid,
@@ -196,6 +204,12 @@ type BatchSummary struct {
 	Images    int    `json:"images,omitempty"`
 	ImageRefs int    `json:"image_refs,omitempty"`
 	BatchKey  string `json:"batch_key"` // S3 key of batch.npz ("" when no sample)
+	// Staleness is the samples by staleness against the trainer's
+	// starting weights (nil in summaries from before; {0: Samples} in a
+	// synchronous round), SampledBy the samples by the weights that
+	// sampled them.
+	Staleness Staleness      `json:"staleness,omitempty"`
+	SampledBy map[string]int `json:"sampled_by,omitempty"`
 }
 
 // State is runs/<run>/state.json: where a run stands, for people and tools
@@ -226,4 +240,7 @@ type RunSpec struct {
 	WeightsSource    string   `json:"weights_source"`        // the --weights path, for people
 	HeartbeatTimeout Duration `json:"heartbeat_timeout"`
 	StartedAtMS      int64    `json:"started_at_ms"`
+	// MaxStaleness is η the run started with (collect.max_staleness or
+	// --max-staleness): a resume must keep it.
+	MaxStaleness int32 `json:"max_staleness,omitempty"`
 }

@@ -35,6 +35,11 @@ func Train(ctx workflow.Context, in api.TrainInput) (api.TrainResult, error) {
 		result: api.TrainResult{Run: in.Run, Prefix: l.Prefix(), Summaries: in.Summaries},
 		summary: schemas.RoundSummary{Round: in.Round, WeightsID: in.WeightsID, ValSuccess: -1, Prefix: l.Prefix(),
 			MaxInvalidShare: in.Harness.Collect.InvalidLimit()}}
+	// Overlapped rounds take their own path (overlap.go); a run that
+	// started synchronous stays on this one, so its history replays.
+	if in.MaxStaleness > 0 {
+		return overlapped(r)
+	}
 
 	// 1. Validate (before round 1 without a pool report; every round when configured).
 	report, stop, err := r.validateFirst()
@@ -75,6 +80,28 @@ type round struct {
 	t       *tracker
 	result  api.TrainResult
 	summary schemas.RoundSummary
+	// pipe is the overlapped run this round belongs to (nil: synchronous);
+	// on is the weights it collects on, when not in.WeightsID.
+	pipe *pipeline
+	on   string
+}
+
+// collectOn is the weights the round's episodes run on.
+func (r *round) collectOn() string {
+	if r.on != "" {
+		return r.on
+	}
+	return r.in.WeightsID
+}
+
+// phase records the round's phase: the run's, or in an overlapped run
+// its side's.
+func (r *round) phase(p string) {
+	if r.pipe != nil {
+		r.pipe.show()
+		return
+	}
+	r.t.phase(p)
 }
 
 // stopped saves the state of a run stopped in phase of its round, which
@@ -151,7 +178,12 @@ func (r *round) collect(pool []int32) (api.Tally, int, error) {
 			eps = append(eps, api.Cell{Task: taskByID(h, g.Task), InitID: g.InitID, Group: int32(gi), Attempt: int32(a)})
 		}
 	}
-	collected := r.t.episodes(schemas.PhaseTrain, in.Round, in.WeightsID, eps, false)
+	var collected api.Tally
+	if r.pipe != nil {
+		collected = r.pipe.collectEpisodes(r, eps)
+	} else {
+		collected = r.t.episodes(schemas.PhaseTrain, in.Round, in.WeightsID, eps, false)
+	}
 	if collected.Unservable != "" {
 		return collected, len(eps), fmt.Errorf("round %d collection: %s", in.Round, collected.Unservable)
 	}
@@ -162,11 +194,12 @@ func (r *round) collect(pool []int32) (api.Tally, int, error) {
 // n episodes, lost ones counted as invalid.
 func (r *round) buildBatch(n, lost int) (schemas.BatchSummary, error) {
 	in, c, summary := r.in, r.in.Harness.Collect, &r.summary
-	r.t.phase("advantages")
+	r.phase("advantages")
 	var records *activities.Records
 	var batch schemas.BatchSummary
 	if err := workflow.ExecuteActivity(summarized(controlContext(r.ctx), fmt.Sprintf("round %d: advantages and selection over %d episodes", in.Round, n)), records.BuildBatch, activities.BatchInput{
 		Run: in.Run, Round: in.Round, MaxCallsPerEpisode: c.MaxCallsPerEpisode, Selection: c.Selection, Seed: c.Seed, Filters: c.Filters,
+		TrainerWeightsID: in.WeightsID, MaxStaleness: in.MaxStaleness,
 	}).Get(r.ctx, &batch); err != nil {
 		return batch, fmt.Errorf("round %d batch: %w", in.Round, err)
 	}
@@ -198,7 +231,7 @@ func (r *round) train(batch schemas.BatchSummary) error {
 		workflow.GetLogger(r.ctx).Warn("no training samples this round; weights unchanged", "round", in.Round)
 		return nil
 	}
-	r.t.phase("training")
+	r.phase("training")
 	out := fmt.Sprintf("r%d", in.Round)
 	// A failing trainer is retried without limit, backing off to every 5
 	// minutes: the round waits, its last error (with the log's tail)
@@ -215,6 +248,7 @@ func (r *round) train(batch schemas.BatchSummary) error {
 	tctx = summarized(tctx, fmt.Sprintf("round %d: train %s → %s on %d samples (heartbeat: step, loss, tokens/s)", in.Round, in.WeightsID, out, batch.Samples))
 	if err := workflow.ExecuteActivity(tctx, trainer.Train, activities.TrainInput{
 		Run: in.Run, Round: in.Round, BatchKey: batch.BatchKey, WeightsID: in.WeightsID, NewWeightsID: out,
+		Staleness: batch.Staleness, SampledBy: batch.SampledBy,
 	}).Get(r.ctx, &r.summary.Trainer); err != nil {
 		return fmt.Errorf("round %d training: %w", in.Round, err)
 	}

@@ -127,6 +127,10 @@ func FollowTrain(ctx context.Context, out io.Writer, c client.Client, run string
 		e := p.Episodes
 		l := Line{Text: fmt.Sprintf("round %d/%d  %-10s %d/%d episodes, %d successes", p.Round, p.Rounds, p.Phase, e.Done, e.Total, e.Successes),
 			Stage: fmt.Sprintf("%d %s %v", p.Round, p.Phase, p.Stopping), Done: e.Done, Total: e.Total}
+		if p.Overlapped {
+			// The phase names the rounds itself.
+			l.Text = fmt.Sprintf("%d rounds  %s  %d/%d episodes, %d successes", p.Rounds, p.Phase, e.Done, e.Total, e.Successes)
+		}
 		if p.Stopping {
 			l.Text += " (stopping)"
 		}

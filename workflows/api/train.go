@@ -41,6 +41,9 @@ type TrainInput struct {
 	// Priority orders the run's episodes among other runs' on a shared
 	// fleet (lower first, 1–5); 0 is fleet.TrainPriority.
 	Priority int `json:",omitempty"`
+	// MaxStaleness is η of overlapped rounds (collect.max_staleness, or
+	// starter train --max-staleness): 0 runs rounds one after another.
+	MaxStaleness int32 `json:",omitempty"`
 }
 
 // TrainResult is returned by the run's last workflow execution.
@@ -72,4 +75,9 @@ type Progress struct {
 	Episodes  Tally
 	Children  []string
 	Summaries []schemas.RoundSummary
+	// Overlapped says Phase tells both sides of an overlapped run (e.g.
+	// "round 4 training · round 5 collecting on r3, staleness 1") and
+	// Episodes counts the collecting round's; Round is the round training
+	// or next to train.
+	Overlapped bool `json:",omitempty"`
 }

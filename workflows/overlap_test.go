@@ -1,0 +1,178 @@
+package workflows
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/roundhouse-rl/roundhouse/activities"
+	"github.com/roundhouse-rl/roundhouse/internal/store"
+	"github.com/roundhouse-rl/roundhouse/schemas"
+	"github.com/roundhouse-rl/roundhouse/workflows/api"
+)
+
+// overlapRun runs a 3-round training run with η = eta on mocked
+// activities that take time (episodes 1 s, training 20 s, in the test
+// environment's clock), and returns what the activities saw. stale, when
+// set, replaces the batch's staleness histogram.
+type overlapSeen struct {
+	mu        sync.Mutex
+	collected map[int32]map[string]bool // round → weights its episodes ran on
+	val       map[int32]string          // validation round → weights
+	trained   []activities.TrainInput
+	batches   []activities.BatchInput
+}
+
+func overlapRun(t *testing.T, eta int32, stale schemas.Staleness) (*overlapSeen, api.TrainResult, error) {
+	t.Helper()
+	env := mockEnv()
+	var ro *activities.Rollout
+	var rec *activities.Records
+	var tr *activities.Trainer
+	seen := &overlapSeen{collected: map[int32]map[string]bool{}, val: map[int32]string{}}
+	env.OnActivity(ro.RunEpisode, mock.Anything, mock.Anything).After(time.Second).Return(
+		func(_ context.Context, in activities.EpisodeInput) (activities.EpisodeResult, error) {
+			seen.mu.Lock()
+			defer seen.mu.Unlock()
+			if in.Phase == schemas.PhaseVal {
+				seen.val[in.Round] = in.WeightsID
+			} else {
+				if seen.collected[in.Round] == nil {
+					seen.collected[in.Round] = map[string]bool{}
+				}
+				seen.collected[in.Round][in.WeightsID] = true
+			}
+			return activities.EpisodeResult{Valid: true}, nil
+		})
+	env.OnActivity(rec.WriteReport, mock.Anything, mock.Anything).Return(schemas.Report{Tasks: []schemas.TaskResult{
+		{Task: 0, Valid: 2, SuccessRate: 0}, {Task: 1, Valid: 2, SuccessRate: 0.5}, {Task: 2, Valid: 2, SuccessRate: 1},
+	}, Overall: schemas.TaskResult{SuccessRate: 0.5}}, nil)
+	// The batch counts staleness as BuildBatch does: the trainer's
+	// version less that of the weights the round's episodes ran on.
+	env.OnActivity(rec.BuildBatch, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in activities.BatchInput) (schemas.BatchSummary, error) {
+			seen.mu.Lock()
+			defer seen.mu.Unlock()
+			seen.batches = append(seen.batches, in)
+			hist := schemas.Staleness{}
+			top, err := schemas.WeightsVersion(in.TrainerWeightsID)
+			if err != nil {
+				return schemas.BatchSummary{}, err
+			}
+			for w := range seen.collected[in.Round] {
+				v, err := schemas.WeightsVersion(w)
+				if err != nil {
+					return schemas.BatchSummary{}, err
+				}
+				hist[top-v] += 8
+			}
+			if stale != nil {
+				hist = stale
+			}
+			return schemas.BatchSummary{Episodes: 8, Valid: 8, Successes: 4, Groups: 4, GroupsWithSignal: 3, Samples: 8,
+				BatchKey: "b", Staleness: hist}, nil
+		})
+	env.OnActivity(tr.Train, mock.Anything, mock.Anything).After(20*time.Second).Return(
+		func(_ context.Context, in activities.TrainInput) (schemas.TrainerMetrics, error) {
+			seen.mu.Lock()
+			defer seen.mu.Unlock()
+			seen.trained = append(seen.trained, in)
+			return schemas.TrainerMetrics{Steps: 1}, nil
+		})
+	env.OnActivity(rec.FinishRound, mock.Anything, mock.Anything).Return(nil)
+	env.OnActivity(rec.Compact, mock.Anything, mock.Anything).Return(store.CompactStats{}, nil)
+	env.ExecuteWorkflow(Train, api.TrainInput{Run: "r", Harness: testHarness(), WeightsID: "w0", InitialWeightsID: "w0",
+		Rounds: 3, Groups: 4, Attempts: 2, Round: 1, MaxStaleness: eta})
+	if !env.IsWorkflowCompleted() {
+		t.Fatal("workflow did not complete")
+	}
+	var res api.TrainResult
+	err := env.GetWorkflowError()
+	if err == nil {
+		err = env.GetWorkflowResult(&res)
+	}
+	return seen, res, err
+}
+
+// TestOverlappedRounds: with η = 1 round 2 collects on the initial
+// weights while round 1 trains, round 3 waits for r1 (on w0 it would be 2
+// behind its trainer's r2); every trainer starts from the weights the
+// round before left, and each round's record says what it collected on,
+// what its pool came from and its staleness.
+func TestOverlappedRounds(t *testing.T) {
+	seen, res, err := overlapRun(t, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[int32]string{1: "w0", 2: "w0", 3: "r1"}
+	for k, w := range want {
+		if len(seen.collected[k]) != 1 || !seen.collected[k][w] {
+			t.Errorf("round %d collected on %v, want only %s", k, seen.collected[k], w)
+		}
+	}
+	if len(seen.trained) != 3 {
+		t.Fatalf("trained %d times, want 3", len(seen.trained))
+	}
+	for i, in := range seen.trained {
+		from, to := schemas.TrainingWeightsID(int32(i)), schemas.TrainingWeightsID(int32(i+1))
+		if in.Round != int32(i+1) || in.WeightsID != from || in.NewWeightsID != to {
+			t.Errorf("training %d: round %d %s → %s, want round %d %s → %s", i, in.Round, in.WeightsID, in.NewWeightsID, i+1, from, to)
+		}
+	}
+	for _, in := range seen.batches {
+		if in.MaxStaleness != 1 || in.TrainerWeightsID != schemas.TrainingWeightsID(in.Round-1) {
+			t.Errorf("batch of round %d: trainer %q, bound %d; want %s, 1", in.Round, in.TrainerWeightsID, in.MaxStaleness, schemas.TrainingWeightsID(in.Round-1))
+		}
+	}
+	// Validations of new weights ran beside collection: r1 as round 2's,
+	// r2 as round 3's.
+	if seen.val[1] != "w0" || seen.val[2] != "r1" || seen.val[3] != "r2" {
+		t.Errorf("validations %v, want round 1 of w0, 2 of r1, 3 of r2", seen.val)
+	}
+	if len(res.Summaries) != 3 || res.FinalWeightsID != "r3" {
+		t.Fatalf("result: %d summaries, final weights %q; want 3, r3", len(res.Summaries), res.FinalWeightsID)
+	}
+	wantStale := []schemas.Staleness{{0: 8}, {1: 8}, {1: 8}}
+	for i, s := range res.Summaries {
+		if s.CollectedOn != want[s.Round] || s.MaxStaleness != 1 || s.Staleness.String() != wantStale[i].String() {
+			t.Errorf("round %d: collected on %q, bound %d, staleness %v; want %s, 1, %v", s.Round, s.CollectedOn, s.MaxStaleness, s.Staleness, want[s.Round], wantStale[i])
+		}
+		if s.PoolFrom == "" || s.ValSuccess != 0.5 || s.Val == nil {
+			t.Errorf("round %d: pool from %q, val %v; want a validation's tag and its success", s.Round, s.PoolFrom, s.ValSuccess)
+		}
+	}
+	if res.Summaries[0].PoolFrom != "val-r1" {
+		t.Errorf("round 1's pool from %q, want val-r1", res.Summaries[0].PoolFrom)
+	}
+}
+
+// TestSynchronousStaysSynchronous: η = 0 collects every round on the
+// weights its trainer starts from.
+func TestSynchronousStaysSynchronous(t *testing.T) {
+	seen, _, err := overlapRun(t, 0, nil)
+	var can *workflow.ContinueAsNewError
+	if !errors.As(err, &can) {
+		t.Fatalf("want the synchronous loop's continue-as-new after round 1, got %v", err)
+	}
+	if len(seen.collected[1]) != 1 || !seen.collected[1]["w0"] || len(seen.collected[2]) != 0 {
+		t.Errorf("round 1 collected on %v and round 2 on %v; want w0, then nothing before continue-as-new", seen.collected[1], seen.collected[2])
+	}
+}
+
+// TestStaleSampleRefused: a batch with a sample beyond the bound never
+// reaches a trainer; the run fails naming the bound.
+func TestStaleSampleRefused(t *testing.T) {
+	seen, _, err := overlapRun(t, 1, schemas.Staleness{0: 4, 2: 1})
+	if err == nil || !strings.Contains(err.Error(), "beyond collect.max_staleness 1") {
+		t.Fatalf("want the run refused for a sample 2 versions behind, got %v", err)
+	}
+	if len(seen.trained) != 0 {
+		t.Errorf("%d trainings ran on a batch beyond the bound", len(seen.trained))
+	}
+}
