@@ -78,7 +78,7 @@ func overlapRun(t *testing.T, eta int32, stale schemas.Staleness) (*overlapSeen,
 			return schemas.BatchSummary{Episodes: 8, Valid: 8, Successes: 4, Groups: 4, GroupsWithSignal: 3, Samples: 8,
 				BatchKey: "b", Staleness: hist}, nil
 		})
-	env.OnActivity(tr.Train, mock.Anything, mock.Anything).After(20*time.Second).Return(
+	env.OnActivity(tr.Train, mock.Anything, mock.Anything).After(20 * time.Second).Return(
 		func(_ context.Context, in activities.TrainInput) (schemas.TrainerMetrics, error) {
 			seen.mu.Lock()
 			defer seen.mu.Unlock()
