@@ -31,6 +31,7 @@ type trainFlags struct {
 	heartbeat                        time.Duration
 	stopFile                         string
 	priority                         int
+	maxStaleness                     int
 	// set says which flags the user gave: a resumed run keeps its own
 	// rounds, groups and attempts unless told otherwise.
 	set map[string]bool
@@ -66,13 +67,15 @@ weights are kept) with the same starting weights.`,
 	fl.BoolVar(&f.detach, "detach", false, "start the run and return without following it")
 	fl.DurationVar(&f.heartbeat, "heartbeat-timeout", 30*time.Second, "how long a silent rollout worker keeps an episode before it is retried elsewhere")
 	priorityFlag(fl, &f.priority, fleet.TrainPriority, "its episodes")
+	fl.IntVar(&f.maxStaleness, "max-staleness", 0, "overlap rounds: the most weights versions a training sample may lag behind its trainer (0: rounds one after another; default: the harness's collect.max_staleness)")
 	fl.StringVar(&f.stopFile, "stop-file", "", "while following, a file whose creation asks for a controlled stop (default runs/<run>/STOP under the current directory)")
 	return cmd
 }
 
 func train(ctx context.Context, out io.Writer, e *connect.Endpoints, f trainFlags) error {
 	t := runs.Train{Run: f.run, Config: f.config, Vars: f.vars, Weights: f.weights, PoolReport: f.poolReport, PoolAnyWeights: f.poolAnyWeights,
-		Rounds: int32(f.rounds), Groups: f.groups, Attempts: f.attempts, Heartbeat: f.heartbeat, Priority: f.priority, Replace: f.replace, Given: f.set}
+		Rounds: int32(f.rounds), Groups: f.groups, Attempts: f.attempts, Heartbeat: f.heartbeat, Priority: f.priority, Replace: f.replace, Given: f.set,
+		MaxStaleness: int32(f.maxStaleness)}
 	if err := t.Check(); err != nil {
 		return err
 	}
@@ -114,13 +117,14 @@ func train(ctx context.Context, out io.Writer, e *connect.Endpoints, f trainFlag
 		return err
 	}
 	in := api.TrainInput{Run: f.run, Harness: h, InitialWeightsID: p.InitialWeightsID, WeightsID: p.WeightsID, Rounds: p.Rounds, Groups: p.Groups,
-		Attempts: p.Attempts, PoolReport: p.PoolReport, Round: p.Round, Summaries: p.Summaries, HeartbeatTimeout: p.Heartbeat, Priority: f.priority}
+		Attempts: p.Attempts, PoolReport: p.PoolReport, Round: p.Round, Summaries: p.Summaries, HeartbeatTimeout: p.Heartbeat, Priority: f.priority,
+		MaxStaleness: p.MaxStaleness}
 	if _, err := api.StartTrain(ctx, c, in); err != nil {
 		return fmt.Errorf("start workflow %s on %s: %w", id, e.Temporal, err)
 	}
 	if !p.Resumed {
-		fmt.Fprintf(out, "started run %s: harness %s (digest %s), weights %s, %d rounds of %d groups × %d attempts\n",
-			f.run, h.Name, h.Digest, f.weights, in.Rounds, in.Groups, in.Attempts)
+		fmt.Fprintf(out, "started run %s: harness %s (digest %s), weights %s, %d rounds of %d groups × %d attempts%s\n",
+			f.run, h.Name, h.Digest, f.weights, in.Rounds, in.Groups, in.Attempts, overlapNote(in.MaxStaleness))
 	}
 	return follow(ctx, out, c, s, e, f.run, f.detach, f.stopFile)
 }
@@ -174,4 +178,12 @@ func printResult(out io.Writer, bucket, run string, res api.TrainResult) {
 		fmt.Fprintf(out, "final validation success (weights %s): %.1f%%\n", res.FinalWeightsID, 100*res.FinalValSuccess)
 	}
 	fmt.Fprintf(out, "final weights: s3://%s/%s\n", bucket, schemas.Layout{Run: run}.Weights(res.FinalWeightsID))
+}
+
+// overlapNote says how a run's rounds overlap, "" when they do not.
+func overlapNote(eta int32) string {
+	if eta == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", overlapped (max staleness %d: collection runs while the round before trains)", eta)
 }

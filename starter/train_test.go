@@ -62,6 +62,14 @@ func TestTrainBadInput(t *testing.T) {
 		{"VLM weights without processor", trainFlags{config: "../harnesses/rpent_libero/harness.yaml", run: "r", weights: noProcessor, rounds: 1}, []string{"--weights", noProcessor, "preprocessor_config.json"}},
 		{"bad run name", trainFlags{config: good, run: "a b", weights: weights, rounds: 1}, []string{"--run", "a b"}},
 		{"bad pool report", trainFlags{config: good, run: "r", weights: weights, rounds: 1, poolReport: broken}, []string{"--pool-report", "report.json"}},
+		// Overlapped rounds: a bound beyond the run, below 0, or on a
+		// harness whose trainer needs the model server's GPU.
+		{"staleness beyond the rounds", trainFlags{config: good, run: "r", weights: weights, rounds: 2, maxStaleness: 3, set: map[string]bool{"max-staleness": true}},
+			[]string{"--max-staleness 3 with --rounds 2", "at most 1"}},
+		{"negative staleness", trainFlags{config: good, run: "r", weights: weights, rounds: 2, maxStaleness: -1, set: map[string]bool{"max-staleness": true}},
+			[]string{"--max-staleness", "is -1"}},
+		{"overlap on a shared GPU", trainFlags{config: "../harnesses/rpent_libero/harness.yaml", run: "r", weights: weights, rounds: 6, maxStaleness: 1, set: map[string]bool{"max-staleness": true}},
+			[]string{"--max-staleness", "stop_before_training", "max_staleness 0"}},
 	}
 	for _, c := range cases {
 		wantInputError(t, c.name, train(context.Background(), &bytes.Buffer{}, &e, c.f), c.want)

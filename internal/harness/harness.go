@@ -332,6 +332,9 @@ func Check(h schemas.Harness) error {
 	if err := checkMemory(h); err != nil {
 		return err
 	}
+	if err := CheckOverlap(h, h.Collect.MaxStaleness, "collect.max_staleness"); err != nil {
+		return err
+	}
 	if err := checkSampling(h.Model); err != nil {
 		return err
 	}
@@ -392,6 +395,30 @@ func Check(h schemas.Harness) error {
 		}
 	}
 	return checkProtocol(h)
+}
+
+// CheckOverlap checks that the harness can overlap its rounds with bound
+// eta (set by what): collection runs while the trainer trains, so a model
+// server or service that must stop to free the host for training
+// (stop_before_training) cannot serve then.
+func CheckOverlap(h schemas.Harness, eta int32, what string) error {
+	if eta < 0 {
+		return &FieldError{what, fmt.Errorf("is %d: give 0 (rounds one after another) or the most weights versions a sample may lag, e.g. 1", eta)}
+	}
+	if eta == 0 {
+		return nil
+	}
+	for _, s := range append([]schemas.Service{h.Model.Service}, h.Services...) {
+		if s.StopBeforeTraining {
+			name := "model_server"
+			if s.Name != "" && s.Name != "model" {
+				name = "service " + s.Name
+			}
+			return &FieldError{what, fmt.Errorf("is %d, but %s has stop_before_training: the trainer shares its host's GPU, and overlapped rounds collect while it trains; "+
+				"train on hosts of their own and drop stop_before_training, or set max_staleness 0", eta, name)}
+		}
+	}
+	return nil
 }
 
 // checkProtocol checks the protocol's suites exist and, when it gives a

@@ -33,6 +33,9 @@ type Train struct {
 	Heartbeat      time.Duration
 	Priority       int
 	Replace        bool
+	// MaxStaleness is --max-staleness (used when Given), else the
+	// harness's collect.max_staleness; Check settles it.
+	MaxStaleness int32
 	// Given names the flags the user gave: a resumed run keeps its own
 	// rounds, groups, attempts and heartbeat timeout unless told otherwise.
 	Given map[string]bool
@@ -71,6 +74,16 @@ func (t *Train) Check() error {
 	}
 	if t.Attempts == 0 {
 		t.Attempts = t.Harness.Collect.Attempts
+	}
+	if !t.Given["max-staleness"] {
+		t.MaxStaleness = t.Harness.Collect.MaxStaleness
+	}
+	if err := harness.CheckOverlap(t.Harness, t.MaxStaleness, "--max-staleness"); err != nil {
+		return err
+	}
+	if t.MaxStaleness > t.Rounds {
+		return fmt.Errorf("--max-staleness %d with --rounds %d: a sample can lag at most rounds-1 weights versions in a run of %d rounds; give --max-staleness at most %d (1 overlaps each round's collection with the round before's training)",
+			t.MaxStaleness, t.Rounds, t.Rounds, max(t.Rounds-1, 1))
 	}
 	if t.Groups < 1 || t.Attempts < 2 {
 		return fmt.Errorf("--groups %d --attempts %d: need at least 1 group of at least 2 attempts", t.Groups, t.Attempts)
@@ -152,6 +165,7 @@ type Prepared struct {
 	Summaries                   []schemas.RoundSummary
 	PoolReport                  string // key of the report choosing round 1's pool
 	Heartbeat                   time.Duration
+	MaxStaleness                int32
 }
 
 // PrepareTrain writes a checked run that is not running: it deletes an
@@ -188,12 +202,12 @@ func (t *Train) create(ctx context.Context, s *store.Store, p *Prepared) error {
 		}
 	}
 	*p = Prepared{Replaced: p.Replaced, Deleted: p.Deleted, InitialWeightsID: "w0", WeightsID: "w0", Rounds: t.Rounds,
-		Groups: t.Groups, Attempts: t.Attempts, Round: 1, Heartbeat: t.Heartbeat}
+		Groups: t.Groups, Attempts: t.Attempts, Round: 1, Heartbeat: t.Heartbeat, MaxStaleness: t.MaxStaleness}
 	if t.pool != nil {
 		p.PoolReport = schemas.Layout{Run: t.Run}.PoolReport()
 	}
 	spec := schemas.RunSpec{Run: t.Run, Rounds: t.Rounds, Groups: t.Groups, Attempts: t.Attempts, PoolReport: p.PoolReport,
-		WeightsSource: t.Weights, HeartbeatTimeout: schemas.Duration(t.Heartbeat), StartedAtMS: time.Now().UnixMilli()}
+		WeightsSource: t.Weights, HeartbeatTimeout: schemas.Duration(t.Heartbeat), StartedAtMS: time.Now().UnixMilli(), MaxStaleness: t.MaxStaleness}
 	return Create(ctx, s, spec, t.src, t.pool)
 }
 
@@ -218,6 +232,21 @@ func (t *Train) resume(ctx context.Context, s *store.Store, p *Prepared) error {
 	if t.Given["pool-report"] {
 		return fmt.Errorf("--pool-report applies to a new run; run %s exists: resume without it, or pass --replace", t.Run)
 	}
+	// The bound is the run's: its records and rounds were made under it.
+	// Unless asked for, a resume keeps the run's own; a harness whose
+	// collect.max_staleness has changed since is asked for too.
+	asked := t.Given["max-staleness"] || t.Harness.Collect.MaxStaleness != 0
+	if !asked {
+		t.MaxStaleness = spec.MaxStaleness
+		if err := harness.CheckOverlap(t.Harness, t.MaxStaleness, "the run's max staleness"); err != nil {
+			return err
+		}
+	}
+	if t.MaxStaleness != spec.MaxStaleness {
+		return fmt.Errorf("run %s started with max staleness %d; this resume asks for %d (--max-staleness, or the harness's collect.max_staleness): resume with --max-staleness %d, or pass --replace to start over",
+			t.Run, spec.MaxStaleness, t.MaxStaleness, spec.MaxStaleness)
+	}
+	p.MaxStaleness = spec.MaxStaleness
 	p.InitialWeightsID, p.WeightsID, p.Rounds, p.Groups, p.Attempts = "w0", st.WeightsID, spec.Rounds, spec.Groups, spec.Attempts
 	p.Round, p.Summaries, p.Heartbeat, p.RoundsDone = st.RoundsDone+1, st.Summaries, spec.HeartbeatTimeout.D(), st.RoundsDone
 	if p.Round == 1 {
