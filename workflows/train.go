@@ -179,6 +179,8 @@ func (r *round) collect(pool []int32) (api.Tally, int, error) {
 		}
 	}
 	var collected api.Tally
+	r.summary.CollectStartMS = workflow.Now(r.ctx).UnixMilli()
+	defer func() { r.summary.CollectEndMS = workflow.Now(r.ctx).UnixMilli() }()
 	if r.pipe != nil {
 		collected = r.pipe.collectEpisodes(r, eps)
 	} else {
@@ -232,6 +234,8 @@ func (r *round) train(batch schemas.BatchSummary) error {
 		return nil
 	}
 	r.phase("training")
+	r.summary.TrainStartMS = workflow.Now(r.ctx).UnixMilli()
+	defer func() { r.summary.TrainEndMS = workflow.Now(r.ctx).UnixMilli() }()
 	out := fmt.Sprintf("r%d", in.Round)
 	// A failing trainer is retried without limit, backing off to every 5
 	// minutes: the round waits, its last error (with the log's tail)
