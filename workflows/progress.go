@@ -131,7 +131,7 @@ func (t *tracker) update() {
 		for _, s := range p.Summaries {
 			fmt.Fprintf(&b, "| %d | %s | %s | %s | %d/%d | %d | %.4f | %.2g / %.2g | %s → %s |\n", s.Round, report.ValRate(s), stats.Rate(s.Successes, s.Valid),
 				stats.Rate(s.Successes, s.Attempted()), s.Attempted()-s.Valid, s.Attempted(), s.Samples, s.Trainer.Loss,
-				s.Trainer.LogprobMismatch, s.Trainer.LogprobMismatchMax, s.WeightsID, s.NewWeightsID)
+				s.Trainer.LogprobMismatch, s.Trainer.LogprobMismatchMax, s.WeightsID, weightsOut(s))
 		}
 		for _, s := range p.Summaries {
 			if w := report.RoundWarning(s); w != "" {
@@ -149,4 +149,13 @@ func untrainableCauses(bs *schemas.BatchSummary) string {
 		return ""
 	}
 	return "(" + report.CauseList(bs.UntrainableByReason) + ")"
+}
+
+// weightsOut is the round's new weights and, for an overlapped round,
+// what it collected on and its samples by staleness.
+func weightsOut(s schemas.RoundSummary) string {
+	if s.MaxStaleness == 0 {
+		return s.NewWeightsID
+	}
+	return fmt.Sprintf("%s (collected on %s; staleness %s)", s.NewWeightsID, s.CollectedOn, s.Staleness)
 }

@@ -204,6 +204,20 @@ func WriteDiagnostics(w io.Writer, sums []schemas.RoundSummary, st schemas.State
 	if len(untrainable) > 0 {
 		fmt.Fprintf(w, "\nuntrainable calls by reason: %s\n", strings.Join(untrainable, " · "))
 	}
+	// Overlapped rounds: what each collected on and trained from, and how
+	// both sides spent the run (docs/design.md §1, "Overlapped rounds").
+	var overlap []string
+	for _, r := range sums {
+		if l := OverlapLine(r); l != "" {
+			overlap = append(overlap, "  "+l)
+		}
+	}
+	if len(overlap) > 0 {
+		fmt.Fprintf(w, "\noverlapped rounds:\n%s\n", strings.Join(overlap, "\n"))
+	}
+	if b := RunBusy(sums); b.Rounds > 0 {
+		fmt.Fprintf(w, "\ntime: %s\n", b)
+	}
 	var trend []string
 	for _, r := range sums {
 		if r.ValSuccess >= 0 {
