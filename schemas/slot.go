@@ -13,10 +13,14 @@ type SlotStats struct {
 	Reloads  int           `json:"reloads"`   // of them, weights swapped into a running server (model_server.reload)
 	Failed   int           `json:"failed"`    // starts that did not become ready
 	LoadTime time.Duration `json:"load_time"` // fetching weights and starting, summed
-	Idle     time.Duration `json:"idle"`      // loaded with the run's weights, no episode using it
-	Waits    int           `json:"waits"`     // episodes that waited while other weights were in use
-	WaitTime time.Duration `json:"wait_time"`
-	Waiting  int           `json:"waiting"` // episodes waiting now
+	// FetchTime is the transfer part of LoadTime: fetching the weights.
+	// The rest is the serving pause: starting the server, or swapping the
+	// weights into it (Reloads), until it answers again.
+	FetchTime time.Duration `json:"fetch_time,omitempty"`
+	Idle      time.Duration `json:"idle"`  // loaded with the run's weights, no episode using it
+	Waits     int           `json:"waits"` // episodes that waited while other weights were in use
+	WaitTime  time.Duration `json:"wait_time"`
+	Waiting   int           `json:"waiting"` // episodes waiting now
 }
 
 // Add sums o's figures into s (Run stays s's): a host's, or a run's
@@ -26,8 +30,12 @@ func (s *SlotStats) Add(o SlotStats) {
 	s.Reloads += o.Reloads
 	s.Failed += o.Failed
 	s.LoadTime += o.LoadTime
+	s.FetchTime += o.FetchTime
 	s.Idle += o.Idle
 	s.Waits += o.Waits
 	s.WaitTime += o.WaitTime
 	s.Waiting += o.Waiting
 }
+
+// Paused is the serving pause of the loads: LoadTime less FetchTime.
+func (s SlotStats) Paused() time.Duration { return s.LoadTime - s.FetchTime }

@@ -278,7 +278,7 @@ func renderFleet(w io.Writer, st api.FleetStatus, run string, now time.Time) {
 		fmt.Fprintf(w, "\non the rollout fleet (model servers for run %s):\n", run)
 	}
 	if len(names) > 0 {
-		fmt.Fprintf(w, "  %-16s %-28s %-34s %6s %9s %9s %7s %8s\n", "HOST", "ASSIGNED", "LOADED (BUSY)", "LOADS", "LOADING", "IDLE", "WAITED", "WAITING")
+		fmt.Fprintf(w, "  %-16s %-28s %-34s %6s %9s %9s %9s %7s %8s\n", "HOST", "ASSIGNED", "LOADED (BUSY)", "LOADS", "FETCHING", "PAUSED", "IDLE", "WAITED", "WAITING")
 	}
 	for _, n := range names {
 		h := s.Hosts[n]
@@ -297,8 +297,10 @@ func renderFleet(w io.Writer, st api.FleetStatus, run string, now time.Time) {
 		if sum.Failed > 0 {
 			loads += fmt.Sprintf("+%d✗", sum.Failed)
 		}
-		fmt.Fprintf(w, "  %-16s %-28s %-34s %6s %9s %9s %7d %8d\n", n, dash(strings.Join(s.Assign[n], ", ")), dash(strings.Join(loaded, ", ")),
-			loads, sum.LoadTime.Round(100*time.Millisecond), sum.Idle.Round(time.Second), sum.Waits, sum.Waiting)
+		// A load is the weights' transfer, then the serving pause (a start,
+		// or an in-place reload) until the server answers again.
+		fmt.Fprintf(w, "  %-16s %-28s %-34s %6s %9s %9s %9s %7d %8d\n", n, dash(strings.Join(s.Assign[n], ", ")), dash(strings.Join(loaded, ", ")),
+			loads, sum.FetchTime.Round(100*time.Millisecond), sum.Paused().Round(100*time.Millisecond), sum.Idle.Round(time.Second), sum.Waits, sum.Waiting)
 	}
 	by := s.ServedBy()
 	ws := s.ByWeights(run)

@@ -223,14 +223,15 @@ func TestRenderFleet(t *testing.T) {
 			Waiting: map[string]time.Time{"sweep-x/c3": now.Add(-42 * time.Second)},
 		},
 		Stats: map[string][]schemas.SlotStats{"h1": {
-			{Run: "sweep-x", Loads: 2, LoadTime: 40 * time.Second, Idle: 3 * time.Second, Waits: 4},
-			{Run: "tr", Loads: 3, Failed: 1, LoadTime: 61 * time.Second, Idle: 9 * time.Second, Waits: 1, Waiting: 2},
+			{Run: "sweep-x", Loads: 2, LoadTime: 40 * time.Second, FetchTime: 10 * time.Second, Idle: 3 * time.Second, Waits: 4},
+			{Run: "tr", Loads: 3, Failed: 1, LoadTime: 61 * time.Second, FetchTime: 21 * time.Second, Idle: 9 * time.Second, Waits: 1, Waiting: 2},
 		}},
 	}
 	var all bytes.Buffer
 	renderFleet(&all, st, "", now)
 	out := all.String()
-	for _, want := range []string{"rollout fleet: 1 hosts", "tr/r1 (3)", "   5+1✗", "1m41s", "tr/r1 ", "sweep-x/c3", "42s"} {
+	// Loads split into the transfer (31 s fetching) and the serving pause (1m10s).
+	for _, want := range []string{"rollout fleet: 1 hosts", "tr/r1 (3)", "   5+1✗", "FETCHING", "PAUSED", "      31s", "    1m10s", "tr/r1 ", "sweep-x/c3", "42s"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status lacks %q:\n%s", want, out)
 		}
@@ -245,7 +246,7 @@ func TestRenderFleet(t *testing.T) {
 	var one bytes.Buffer
 	renderFleet(&one, st, "tr", now)
 	out = one.String()
-	if !strings.Contains(out, "   3+1✗") || !strings.Contains(out, "1m1s") || strings.Contains(out, "sweep-x/c3") {
+	if !strings.Contains(out, "   3+1✗") || !strings.Contains(out, "      21s") || !strings.Contains(out, "      40s") || strings.Contains(out, "sweep-x/c3") {
 		t.Errorf("run tr's view:\n%s", out)
 	}
 }

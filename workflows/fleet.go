@@ -301,8 +301,8 @@ func tellNotes(ctx workflow.Context, s *fleet.State, stats map[string][]schemas.
 				}
 			}
 		}
-		text += fmt.Sprintf(" · run %s on the fleet: %d model-server loads (%s loading, %s idle), %d episodes waited for a server",
-			d.Run, run.Loads, run.LoadTime.Round(time.Second), run.Idle.Round(time.Second), run.Waits)
+		text += fmt.Sprintf(" · run %s on the fleet: %d model-server loads (%s fetching weights, %s serving paused; %s idle), %d episodes waited for a server",
+			d.Run, run.Loads, run.FetchTime.Round(time.Second), run.Paused().Round(time.Second), run.Idle.Round(time.Second), run.Waits)
 		said := fmt.Sprint(text, long)
 		if sent[key] == said {
 			continue
@@ -324,7 +324,7 @@ func fleetMarkdown(s fleet.State, stats map[string][]schemas.SlotStats, now time
 	var b strings.Builder
 	fmt.Fprintf(&b, "**fleet**: %d rollout hosts, %d episode sets waiting for weights, %d assignment changes\n\n", len(s.Hosts), len(s.Demands), s.Changes)
 	if len(s.Hosts) > 0 {
-		b.WriteString("| host | assigned | loaded (busy) | loads | loading | idle | waited |\n|---|---|---|---|---|---|---|\n")
+		b.WriteString("| host | assigned | loaded (busy) | loads | fetching | serving paused | idle | waited |\n|---|---|---|---|---|---|---|---|\n")
 		for _, n := range slices.Sorted(maps.Keys(s.Hosts)) {
 			h := s.Hosts[n]
 			var loaded []string
@@ -335,8 +335,8 @@ func fleetMarkdown(s fleet.State, stats map[string][]schemas.SlotStats, now time
 			for _, st := range stats[n] {
 				sum.Add(st)
 			}
-			fmt.Fprintf(&b, "| %s | %s | %s | %d | %s | %s | %d |\n", n, strings.Join(s.Assign[n], ", "), strings.Join(loaded, ", "),
-				sum.Loads, sum.LoadTime.Round(time.Second), sum.Idle.Round(time.Second), sum.Waits)
+			fmt.Fprintf(&b, "| %s | %s | %s | %d | %s | %s | %s | %d |\n", n, strings.Join(s.Assign[n], ", "), strings.Join(loaded, ", "),
+				sum.Loads, sum.FetchTime.Round(time.Second), sum.Paused().Round(time.Second), sum.Idle.Round(time.Second), sum.Waits)
 		}
 	}
 	if len(s.Demands) > 0 {

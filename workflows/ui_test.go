@@ -171,7 +171,7 @@ func TestUITellsTheStory(t *testing.T) {
 		t.Fatal(err)
 	}
 	fleetDetails := md.GetCurrentDetails()
-	if err := uiWantAll(fleetDetails, "**fleet**: 1 rollout hosts", "| host | assigned | loaded (busy) | loads | loading | idle | waited |"); err != nil {
+	if err := uiWantAll(fleetDetails, "**fleet**: 1 rollout hosts", "| host | assigned | loaded (busy) | loads | fetching | serving paused | idle | waited |"); err != nil {
 		t.Fatalf("fleet details: %v\n%s", err, fleetDetails)
 	}
 	fleetPage := ui + "/render?content=" + url.QueryEscape(fleetDetails)

@@ -73,6 +73,10 @@ type Result struct {
 	// Samples is the rows of the rounds' samples.parquet, all checked
 	// against the accepted rows; Weights the Train results checked.
 	Samples, Weights int
+	// Stale is the samples whose episode ran on older weights than their
+	// round's trainer started from (overlapped rounds), BeyondBound those
+	// more than the round's max staleness older: each is also a problem.
+	Stale, BeyondBound int
 	// Problems lists every disagreement, one line each; empty is a pass.
 	Problems []string
 }
@@ -80,7 +84,7 @@ type Result struct {
 // OK is true when nothing disagreed and nothing planned was lost or stored
 // twice.
 func (r Result) OK() bool {
-	return len(r.Problems) == 0 && r.Lost == 0 && r.Duplicated == 0 && r.CallsLost == 0
+	return len(r.Problems) == 0 && r.Lost == 0 && r.Duplicated == 0 && r.CallsLost == 0 && r.BeyondBound == 0
 }
 
 func (r *Result) problem(format string, args ...any) {
@@ -179,6 +183,7 @@ func walkExecution(ctx context.Context, c client.Client, dc converter.DataConver
 	var prev string
 	var closed enumspb.EventType
 	scheduled := map[int64]*historypb.ActivityTaskScheduledEventAttributes{}
+	var topRounds int32 // the rounds the Train execution was asked for
 	var children [][2]string
 	it := c.GetWorkflowHistory(ctx, id, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	for it.HasNext() {
@@ -199,6 +204,19 @@ func walkExecution(ctx context.Context, c client.Client, dc converter.DataConver
 				if err := dc.FromPayloads(a.GetInput(), &in); err != nil {
 					return "", 0, fmt.Errorf("input of %s %s: %w", id, runID, err)
 				}
+				acc.Rounds[in.Round] = true
+				topRounds = in.Rounds
+			}
+		}
+		// An overlapped run starts its rounds inside one execution: a
+		// round whose collection, or opening validation, started has
+		// started.
+		if a := ev.GetStartChildWorkflowExecutionInitiatedEventAttributes(); a != nil && top && a.GetWorkflowType().GetName() == "Episodes" {
+			var in api.EpisodesInput
+			if err := dc.FromPayloads(a.GetInput(), &in); err != nil {
+				return "", 0, fmt.Errorf("child input in %s %s: %w", id, runID, err)
+			}
+			if in.Phase == schemas.PhaseTrain || (in.Phase == schemas.PhaseVal && in.Round <= topRounds) {
 				acc.Rounds[in.Round] = true
 			}
 		}
@@ -520,8 +538,12 @@ func checkSamples(ctx context.Context, s *store.Store, l schemas.Layout, acc Acc
 				res.problem("round %d: %s differs from what the stored tables select: %s", round, key, d)
 			}
 		}
+		in := acc.Batches[round]
 		for _, sm := range samples {
 			e, ok := eligible[sm.EpisodeID]
+			if ok && in.TrainerWeightsID != "" {
+				checkStaleness(round, in, sm, e, res)
+			}
 			switch {
 			case !ok:
 				res.problem("round %d: sample of %s call %d, not an accepted valid episode of a group with signal", round, sm.EpisodeID, sm.CallIndex)
@@ -531,6 +553,33 @@ func checkSamples(ctx context.Context, s *store.Store, l schemas.Layout, acc Acc
 		}
 	}
 	return nil
+}
+
+// checkStaleness checks one sample of an overlapped round against the
+// bound, from the weights its stored episode ran on and the weights its
+// round's trainer started from (docs/design.md §1, "Overlapped rounds").
+func checkStaleness(round int32, in activities.BatchInput, sm schemas.Sample, e schemas.Episode, res *Result) {
+	top, err1 := schemas.WeightsVersion(in.TrainerWeightsID)
+	v, err2 := schemas.WeightsVersion(e.WeightsID)
+	if err := errors.Join(err1, err2); err != nil {
+		if e.WeightsID != in.TrainerWeightsID {
+			res.problem("round %d: sample of %s call %d: %v", round, sm.EpisodeID, sm.CallIndex, err)
+		}
+		return
+	}
+	stale := top - v
+	if stale > 0 {
+		res.Stale++
+	}
+	if stale < 0 || stale > in.MaxStaleness {
+		res.BeyondBound++
+		res.problem("round %d: sample of %s call %d ran on %s, %d versions from the trainer's %s: beyond max staleness %d",
+			round, sm.EpisodeID, sm.CallIndex, e.WeightsID, stale, in.TrainerWeightsID, in.MaxStaleness)
+	}
+	if sm.Staleness != stale || sm.WeightsID != e.WeightsID {
+		res.problem("round %d: sample of %s call %d says weights %s staleness %d; its episode ran on %s: staleness %d",
+			round, sm.EpisodeID, sm.CallIndex, sm.WeightsID, sm.Staleness, e.WeightsID, stale)
+	}
 }
 
 // checkWeights checks every Train result the workflow accepted against the

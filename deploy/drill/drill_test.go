@@ -110,6 +110,9 @@ type fault struct {
 	hold   time.Duration
 	heal   func(ctx context.Context, d *drill, run string) error
 	inject func(ctx context.Context, d *drill, run string) (at, healed time.Time, err error)
+	// args are starter train's flags beyond the drill's run (e.g. an
+	// overlapped run's --max-staleness).
+	args []string
 }
 
 func (f fault) run(ctx context.Context, d *drill, run string) (at, healed time.Time, err error) {
@@ -155,7 +158,7 @@ type row struct {
 
 func (w row) cells() []string {
 	if w.notRun != "" {
-		return []string{w.fault, "not run: " + w.notRun, "", "", "", "", "", ""}
+		return []string{w.fault, "not run: " + w.notRun, "", "", "", "", "", "", ""}
 	}
 	counts, lost, late := "", "", ""
 	if w.checkErr != nil {
@@ -180,7 +183,11 @@ func (w row) cells() []string {
 	if w.held >= 100*time.Millisecond {
 		held = w.held.Round(100 * time.Millisecond).String()
 	}
-	return []string{w.fault, w.completed, counts, lost, late, held, prog, problems}
+	stale := "—"
+	if w.checkErr == nil {
+		stale = fmt.Sprintf("%d / %d", w.res.Stale, w.res.BeyondBound)
+	}
+	return []string{w.fault, w.completed, counts, lost, late, held, prog, stale, problems}
 }
 
 // cause is a workflow's error without the SDK's wrappers' ids, which say
@@ -209,7 +216,7 @@ func firstLine(s string) string {
 func table(rows []row) string {
 	var b bytes.Buffer
 	tw := tabwriter.NewWriter(&b, 0, 0, 1, ' ', tabwriter.Debug)
-	fmt.Fprintln(tw, "fault\trun completed\tepisodes planned/stored/lost/duplicated\trecords lost\twrites refused: late / corrupt\tfault held\ttime to progress\tproblems")
+	fmt.Fprintln(tw, "fault\trun completed\tepisodes planned/stored/lost/duplicated\trecords lost\twrites refused: late / corrupt\tfault held\ttime to progress\tstale samples / beyond bound\tproblems")
 	for _, w := range rows {
 		fmt.Fprintln(tw, strings.Join(w.cells(), "\t"))
 	}
@@ -225,10 +232,11 @@ func (d *drill) runFault(f fault) row {
 	run := "drill-" + f.name
 	ctx, cancel := context.WithTimeout(context.Background(), runLimit+2*time.Minute)
 	defer cancel()
-	out, err := d.r.Stack().Starter(ctx, t, d.bins, "train", "--config", d.config, "--run", run,
+	args := append([]string{"train", "--config", d.config, "--run", run,
 		"--weights", filepath.Join(d.root, "harnesses/minimal/weights/w0"), "--rounds", strconv.Itoa(rounds),
 		"--groups", strconv.Itoa(groups), "--attempts", strconv.Itoa(attempts), "--heartbeat-timeout", heartbeat.String(),
-		"--var", "bin="+d.bins, "--replace", "--detach").CombinedOutput()
+		"--var", "bin=" + d.bins, "--replace", "--detach"}, f.args...)
+	out, err := d.r.Stack().Starter(ctx, t, d.bins, args...).CombinedOutput()
 	if err != nil {
 		w.notRun = fmt.Sprintf("starter train: %v: %s", err, firstLine(string(out)))
 		return w
@@ -363,8 +371,13 @@ func (p *progress) after(at time.Time) time.Duration {
 // waitStaged waits until the run has staged at least n episode rows of
 // round 1's collection (mid-collection), 3 minutes at most.
 func waitStaged(ctx context.Context, d *drill, run string, phase string, n int) error {
-	prefix := fmt.Sprintf("%sstaged/round=1/phase=%s/", schemas.Layout{Run: run}.Prefix(), phase)
-	return poll(ctx, 3*time.Minute, fmt.Sprintf("%d staged %s episodes of round 1", n, phase), func() (bool, error) {
+	return waitStagedOf(ctx, d, run, 1, phase, n)
+}
+
+// waitStagedOf waits for n staged tries of a round's phase.
+func waitStagedOf(ctx context.Context, d *drill, run string, round int32, phase string, n int) error {
+	prefix := fmt.Sprintf("%sstaged/round=%d/phase=%s/", schemas.Layout{Run: run}.Prefix(), round, phase)
+	return poll(ctx, 3*time.Minute, fmt.Sprintf("%d staged %s episodes of round %d", n, phase, round), func() (bool, error) {
 		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		objs, err := d.r.Store.List(lctx, prefix)
@@ -398,6 +411,25 @@ func waitTraining(ctx context.Context, d *drill, run string) error {
 		return false, nil
 	})
 }
+
+// waitOverlap waits for the middle of an overlapped run: round 1's
+// trainer running on t1 while round 2's collection has staged tries.
+func waitOverlap(ctx context.Context, d *drill, run string) error {
+	if err := waitTraining(ctx, d, run); err != nil {
+		return err
+	}
+	return waitStagedOf(ctx, d, run, 2, schemas.PhaseTrain, 2)
+}
+
+// overlapped is a fault hitting an overlapped run (--max-staleness 1)
+// while round 1 trains and round 2 collects.
+func overlapped(name string, apply func(ctx context.Context, d *drill, run string) error, hold time.Duration, heal func(ctx context.Context, d *drill, run string) error) fault {
+	return fault{name: name, wait: waitOverlap, apply: apply, hold: hold, heal: heal, args: []string{"--max-staleness", "1"}}
+}
+
+// overlapKillT1 is kill -9 of t1, the host of the trainer and of the
+// control worker that runs the overlapped workflow, mid-overlap.
+var overlapKillT1 = overlapped("overlap-kill-t1", on("t1", (*rig.Host).Kill), 3*time.Second, on("t1", (*rig.Host).Start))
 
 // poll checks cond every 300 ms until it holds, limit at most.
 func poll(ctx context.Context, limit time.Duration, what string, cond func() (bool, error)) error {
@@ -485,11 +517,18 @@ func setTrainDelay(ctx context.Context, d *drill, delay string) error {
 }
 
 // trainerFault says which faults need the held trainer.
-func trainerFault(name string) bool { return strings.HasSuffix(name, "-trainer") }
+func trainerFault(name string) bool {
+	return strings.HasSuffix(name, "-trainer") || strings.HasPrefix(name, "overlap-")
+}
 
 var faults = []fault{
 	killRollout,
 	zombie,
+	overlapKillT1,
+	overlapped("overlap-kill-rollout", on("r2", (*rig.Host).Kill), 3*time.Second, on("r2", (*rig.Host).Start)),
+	overlapped("overlap-temporal-restart", func(ctx context.Context, d *drill, _ string) error {
+		return d.r.RestartTemporal(ctx, 5*time.Second)
+	}, 0, nil),
 	{name: "kill-trainer", wait: waitTraining,
 		apply: on("t1", (*rig.Host).Kill), hold: 3 * time.Second, heal: on("t1", (*rig.Host).Start)},
 	{name: "partition-trainer", wait: waitTraining,
@@ -633,22 +672,35 @@ func (d *drill) heal() {
 }
 
 // TestFaultsLoseNothing is the drill's CI subset: a rollout host killed
-// mid-collection, and a rollout host cut from Temporal while its slow
-// episodes run (the zombie case); each run must complete with every
-// planned episode stored exactly once, as its accepted try.
+// mid-collection, a rollout host cut from Temporal while its slow
+// episodes run (the zombie case), and the host of the trainer and the
+// control worker killed while an overlapped run's round 1 trains and
+// round 2 collects; each run must complete with every planned episode
+// stored exactly once, as its accepted try, and no sample past the bound.
 func TestFaultsLoseNothing(t *testing.T) {
 	itest.Slow(t)
 	d := newDrill(t)
-	for _, f := range []fault{killRollout, zombie} {
-		if f.name == zombie.name {
+	for _, f := range []fault{killRollout, zombie, overlapKillT1} {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		var err error
+		switch {
+		case f.name == zombie.name:
+			err = slowR1(ctx, d)
+		case trainerFault(f.name):
+			err = setTrainDelay(ctx, d, trainDelay)
+		}
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := d.runFault(f)
+		if trainerFault(f.name) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			if err := slowR1(ctx, d); err != nil {
-				cancel()
-				t.Fatal(err)
+			if err := setTrainDelay(ctx, d, ""); err != nil {
+				t.Logf("training host back to full speed: %v", err)
 			}
 			cancel()
 		}
-		w := d.runFault(f)
 		t.Logf("\n%s", table([]row{w}))
 		switch {
 		case w.notRun != "":
@@ -666,6 +718,11 @@ func TestFaultsLoseNothing(t *testing.T) {
 		}
 		if w.res.Planned != 2*(groups*attempts)+3*4 {
 			t.Errorf("%s: %d planned episodes, want %d", f.name, w.res.Planned, 2*(groups*attempts)+3*4)
+		}
+		// Round 2 collected on w0 while round 1 trained: its samples are
+		// stale, within the bound.
+		if f.name == overlapKillT1.name && w.checkErr == nil && (w.res.Stale == 0 || w.res.BeyondBound != 0) {
+			t.Errorf("%s: %d stale samples, %d beyond the bound; want round 2's stale, none beyond", f.name, w.res.Stale, w.res.BeyondBound)
 		}
 		if f.name == killRollout.name {
 			checkCatchesAStrayRow(t, d, "drill-"+f.name)

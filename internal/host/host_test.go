@@ -198,6 +198,12 @@ func TestSlotStats(t *testing.T) {
 	if a.LoadTime <= 0 || b.LoadTime <= 0 || a.Idle <= 0 || b.Idle <= 0 {
 		t.Errorf("a %+v, b %+v: want load and idle time for both", a, b)
 	}
+	// Each load is a transfer, then a serving pause.
+	for name, x := range map[string]SlotStats{"a": a, "b": b} {
+		if x.FetchTime <= 0 || x.FetchTime > x.LoadTime || x.Paused() <= 0 {
+			t.Errorf("%s: fetch %s of load %s (paused %s): want both parts", name, x.FetchTime, x.LoadTime, x.Paused())
+		}
+	}
 
 	// What the host reports to the fleet: the failed load, by weights key.
 	loaded, failed := h.Models()

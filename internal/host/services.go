@@ -134,6 +134,9 @@ type acquisition struct {
 	// waitStart: an episode that waits for other weights' episodes to
 	// finish is counted once (SlotStats.Waits); endWait ends its wait.
 	waitStart time.Time
+	// fetchTook is how long the last fetch took: the transfer part of a
+	// load, apart from the serving pause (SlotStats.FetchTime).
+	fetchTook time.Duration
 }
 
 // newAcquisition reads the weights' manifest ETag for the model server's
@@ -232,6 +235,8 @@ func (a *acquisition) pause() error {
 // fetch downloads the weights to a.local, waiting out a storage outage,
 // and checks a vision model's weights hold what it needs.
 func (a *acquisition) fetch() error {
+	started := time.Now()
+	defer func() { a.fetchTook = time.Since(started) }()
 	var man schemas.WeightsManifest
 	err := store.Await(a.ctx, store.OutageWait, "fetch weights "+a.weightsID, func() (err error) {
 		man, err = weights.Fetch(a.ctx, a.h.Store, a.remote, a.local)
@@ -284,9 +289,10 @@ func (a *acquisition) reloadInPlace(slot string, old *service, keep map[string]b
 		return false
 	}
 	old.key, old.weights, old.loadTook = a.modelKey, a.wk, time.Since(started)
-	h.log.Info("model server reloaded in place", "harness", hr.Name, "weights", a.wk, "took", old.loadTook)
+	h.log.Info("model server reloaded in place", "harness", hr.Name, "weights", a.wk, "took", old.loadTook,
+		"fetch", a.fetchTook, "serving_paused", old.loadTook-a.fetchTook)
 	pruneWeights(filepath.Join(h.WorkDir, "weights"), keep)
-	h.slots.loaded(a.ctx, a.run, old.loadTook, true)
+	h.slots.loaded(a.ctx, a.run, old.loadTook, a.fetchTook, true)
 	h.slots.of(a.run).Reloads++
 	delete(h.loadFailed, a.wk)
 	return true
@@ -316,7 +322,7 @@ func (a *acquisition) start(slot string, vars map[string]string, keep map[string
 		return map[string]string{"weights": filepath.Join(path, hr.Model.WeightsFile), "served_name": hr.Model.ServedName}, nil
 	})
 	if f, ok := h.failed[slot]; err != nil && ok && !f.at.Before(started) {
-		h.slots.loaded(a.ctx, a.run, time.Since(started), false)
+		h.slots.loaded(a.ctx, a.run, time.Since(started), a.fetchTook, false)
 		h.loadFailed[a.wk] = fleet.Failure{At: f.at, Cause: f.err.Error()}
 	}
 	if err != nil {
@@ -325,7 +331,7 @@ func (a *acquisition) start(slot string, vars map[string]string, keep map[string
 	m := h.services[slot]
 	m.loadTook = time.Since(started)
 	m.weights = a.wk
-	h.slots.loaded(a.ctx, a.run, m.loadTook, true)
+	h.slots.loaded(a.ctx, a.run, m.loadTook, a.fetchTook, true)
 	delete(h.loadFailed, a.wk)
 	return m, nil
 }

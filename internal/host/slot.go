@@ -41,9 +41,10 @@ func (l *slotLog) of(run string) *SlotStats {
 }
 
 // loaded records a model-server start for run's weights.
-func (l *slotLog) loaded(ctx context.Context, run string, d time.Duration, ok bool) {
+func (l *slotLog) loaded(ctx context.Context, run string, d, fetch time.Duration, ok bool) {
 	s := l.of(run)
 	s.LoadTime += d
+	s.FetchTime += min(fetch, d)
 	if ok {
 		s.Loads++
 	} else {
