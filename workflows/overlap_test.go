@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/mock"
+	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/roundhouse-rl/roundhouse/activities"
@@ -30,8 +31,16 @@ type overlapSeen struct {
 }
 
 func overlapRun(t *testing.T, eta int32, stale schemas.Staleness) (*overlapSeen, api.TrainResult, error) {
+	return overlapRunWith(t, eta, stale, nil)
+}
+
+// overlapRunWith is overlapRun with more set up on the environment first.
+func overlapRunWith(t *testing.T, eta int32, stale schemas.Staleness, more func(*testsuite.TestWorkflowEnvironment)) (*overlapSeen, api.TrainResult, error) {
 	t.Helper()
 	env := mockEnv()
+	if more != nil {
+		more(env)
+	}
 	var ro *activities.Rollout
 	var rec *activities.Records
 	var tr *activities.Trainer
@@ -174,5 +183,38 @@ func TestStaleSampleRefused(t *testing.T) {
 	}
 	if len(seen.trained) != 0 {
 		t.Errorf("%d trainings ran on a batch beyond the bound", len(seen.trained))
+	}
+}
+
+// TestOverlappedStop: a stop while round 1 trains and round 2 has been
+// collected lets the training finish and records round 1; round 2 is not
+// trained, and the saved state resumes at round 2 from r1.
+func TestOverlappedStop(t *testing.T) {
+	var saved []schemas.State
+	seen, res, err := overlapRunWith(t, 1, nil, func(env *testsuite.TestWorkflowEnvironment) {
+		var rec *activities.Records
+		env.OnActivity(rec.MarkStop, mock.Anything, mock.Anything, mock.Anything).Return(nil)
+		env.OnActivity(rec.SaveState, mock.Anything, mock.Anything).Return(func(_ context.Context, st schemas.State) error {
+			saved = append(saved, st)
+			return nil
+		})
+		// Validation and collection take about 2 s, training 20 s: 10 s in,
+		// round 1 trains and round 2 is collected.
+		env.RegisterDelayedCallback(func() { env.SignalWorkflow(api.StopSignal, "test") }, 10*time.Second)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(seen.trained) != 1 || seen.trained[0].Round != 1 {
+		t.Fatalf("trained %+v, want round 1 only", seen.trained)
+	}
+	if !seen.collected[2]["w0"] {
+		t.Errorf("round 2 was not collected before the stop (on %v): the test stopped too early to show anything", seen.collected[2])
+	}
+	if !res.Stopped || res.StoppedRound != 2 || len(res.Summaries) != 1 {
+		t.Errorf("result: stopped %v in round %d with %d summaries; want stopped in round 2 with round 1's", res.Stopped, res.StoppedRound, len(res.Summaries))
+	}
+	if len(saved) != 1 || saved[0].RoundsDone != 1 || saved[0].WeightsID != "r1" || !saved[0].Stopped {
+		t.Errorf("saved state %+v; want 1 round done, weights r1, stopped", saved)
 	}
 }
