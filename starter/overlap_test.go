@@ -7,10 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/roundhouse-rl/roundhouse/internal/connect"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/internal/testkit/itest"
 	"github.com/roundhouse-rl/roundhouse/internal/weights"
 	"github.com/roundhouse-rl/roundhouse/schemas"
+	"github.com/roundhouse-rl/roundhouse/workflows/api"
 )
 
 // TestOverlappedRun trains 3 rounds of the minimal harness with max
@@ -105,6 +107,23 @@ func TestOverlappedRun(t *testing.T) {
 	// The final validation ran after the last round, as without overlap.
 	if st.FinalValSuccess < 0 {
 		t.Errorf("final validation missing: %v", st.FinalValSuccess)
+	}
+
+	// The run is one execution: its history must leave room for runs of
+	// hundreds of rounds under the server's 51,200 events.
+	c, err := connect.Temporal(ctx, stack.Endpoints, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	desc, err := c.DescribeWorkflowExecution(ctx, api.WorkflowID(run), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := desc.GetWorkflowExecutionInfo().GetHistoryLength()
+	t.Logf("history: %d events for 3 rounds and the final validation", events)
+	if per := events / 3; per > 250 {
+		t.Errorf("%d history events per round: 200 rounds would pass the server's 51,200", per)
 	}
 
 	out, err = stack.Starter(ctx, t, bins, "train", "--config", cfg, "--run", run, "--max-staleness", "2", "--rounds", "4",

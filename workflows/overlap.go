@@ -25,7 +25,7 @@ import (
 //
 // The whole run is one workflow execution: a round's work crosses the
 // next round's, so there is no point between rounds with nothing in
-// flight to continue as new at (a round adds about a hundred events; the
+// flight to continue as new at (a round adds about 80 events; the
 // server's limit is 51,200).
 type pipeline struct {
 	ctx workflow.Context
