@@ -50,6 +50,10 @@ type pipeline struct {
 	trainerDone          bool
 	err                  error
 	lastRound            int32 // the round the search attribute says
+	// valChunks are the side validations' running chunks: kept out of
+	// the tracker's, whose live counts the progress query adds to the
+	// collection's episodes.
+	valChunks map[string]bool
 }
 
 // sideVal is one validation running beside collection.
@@ -57,14 +61,13 @@ type sideVal struct {
 	weights string
 	done    bool
 	report  schemas.Report
-	tally   api.Tally
 }
 
 // overlapped runs the rounds from r.in.Round on with the pipeline.
 func overlapped(r *round) (api.TrainResult, error) {
 	in := r.in
 	p := &pipeline{ctx: r.ctx, in: in, t: r.t, eta: in.MaxStaleness, trained: in.Round - 1, weights: in.WeightsID, lastRound: in.Round,
-		collected: map[int32]*round{}, trainedRounds: map[int32]*round{}, vals: map[int32]*sideVal{}}
+		collected: map[int32]*round{}, trainedRounds: map[int32]*round{}, vals: map[int32]*sideVal{}, valChunks: map[string]bool{}}
 	r.t.prog.Overlapped = true
 	// The first round's pool comes as in the synchronous loop: from the
 	// pool report, or a validation of the weights the run resumes from.
@@ -252,7 +255,7 @@ func (p *pipeline) validate(k int32, weights string) {
 		prio := min(cmp.Or(in.Priority, fleet.TrainPriority)+1, fleet.MaxPriority)
 		tl := runEpisodes(ctx, phaseRun{Run: in.Run, Round: k, Phase: schemas.PhaseVal, WeightsID: weights, Harness: in.Harness,
 			Heartbeat: in.HeartbeatTimeout, Priority: prio, Again: true,
-			OnProgress: func(tl api.Tally) { v.tally = tl; p.t.fleet.fromChunk(tl); p.show() }}, cells, p.t.running)
+			OnProgress: func(tl api.Tally) { p.t.fleet.fromChunk(tl) }}, cells, p.valChunks)
 		if tl.Unservable != "" {
 			p.fail(fmt.Errorf("round %d validation: %s", k, tl.Unservable))
 			return
@@ -319,7 +322,8 @@ func (p *pipeline) record(res api.TrainResult) (api.TrainResult, error) {
 		state := schemas.State{Run: p.in.Run, Harness: p.in.Harness.Name, InitialWeightsID: p.in.InitialWeightsID, WeightsID: s.NewWeightsID,
 			RoundsDone: k, Rounds: p.in.Rounds, Summaries: summaries, FinalValSuccess: -1}
 		if k == p.in.Rounds {
-			r.pipe = nil // the final validation runs alone, as in the synchronous loop
+			// The final validation runs alone, as in the synchronous loop.
+			r.pipe, p.t.prog.Overlapped, p.t.prog.Round = nil, false, k
 			return r.end(state)
 		}
 		var records *activities.Records
@@ -355,7 +359,7 @@ func (p *pipeline) collectEpisodes(r *round, cells []api.Cell) api.Tally {
 }
 
 // show writes both sides into the run's phase: "round 4 training ·
-// round 5 collecting on r3, staleness 1 · validating r4 (12/30)".
+// round 5 collecting on r3, staleness 1 · validating r4".
 func (p *pipeline) show() {
 	var parts []string
 	if p.training > 0 {
@@ -370,7 +374,7 @@ func (p *pipeline) show() {
 	}
 	for k := p.in.Round; k <= p.in.Rounds; k++ {
 		if v := p.vals[k]; v != nil && !v.done {
-			parts = append(parts, fmt.Sprintf("validating %s (%d/%d)", v.weights, v.tally.Done, v.tally.Total))
+			parts = append(parts, "validating "+v.weights)
 		}
 	}
 	for k := p.in.Round; k <= p.in.Rounds; k++ {
