@@ -252,9 +252,12 @@ func (p *pipeline) validate(k int32, weights string) {
 				cells = append(cells, api.Cell{Task: task, InitID: id, Group: int32(len(cells))})
 			}
 		}
+		// Not Again: unlike the synchronous loop's opening validation, no
+		// collection waits to follow it on these weights, so the fleet must
+		// not hold their server for one.
 		prio := min(cmp.Or(in.Priority, fleet.TrainPriority)+1, fleet.MaxPriority)
 		tl := runEpisodes(ctx, phaseRun{Run: in.Run, Round: k, Phase: schemas.PhaseVal, WeightsID: weights, Harness: in.Harness,
-			Heartbeat: in.HeartbeatTimeout, Priority: prio, Again: true,
+			Heartbeat: in.HeartbeatTimeout, Priority: prio,
 			OnProgress: func(tl api.Tally) { p.t.fleet.fromChunk(tl) }}, cells, p.valChunks)
 		if tl.Unservable != "" {
 			p.fail(fmt.Errorf("round %d validation: %s", k, tl.Unservable))
@@ -351,7 +354,7 @@ func (p *pipeline) valsDone() bool {
 func (p *pipeline) collectEpisodes(r *round, cells []api.Cell) api.Tally {
 	ctx := r.ctx
 	t := p.t
-	t.epPhase = schemas.PhaseTrain
+	t.epPhase = fmt.Sprintf("round %d collection", r.in.Round)
 	t.prog.Episodes = api.Tally{Total: len(cells)}
 	return runEpisodes(ctx, phaseRun{Run: p.in.Run, Round: r.in.Round, Phase: schemas.PhaseTrain, WeightsID: r.collectOn(), Harness: p.in.Harness,
 		Heartbeat: p.in.HeartbeatTimeout, Priority: cmp.Or(p.in.Priority, fleet.TrainPriority),
@@ -386,12 +389,13 @@ func (p *pipeline) show() {
 	if phase == "" {
 		phase = "recording"
 	}
-	p.t.prog.Round = p.trained + 1
+	round := min(p.trained+1, p.in.Rounds)
 	if p.training > 0 {
-		p.t.prog.Round = p.training
+		round = p.training
 	}
-	if round := min(p.t.prog.Round, p.in.Rounds); round != p.lastRound {
-		p.t.prog.Round, p.lastRound = round, round
+	p.t.prog.Round = round
+	if round != p.lastRound {
+		p.lastRound = round
 		p.t.upsert(api.RoundAttr.ValueSet(int64(round)))
 	}
 	if phase != p.t.prog.Phase {

@@ -28,6 +28,7 @@ type overlapSeen struct {
 	val       map[int32]string          // validation round → weights
 	trained   []activities.TrainInput
 	batches   []activities.BatchInput
+	demands   []api.DemandChange
 }
 
 func overlapRun(t *testing.T, eta int32, stale schemas.Staleness) (*overlapSeen, api.TrainResult, error) {
@@ -37,14 +38,21 @@ func overlapRun(t *testing.T, eta int32, stale schemas.Staleness) (*overlapSeen,
 // overlapRunWith is overlapRun with more set up on the environment first.
 func overlapRunWith(t *testing.T, eta int32, stale schemas.Staleness, more func(*testsuite.TestWorkflowEnvironment)) (*overlapSeen, api.TrainResult, error) {
 	t.Helper()
-	env := mockEnv()
+	env := bareEnv()
+	var rec0 *activities.Records
+	seen := &overlapSeen{collected: map[int32]map[string]bool{}, val: map[int32]string{}}
+	env.OnActivity(rec0.Demand, mock.Anything, mock.Anything).Return(func(_ context.Context, d api.DemandChange) error {
+		seen.mu.Lock()
+		defer seen.mu.Unlock()
+		seen.demands = append(seen.demands, d)
+		return nil
+	})
 	if more != nil {
 		more(env)
 	}
 	var ro *activities.Rollout
 	var rec *activities.Records
 	var tr *activities.Trainer
-	seen := &overlapSeen{collected: map[int32]map[string]bool{}, val: map[int32]string{}}
 	env.OnActivity(ro.RunEpisode, mock.Anything, mock.Anything).After(time.Second).Return(
 		func(_ context.Context, in activities.EpisodeInput) (activities.EpisodeResult, error) {
 			seen.mu.Lock()
@@ -154,6 +162,13 @@ func TestOverlappedRounds(t *testing.T) {
 		}
 		if s.PoolFrom == "" || s.ValSuccess != 0.5 || s.Val == nil {
 			t.Errorf("round %d: pool from %q, val %v; want a validation's tag and its success", s.Round, s.PoolFrom, s.ValSuccess)
+		}
+	}
+	// Only round 1's validation, which its collection follows on the
+	// same weights, asks the fleet to keep their server.
+	for _, d := range seen.demands {
+		if d.Done && d.Again && d.Demand.Weights != "r/w0" {
+			t.Errorf("the fleet was told to keep %s's server for more (Again): only w0's validation is followed by a collection", d.Demand.Weights)
 		}
 	}
 	if res.Summaries[0].PoolFrom != "val-r1" {
