@@ -138,16 +138,16 @@ type RoundSummary struct {
 	// is what its trainer started from), PoolFrom the tag of the
 	// validation report its pool was chosen from, and MaxStaleness the
 	// bound η it ran under. Empty in synchronous rounds.
-	CollectedOn  string `json:"collected_on,omitempty"`
+	CollectedOn string `json:"collected_on,omitempty"`
 	// When the round's collection and training ran (workflow time, Unix
 	// ms; 0 in summaries from before, and for a training that did not
 	// run): what the idle shares of the fleet and the trainer come from.
-	CollectStartMS int64 `json:"collect_start_ms,omitempty"`
-	CollectEndMS   int64 `json:"collect_end_ms,omitempty"`
-	TrainStartMS   int64 `json:"train_start_ms,omitempty"`
-	TrainEndMS     int64 `json:"train_end_ms,omitempty"`
-	PoolFrom     string `json:"pool_from,omitempty"`
-	MaxStaleness int32  `json:"max_staleness,omitempty"`
+	CollectStartMS int64  `json:"collect_start_ms,omitempty"`
+	CollectEndMS   int64  `json:"collect_end_ms,omitempty"`
+	TrainStartMS   int64  `json:"train_start_ms,omitempty"`
+	TrainEndMS     int64  `json:"train_end_ms,omitempty"`
+	PoolFrom       string `json:"pool_from,omitempty"`
+	MaxStaleness   int32  `json:"max_staleness,omitempty"`
 }
 
 // Attempted is every collection episode the round asked for: valid,
