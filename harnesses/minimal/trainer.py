@@ -151,9 +151,12 @@ import re
 import sys
 import time
 
-import numpy as np
-import torch
-import torch.distributed as dist
+# --min-seconds counts from here, before torch's import (a second or more).
+STARTED = time.monotonic()
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
 
 FORMAT = "roundhouse-toy-policy/v1"
 IM_START = "<|im_start|>"
@@ -227,6 +230,10 @@ def parse_args(argv):
                     "(default: 1 for --model hf, the whole share for the toy)")
     ap.add_argument("--gradient-checkpointing", choices=("auto", "on", "off"), default="auto",
                     help="--model hf: recompute activations in backward to save memory (auto: on with CUDA)")
+    ap.add_argument("--min-seconds", type=float, default=0.0,
+                    help="pace a training: the trainer lasts at least this many seconds from its start, sleeping "
+                         "out the rest once weights and metrics are written (0: no pacing), so a benchmark's "
+                         "round has a real trainer's length with the same outputs")
     ap.add_argument("--parallel", choices=("ddp", "fsdp"), default="ddp",
                     help="--model hf data parallelism: ddp sums the ranks' gradients by all_reduce (a full model "
                          "and optimizer per rank); fsdp shards parameters, gradients and AdamW state with "
@@ -245,6 +252,7 @@ def parse_args(argv):
         (a.eval_out or not a.weights_theta, "--weights-theta needs --eval-out"),
         (min(a.drift_limit, a.drift_call_limit, a.drift_token_limit) >= 0, "drift limits must be >= 0"),
         (0 <= a.drift_token_share < 1, "--drift-token-share must be in [0, 1)"),
+        (0 <= a.min_seconds <= 86400, "--min-seconds must be in [0, 86400]"),
     ]
     for ok, msg in checks:
         if not ok:
@@ -1487,6 +1495,10 @@ def main(argv):
     finally:
         if distributed:
             dist.destroy_process_group()
+    if not (a.eval_out or a.drift_report):
+        # After the outputs, so pacing changes how long a training takes
+        # and nothing it writes.
+        time.sleep(max(0.0, STARTED + a.min_seconds - time.monotonic()))
     return 0
 
 

@@ -3,8 +3,11 @@ package harness
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/roundhouse-rl/roundhouse/schemas"
 )
 
 const good = `name: t
@@ -148,6 +151,53 @@ func TestShippedHarnessesLoad(t *testing.T) {
 	for _, f := range files {
 		if _, err := Load(f, nil); err != nil {
 			t.Errorf("%s: %v", f, err)
+		}
+	}
+}
+
+// TestPacedVariant: the minimal harness paces nothing by default; its
+// paced variant sets 1 s episodes and a 20 s trainer through the same
+// vars, and the round shape issue 26's benchmark assumes (49 validation
+// cells, 35 collection episodes, validation and training init ids apart).
+func TestPacedVariant(t *testing.T) {
+	base, err := Load("../../harnesses/minimal/harness.yaml", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	paced, err := Load("../../harnesses/minimal/paced.yaml", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flag := func(cmd []string, name string) string {
+		for i := range cmd[:len(cmd)-1] {
+			if cmd[i] == name {
+				return cmd[i+1]
+			}
+		}
+		return "missing"
+	}
+	for _, c := range []struct {
+		h                 schemas.Harness
+		episode, training string
+	}{{base, "0", "0"}, {paced, "1", "20"}} {
+		if e, tr := flag(c.h.Episode.Command, "--min-seconds"), flag(c.h.Trainer.Command, "--min-seconds"); e != c.episode || tr != c.training {
+			t.Errorf("%s: episode --min-seconds %s, trainer %s; want %s, %s", c.h.Name, e, tr, c.episode, c.training)
+		}
+	}
+	val, err := ParseIDs(paced.Splits.Val)
+	if err != nil {
+		t.Fatal(err)
+	}
+	train, err := ParseIDs(paced.Splits.Train)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(val) * len(paced.Tasks); n != 49 || paced.Collect.Groups*paced.Collect.Attempts != 35 {
+		t.Errorf("paced round: %d validation cells, %d × %d collection episodes; want 49 and 35", n, paced.Collect.Groups, paced.Collect.Attempts)
+	}
+	for _, id := range val {
+		if slices.Contains(train, id) {
+			t.Errorf("init id %d is in both the validation and the training split", id)
 		}
 	}
 }

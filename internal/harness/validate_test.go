@@ -47,7 +47,7 @@ func TestValidatePointsAtTheLine(t *testing.T) {
 }
 
 func TestShippedHarnessesMatchTheSchema(t *testing.T) {
-	for _, f := range []string{"../../harnesses/minimal/harness.yaml"} {
+	for _, f := range []string{"../../harnesses/minimal/harness.yaml", "../../harnesses/minimal/paced.yaml"} {
 		probs, err := Validate(f, nil)
 		if err != nil || len(probs) > 0 {
 			t.Errorf("%s: %v %v", f, probs, err)

@@ -2,7 +2,11 @@
 // OpenAI Chat Completions endpoint: the minimal harness's stand-in for RPent.
 //
 //	minimal-episode --base-url http://127.0.0.1:18200/ep/EPISODE/v1 --model toy \
-//	    --task 2 --seed 45 --max-turns 8 --output-dir DIR [--timeout 60s]
+//	    --task 2 --seed 45 --max-turns 8 --output-dir DIR [--timeout 60s] [--min-seconds 1]
+//
+// --min-seconds paces it: the episode lasts at least that long from the
+// command's start, sleeping out the rest after its files are written, so
+// a benchmark gets episodes of a real one's length with the same records.
 //
 // It writes DIR/outcome.json and DIR/transcript.json. Exit status 0 means the
 // episode ran to an end (success or task failure); 1 means a planner or model
@@ -29,6 +33,7 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	start := time.Now()
 	fs := flag.NewFlagSet("minimal-episode", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	baseURL := fs.String("base-url", "", "OpenAI API base URL, ending in /v1 (required)")
@@ -39,6 +44,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	outDir := fs.String("output-dir", "", "directory for outcome.json and transcript.json (required)")
 	timeout := fs.Duration("timeout", 60*time.Second, "timeout of each model request")
 	temperature := fs.String("temperature", "1", `the requests' sampling temperature, or "default" to leave it to the model server`)
+	minSeconds := fs.Float64("min-seconds", 0, "pace the episode: it lasts at least this many seconds, sleeping out the rest once its files are written (0: no pacing)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -46,7 +52,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "minimal-episode: %v\n", err)
 		return code
 	}
-	if err := check(*baseURL, *model, *outDir, *maxTurns, *timeout); err != nil {
+	if err := check(*baseURL, *model, *outDir, *maxTurns, *timeout, *minSeconds); err != nil {
 		return fail(2, err)
 	}
 	e, err := env.New(*task, *seed)
@@ -74,6 +80,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err := episode.WriteFiles(*outDir, out, msgs); err != nil {
 		return fail(1, err)
 	}
+	// After the files, so pacing changes how long the episode takes and
+	// nothing it records.
+	time.Sleep(time.Until(start.Add(time.Duration(*minSeconds * float64(time.Second)))))
 	fmt.Fprintf(stdout, "task %d seed %d: %s, success=%v after %d turns\n", *task, *seed, out.Termination, out.Success, out.Turns)
 	if out.Termination == episode.ModelError {
 		return fail(1, fmt.Errorf("model error: %s", out.Error))
@@ -81,7 +90,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-func check(baseURL, model, outDir string, maxTurns int, timeout time.Duration) error {
+func check(baseURL, model, outDir string, maxTurns int, timeout time.Duration, minSeconds float64) error {
 	switch {
 	case !strings.HasSuffix(strings.TrimSuffix(baseURL, "/"), "/v1"):
 		return errors.New("--base-url must end in /v1")
@@ -93,6 +102,8 @@ func check(baseURL, model, outDir string, maxTurns int, timeout time.Duration) e
 		return errors.New("--max-turns must be at least 1")
 	case timeout <= 0:
 		return errors.New("--timeout must be positive")
+	case !(minSeconds >= 0 && minSeconds <= 3600): // NaN fails too
+		return errors.New("--min-seconds must be between 0 and 3600")
 	}
 	return nil
 }

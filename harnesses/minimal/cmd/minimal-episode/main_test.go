@@ -105,10 +105,77 @@ func TestBadFlags(t *testing.T) {
 		{"--base-url", ts.URL + "/v1", "--output-dir", "x"},                                  // no model
 		{"--base-url", ts.URL + "/v1", "--model", "toy", "--output-dir", "x", "--task", "9"}, // no such task
 		{"--base-url", ts.URL + "/v1", "--model", "toy", "--max-turns", "0", "--output-dir", "x"},
+		{"--base-url", ts.URL + "/v1", "--model", "toy", "--output-dir", "x", "--min-seconds", "-1"},
+		{"--base-url", ts.URL + "/v1", "--model", "toy", "--output-dir", "x", "--min-seconds", "NaN"},
 	} {
 		var so, se bytes.Buffer
 		if code := run(args, &so, &se); code != 2 {
 			t.Errorf("%v: exit %d, want 2", args, code)
 		}
+	}
+}
+
+// TestMinSecondsKeepsRecords plays the same episode against a scripted
+// model with and without --min-seconds: pacing changes only how long it
+// takes, never what it writes (outcome and transcript byte for byte).
+func TestMinSecondsKeepsRecords(t *testing.T) {
+	// Deterministic replies: the n-th call names the tools in turn, with
+	// id call-n (the toy server's ids are random).
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			Messages []struct {
+				Role string `json:"role"`
+			} `json:"messages"`
+			Tools []struct {
+				Function struct {
+					Name string `json:"name"`
+				} `json:"function"`
+			} `json:"tools"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil || len(req.Tools) == 0 {
+			http.Error(w, "bad request", http.StatusBadRequest)
+			return
+		}
+		n := 0
+		for _, m := range req.Messages {
+			if m.Role == "assistant" {
+				n++
+			}
+		}
+		json.NewEncoder(w).Encode(map[string]any{"choices": []any{map[string]any{
+			"finish_reason": "tool_calls",
+			"message": map[string]any{"role": "assistant", "tool_calls": []any{map[string]any{
+				"id": "call-" + strconv.Itoa(n), "type": "function",
+				"function": map[string]any{"name": req.Tools[(n+1)%len(req.Tools)].Function.Name, "arguments": "{}"},
+			}}},
+		}}})
+	}))
+	defer ts.Close()
+	files := func(extra ...string) map[string]string {
+		dir := t.TempDir()
+		var so, se bytes.Buffer
+		args := append([]string{"--base-url", ts.URL + "/v1", "--model", "toy", "--task", "1", "--seed", "45", "--max-turns", "4", "--output-dir", dir}, extra...)
+		if code := run(args, &so, &se); code != 0 {
+			t.Fatalf("%v: exit %d: %s", extra, code, se.String())
+		}
+		out := map[string]string{}
+		for _, f := range []string{"outcome.json", "transcript.json"} {
+			b, err := os.ReadFile(filepath.Join(dir, f))
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[f] = string(b)
+		}
+		return out
+	}
+	plain, paced := files(), files("--min-seconds", "0.2")
+	for f, want := range plain {
+		if paced[f] != want {
+			t.Errorf("%s with --min-seconds:\n%s\nwithout:\n%s", f, paced[f], want)
+		}
+	}
+	var o episode.Outcome
+	if err := json.Unmarshal([]byte(plain["outcome.json"]), &o); err != nil || o.Calls == 0 || o.Termination == episode.ModelError {
+		t.Fatalf("the scripted episode did not run: %+v, %v", o, err)
 	}
 }

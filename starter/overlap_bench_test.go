@@ -1,0 +1,435 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	tlog "go.temporal.io/sdk/log"
+
+	"github.com/roundhouse-rl/roundhouse/internal/chart"
+	"github.com/roundhouse-rl/roundhouse/internal/connect"
+	"github.com/roundhouse-rl/roundhouse/internal/fleet"
+	"github.com/roundhouse-rl/roundhouse/internal/stats"
+	"github.com/roundhouse-rl/roundhouse/internal/store"
+	"github.com/roundhouse-rl/roundhouse/internal/testkit/itest"
+	"github.com/roundhouse-rl/roundhouse/schemas"
+	"github.com/roundhouse-rl/roundhouse/workflows/api"
+)
+
+// BenchmarkOverlappedRounds is issue 26's measurement: `starter train` of
+// the paced minimal harness (harnesses/minimal/paced.yaml: 49 validation
+// and 35 collection episodes of at least 1 s a round, a trainer of at
+// least 20 s) on one worker with 4 rollout slots, for each max staleness
+// η, on a fresh stack each. Per run it reports the rounds per hour over
+// the run's span (the first episode's start to the last training's end;
+// the final validation comes after it), the idle share of the 4 slots
+// (1 − the episodes' durations, clipped to the span, ÷ 4 × span) and of
+// the trainer (1 − Σ training spans ÷ span), the samples by staleness, and
+// validation success against the samples trained on, round by round.
+//
+//	go test -run '^$' -bench OverlappedRounds -benchtime 1x -timeout 120m -v ./starter/
+//
+// Environment: ROUNDHOUSE_OVERLAP_ETAS (default 0,1,2),
+// ROUNDHOUSE_OVERLAP_SEEDS (collect.seed values, default 1; each run of
+// another seed uses a variant of paced.yaml that sets it),
+// ROUNDHOUSE_OVERLAP_ROUNDS (default 6), ROUNDHOUSE_OVERLAP_OUT, a JSON
+// file the results are added to (so seeds run by separate invocations
+// make one table), and ROUNDHOUSE_OVERLAP_CHART, an .svg or .png file for
+// the chart of validation success against samples trained on, per η, the
+// runs in the table pooled.
+func BenchmarkOverlappedRounds(b *testing.B) {
+	itest.Slow(b)
+	etas := envInts(b, "ROUNDHOUSE_OVERLAP_ETAS", "0,1,2")
+	seeds := envInts(b, "ROUNDHOUSE_OVERLAP_SEEDS", "1")
+	rounds := envInts(b, "ROUNDHOUSE_OVERLAP_ROUNDS", "6")[0]
+	var all []overlapResult
+	for _, seed := range seeds {
+		for _, eta := range etas {
+			b.Run(fmt.Sprintf("seed=%d/eta=%d", seed, eta), func(b *testing.B) {
+				var r overlapResult
+				for range b.N {
+					r = runOverlapped(b, eta, seed, rounds)
+				}
+				b.ReportMetric(r.RoundsPerHour, "rounds/h")
+				b.ReportMetric(r.Wall, "wall-s")
+				b.ReportMetric(100*r.SlotIdle, "slot-idle-%")
+				b.ReportMetric(100*r.TrainerIdle, "trainer-idle-%")
+				b.ReportMetric(100*r.FinalRate(), "final-val-%")
+				b.ReportMetric(float64(r.Samples), "samples")
+				b.Logf("η=%d seed %d, %d rounds:\n%s", eta, seed, rounds, r.timeline)
+				all = append(all, r)
+			})
+		}
+	}
+	if len(all) == 0 {
+		return
+	}
+	if out := os.Getenv("ROUNDHOUSE_OVERLAP_OUT"); out != "" {
+		all = mergeResults(b, out, all)
+	}
+	b.Logf("overlapped rounds, 4 slots, paced minimal harness (49 + 35 episodes of ≥ 1 s a round, trainer ≥ 20 s):\n%s\n%s", overlapTable(all), learningTable(all))
+	if file := os.Getenv("ROUNDHOUSE_OVERLAP_CHART"); file != "" {
+		var ss []chart.LearningSeries
+		for _, c := range pool(all) {
+			s := chart.LearningSeries{Name: fmt.Sprintf("η = %d (%d runs pooled)", c.eta, c.runs)}
+			for _, p := range c.points {
+				s.Points = append(s.Points, chart.LearningPoint{Samples: p.samples, Successes: p.successes, Valid: p.valid})
+			}
+			ss = append(ss, s)
+		}
+		body, err := chart.Learning(file, fmt.Sprintf("validation success against samples trained on, %d rounds", all[0].Rounds), ss)
+		if err == nil {
+			err = os.WriteFile(file, body, 0o644)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// mergeResults adds rs to the results kept in the JSON file at path (a
+// run of the same η, seed and rounds replaces the kept one), writes them
+// back and returns them all: seeds measured by separate invocations make
+// one table.
+func mergeResults(b *testing.B, path string, rs []overlapResult) []overlapResult {
+	b.Helper()
+	var kept []overlapResult
+	if body, err := os.ReadFile(path); err == nil {
+		if err := json.Unmarshal(body, &kept); err != nil {
+			b.Fatalf("%s: %v", path, err)
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		b.Fatal(err)
+	}
+	same := func(x, y overlapResult) bool {
+		return x.Eta == y.Eta && x.Seed == y.Seed && x.Rounds == y.Rounds && x.Fleet == y.Fleet
+	}
+	for _, r := range rs {
+		kept = slices.DeleteFunc(kept, func(k overlapResult) bool { return same(k, r) })
+	}
+	all := append(kept, rs...)
+	slices.SortStableFunc(all, func(x, y overlapResult) int {
+		return cmp.Or(x.Rounds-y.Rounds, x.Seed-y.Seed, x.Eta-y.Eta, strings.Compare(x.Fleet, y.Fleet))
+	})
+	body, err := json.MarshalIndent(all, "", "  ")
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(path, body, 0o644); err != nil {
+		b.Fatal(err)
+	}
+	return all
+}
+
+// overlapResult is one run of BenchmarkOverlappedRounds.
+type overlapResult struct {
+	Eta, Seed, Rounds int
+	// Fleet is "" under the fleet's default policy, else what was changed
+	// for a diagnosis (ROUNDHOUSE_OVERLAP_EXPECT_FOR).
+	Fleet string `json:",omitempty"`
+	// Wall is the run's span in seconds: the first episode's start to the
+	// last training's end.
+	Wall          float64
+	RoundsPerHour float64
+	// Idle shares of the 4 rollout slots and of the trainer over Wall.
+	SlotIdle, TrainerIdle float64
+	// TrainSeconds is the mean training span (train_start → train_end).
+	TrainSeconds float64
+	Staleness    schemas.Staleness
+	Samples      int // trained on, all rounds
+	// Points are validation success against the samples trained on before
+	// it: round k's opening validation (of the weights k-1 rounds left),
+	// then the final validation.
+	Points   []learnPoint
+	timeline string
+}
+
+type learnPoint struct {
+	Weights          string
+	Samples          int // trained on before these weights
+	Successes, Valid int
+}
+
+// FinalRate is the final validation's success rate (-1 without one).
+func (r overlapResult) FinalRate() float64 {
+	if len(r.Points) == 0 || r.Points[len(r.Points)-1].Valid == 0 {
+		return -1
+	}
+	p := r.Points[len(r.Points)-1]
+	return float64(p.Successes) / float64(p.Valid)
+}
+
+// runOverlapped trains rounds rounds of the paced harness with max
+// staleness eta and collect.seed seed on a fresh stack and measures the
+// run from its records.
+func runOverlapped(b *testing.B, eta, seed, rounds int) overlapResult {
+	b.Helper()
+	b.StopTimer()
+	defer b.StartTimer()
+	stack := itest.Start(b)
+	bins := itest.Binaries(b)
+	root := itest.Root(b)
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
+	defer cancel()
+	if d := os.Getenv("ROUNDHOUSE_OVERLAP_EXPECT_FOR"); d != "" {
+		startFleet(ctx, b, stack, d)
+	}
+	stack.StartWorker(b, bins, "main") // 4 slots; rollout, train and control roles
+	run := fmt.Sprintf("overlap-eta%d-seed%d", eta, seed)
+	if dir := os.Getenv("ROUNDHOUSE_OVERLAP_LOGS"); dir != "" {
+		// Registered after the stack's, so it runs before its folder goes.
+		b.Cleanup(func() {
+			if body, err := os.ReadFile(filepath.Join(stack.Dir, "worker-main.log")); err == nil {
+				os.WriteFile(filepath.Join(dir, run+"-worker.log"), body, 0o644)
+			}
+		})
+	}
+
+	cfg := filepath.Join(root, "harnesses/minimal/paced.yaml")
+	if seed != 1 {
+		// paced.yaml's collect.seed is its base's, 1: another seed is a
+		// variant of it (collect.seed is no var).
+		cfg = filepath.Join(b.TempDir(), fmt.Sprintf("paced-seed%d.yaml", seed))
+		body := fmt.Sprintf("base: %s\nname: minimal-paced\ncollect:\n  seed: %d\n", filepath.Join(root, "harnesses/minimal/paced.yaml"), seed)
+		if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StartTimer()
+	began := time.Now()
+	out, err := stack.Starter(ctx, b, bins, "train", "--config", cfg, "--run", run, "--max-staleness", strconv.Itoa(eta),
+		"--weights", filepath.Join(root, "harnesses/minimal/weights/w0"), "--rounds", strconv.Itoa(rounds),
+		"--var", "bin="+bins).CombinedOutput()
+	ended := time.Now()
+	b.StopTimer()
+	if dir := os.Getenv("ROUNDHOUSE_OVERLAP_LOGS"); dir != "" {
+		os.WriteFile(filepath.Join(dir, run+"-starter.log"), out, 0o644)
+	}
+	if err != nil {
+		b.Fatalf("starter train: %v\n%s", err, out)
+	}
+
+	l := schemas.Layout{Run: run}
+	var st schemas.State
+	if err := store.GetJSON(ctx, stack.Store, l.State(), &st); err != nil || len(st.Summaries) != rounds {
+		b.Fatalf("state: %d summaries, %v\n%s", len(st.Summaries), err, out)
+	}
+	r := overlapResult{Eta: eta, Seed: seed, Rounds: rounds, Staleness: schemas.Staleness{}}
+	if d := os.Getenv("ROUNDHOUSE_OVERLAP_EXPECT_FOR"); d != "" {
+		r.Fleet = "ExpectFor " + d
+	}
+	// Every episode of the rounds: each round's opening validation and its
+	// collection (the final validation, round rounds+1, is outside the span).
+	type span struct{ start, end int64 }
+	var eps []span
+	var tl strings.Builder
+	phases := map[string]span{}
+	for k := int32(1); k <= int32(rounds); k++ {
+		for _, phase := range []string{schemas.PhaseVal, schemas.PhaseTrain} {
+			rows, err := store.ReadTable(ctx, stack.Store, l.EpisodesDir(k, phase), func(e schemas.Episode) string { return e.EpisodeID })
+			if err != nil {
+				b.Fatalf("round %d %s episodes: %v", k, phase, err)
+			}
+			ph := span{math.MaxInt64, 0}
+			for _, e := range rows {
+				s := span{e.StartedAtMS, e.StartedAtMS + e.DurationMS}
+				eps = append(eps, s)
+				ph.start, ph.end = min(ph.start, s.start), max(ph.end, s.end)
+			}
+			if len(rows) > 0 {
+				phases[fmt.Sprintf("%d/%s/%d", k, phase, len(rows))] = ph
+			}
+		}
+	}
+	if len(eps) == 0 {
+		b.Fatal("no episodes stored")
+	}
+	first := slices.MinFunc(eps, func(x, y span) int { return int(x.start - y.start) }).start
+	var last, trained int64
+	samples := 0
+	for _, s := range st.Summaries {
+		if s.TrainEndMS == 0 || s.TrainStartMS == 0 {
+			b.Fatalf("round %d has no training span (train_start_ms %d, train_end_ms %d)", s.Round, s.TrainStartMS, s.TrainEndMS)
+		}
+		last = max(last, s.TrainEndMS)
+		trained += s.TrainEndMS - s.TrainStartMS
+		for st, n := range s.Staleness {
+			r.Staleness[st] += n
+		}
+		if s.Val == nil {
+			b.Fatalf("round %d has no opening validation", s.Round)
+		}
+		r.Points = append(r.Points, learnPoint{Weights: s.WeightsID, Samples: samples, Successes: s.Val.Successes, Valid: s.Val.Valid})
+		samples += s.Samples
+		phases[fmt.Sprintf("%d/training", s.Round)] = span{s.TrainStartMS, s.TrainEndMS}
+	}
+	r.Samples = samples
+	var final schemas.Report
+	if err := store.GetJSON(ctx, stack.Store, l.Report(schemas.ValTag(int32(rounds)+1)), &final); err != nil {
+		b.Fatalf("final validation report: %v", err)
+	}
+	r.Points = append(r.Points, learnPoint{Weights: st.WeightsID, Samples: samples, Successes: final.Overall.Successes, Valid: final.Overall.Valid})
+
+	wall := last - first
+	var busy int64
+	for _, e := range eps {
+		busy += max(0, min(e.end, last)-max(e.start, first))
+	}
+	const slots = 4
+	r.Wall = float64(wall) / 1000
+	r.RoundsPerHour = float64(rounds) * 3600 / r.Wall
+	r.SlotIdle = 1 - float64(busy)/float64(slots*wall)
+	r.TrainerIdle = 1 - float64(trained)/float64(wall)
+	r.TrainSeconds = float64(trained) / 1000 / float64(rounds)
+
+	// When each phase ran, from the first episode's start: where the idle
+	// time is.
+	keys := make([]string, 0, len(phases))
+	for k := range phases {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(x, y string) int { return int(phases[x].start - phases[y].start) })
+	for _, k := range keys {
+		p := phases[k]
+		fmt.Fprintf(&tl, "  %-18s %6.1f → %6.1f s\n", k, float64(p.start-first)/1000, float64(p.end-first)/1000)
+	}
+	for _, s := range st.Summaries {
+		fmt.Fprintf(&tl, "  round %d: collected on %s, trained from %s, %d samples, staleness %v, pool from %s\n",
+			s.Round, s.CollectedOn, s.WeightsID, s.Samples, s.Staleness, s.PoolFrom)
+	}
+	fmt.Fprintf(&tl, "  starter train: %.1f s to the first episode, %.1f s from the last training's end to its exit (the final validation)\n",
+		float64(first-began.UnixMilli())/1000, float64(ended.UnixMilli()-last)/1000)
+	r.timeline = tl.String()
+	return r
+}
+
+// startFleet starts the Fleet workflow before any worker does, with the
+// default policy but ExpectFor d: a diagnosis of how long the fleet
+// holds a server for weights announced to come again costs (the workers
+// then only signal it). Nothing of the code under measurement changes.
+func startFleet(ctx context.Context, b *testing.B, stack itest.Stack, d string) {
+	b.Helper()
+	expect, err := time.ParseDuration(d)
+	if err != nil || expect <= 0 {
+		b.Fatalf("ROUNDHOUSE_OVERLAP_EXPECT_FOR=%q: want a duration > 0, like 1ms", d)
+	}
+	c, err := connect.Temporal(ctx, stack.Endpoints, tlog.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	p := fleet.DefaultPolicy
+	p.ExpectFor = expect
+	if _, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: api.FleetID, TaskQueue: api.ControlQueue}, api.FleetWorkflow, api.FleetInput{Policy: p}); err != nil {
+		b.Fatalf("start the fleet with ExpectFor %v: %v", expect, err)
+	}
+}
+
+// overlapTable is the runs' table, one row each.
+func overlapTable(rs []overlapResult) string {
+	var b strings.Builder
+	fmt.Fprintln(&b, "| η | seed | fleet policy | rounds | span | rounds/h | slots idle | trainer idle | training (mean) | staleness | samples | final validation |")
+	fmt.Fprintln(&b, "|---:|---:|---|---:|---:|---:|---:|---:|---:|---|---:|---|")
+	for _, r := range rs {
+		p := r.Points[len(r.Points)-1]
+		policy := cmp.Or(r.Fleet, "default")
+		fmt.Fprintf(&b, "| %d | %d | %s | %d | %.1f s | %.0f | %.1f %% | %.1f %% | %.1f s | %v | %d | %d/%d %s |\n",
+			r.Eta, r.Seed, policy, r.Rounds, r.Wall, r.RoundsPerHour, 100*r.SlotIdle, 100*r.TrainerIdle, r.TrainSeconds,
+			r.Staleness, r.Samples, p.Successes, p.Valid, stats.Rate(p.Successes, p.Valid))
+	}
+	return b.String()
+}
+
+// curve is one η's validations, its runs pooled: successes and valid
+// episodes added up, samples trained on averaged.
+type curve struct {
+	eta, runs int
+	points    []pooledPoint
+}
+
+type pooledPoint struct {
+	samples          float64
+	successes, valid int
+}
+
+// pool pools the runs by η, in η order; runs of another length than the
+// first, and diagnoses under another fleet policy, are left out.
+func pool(rs []overlapResult) []curve {
+	byEta := map[int]*curve{}
+	for _, r := range rs {
+		if r.Rounds != rs[0].Rounds || r.Fleet != "" {
+			continue
+		}
+		c := byEta[r.Eta]
+		if c == nil {
+			c = &curve{eta: r.Eta, points: make([]pooledPoint, len(r.Points))}
+			byEta[r.Eta] = c
+		}
+		c.runs++
+		for i, p := range r.Points {
+			c.points[i].samples += float64(p.Samples)
+			c.points[i].successes += p.Successes
+			c.points[i].valid += p.Valid
+		}
+	}
+	var out []curve
+	for _, c := range byEta {
+		for i := range c.points {
+			c.points[i].samples /= float64(c.runs)
+		}
+		out = append(out, *c)
+	}
+	slices.SortFunc(out, func(x, y curve) int { return x.eta - y.eta })
+	return out
+}
+
+// learningTable is validation success against samples trained on, per η
+// and validation, the seeds pooled.
+func learningTable(rs []overlapResult) string {
+	var b strings.Builder
+	fmt.Fprintln(&b, "| η | validation | runs | samples trained on (mean) | success [95 %] |")
+	fmt.Fprintln(&b, "|---:|---|---:|---:|---|")
+	for _, c := range pool(rs) {
+		for i, p := range c.points {
+			name := fmt.Sprintf("before round %d", i+1)
+			if i == len(c.points)-1 {
+				name = "final"
+			}
+			fmt.Fprintf(&b, "| %d | %s | %d | %.0f | %d/%d %s |\n", c.eta, name, c.runs, p.samples, p.successes, p.valid, stats.Rate(p.successes, p.valid))
+		}
+	}
+	return b.String()
+}
+
+// envInts reads a comma-separated list of integers from the environment
+// variable name, def when it is unset.
+func envInts(b *testing.B, name, def string) []int {
+	b.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		v = def
+	}
+	var out []int
+	for _, f := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 0 {
+			b.Fatalf("%s=%q: want integers ≥ 0, comma-separated", name, v)
+		}
+		out = append(out, n)
+	}
+	return out
+}
