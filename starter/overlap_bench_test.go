@@ -43,19 +43,28 @@ import (
 //
 //	go test -run '^$' -bench OverlappedRounds -benchtime 1x -timeout 120m -v ./starter/
 //
-// Environment: ROUNDHOUSE_OVERLAP_ETAS (default 0,1,2),
+// Environment: ROUNDHOUSE_OVERLAP_ETAS (default 0,1,2; "none" runs
+// nothing and only prints the tables and draws the chart of _OUT),
 // ROUNDHOUSE_OVERLAP_SEEDS (collect.seed values, default 1; each run of
 // another seed uses a variant of paced.yaml that sets it),
 // ROUNDHOUSE_OVERLAP_ROUNDS (default 6), ROUNDHOUSE_OVERLAP_OUT, a JSON
 // file the results are added to (so seeds run by separate invocations
-// make one table), and ROUNDHOUSE_OVERLAP_CHART, an .svg or .png file for
-// the chart of validation success against samples trained on, per η, the
-// runs in the table pooled.
+// make one table), ROUNDHOUSE_OVERLAP_CHART, an .svg or .png file for the
+// chart of validation success against samples trained on, per η, the
+// runs of the table pooled, ROUNDHOUSE_OVERLAP_EXPECT_FOR, a duration: a
+// diagnosis that starts the Fleet workflow with the default policy but
+// this fleet.Policy.ExpectFor (its runs are kept apart in the table and
+// left out of the curves), and ROUNDHOUSE_OVERLAP_LOGS, a folder for each
+// run's worker log and starter output. Run it with -v: go test cuts a
+// benchmark's log short otherwise, and the per-run timelines are long.
 func BenchmarkOverlappedRounds(b *testing.B) {
 	itest.Slow(b)
 	etas := envInts(b, "ROUNDHOUSE_OVERLAP_ETAS", "0,1,2")
 	seeds := envInts(b, "ROUNDHOUSE_OVERLAP_SEEDS", "1")
-	rounds := envInts(b, "ROUNDHOUSE_OVERLAP_ROUNDS", "6")[0]
+	rounds := 6
+	if rs := envInts(b, "ROUNDHOUSE_OVERLAP_ROUNDS", "6"); len(rs) > 0 {
+		rounds = rs[0]
+	}
 	var all []overlapResult
 	for _, seed := range seeds {
 		for _, eta := range etas {
@@ -75,17 +84,17 @@ func BenchmarkOverlappedRounds(b *testing.B) {
 			})
 		}
 	}
-	if len(all) == 0 {
-		return
-	}
 	if out := os.Getenv("ROUNDHOUSE_OVERLAP_OUT"); out != "" {
 		all = mergeResults(b, out, all)
+	}
+	if len(all) == 0 {
+		return
 	}
 	b.Logf("overlapped rounds, 4 slots, paced minimal harness (49 + 35 episodes of ≥ 1 s a round, trainer ≥ 20 s):\n%s\n%s", overlapTable(all), learningTable(all))
 	if file := os.Getenv("ROUNDHOUSE_OVERLAP_CHART"); file != "" {
 		var ss []chart.LearningSeries
 		for _, c := range pool(all) {
-			s := chart.LearningSeries{Name: fmt.Sprintf("η = %d (%d runs pooled)", c.eta, c.runs)}
+			s := chart.LearningSeries{Name: fmt.Sprintf("η = %d, %s", c.eta, plural(c.runs, "run"))}
 			for _, p := range c.points {
 				s.Points = append(s.Points, chart.LearningPoint{Samples: p.samples, Successes: p.successes, Valid: p.valid})
 			}
@@ -424,6 +433,9 @@ func envInts(b *testing.B, name, def string) []int {
 		v = def
 	}
 	var out []int
+	if v == "none" { // ROUNDHOUSE_OVERLAP_ETAS=none: only the tables and chart of _OUT
+		return out
+	}
 	for _, f := range strings.Split(v, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n < 0 {
@@ -432,4 +444,12 @@ func envInts(b *testing.B, name, def string) []int {
 		out = append(out, n)
 	}
 	return out
+}
+
+// plural is "1 run", "3 runs".
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
 }
