@@ -100,7 +100,7 @@ func BenchmarkOverlappedRounds(b *testing.B) {
 			}
 			ss = append(ss, s)
 		}
-		body, err := chart.Learning(file, fmt.Sprintf("validation success against samples trained on, %d rounds", all[0].Rounds), ss)
+		body, err := chart.Learning(file, fmt.Sprintf("validation success by samples trained (%d rounds)", all[0].Rounds), ss)
 		if err == nil {
 			err = os.WriteFile(file, body, 0o644)
 		}
