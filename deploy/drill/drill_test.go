@@ -516,6 +516,33 @@ func setTrainDelay(ctx context.Context, d *drill, delay string) error {
 	return h.Start(ctx)
 }
 
+// prepare sets the hosts up for fault f: a slow r1 for the zombie, a
+// held trainer for the faults that hit training.
+func (d *drill) prepare(f fault) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	switch {
+	case f.name == zombie.name:
+		return slowR1(ctx, d)
+	case trainerFault(f.name):
+		return setTrainDelay(ctx, d, trainDelay)
+	}
+	return nil
+}
+
+// restore puts the training host back to full speed after a fault that
+// held it.
+func (d *drill) restore(f fault) {
+	if !trainerFault(f.name) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := setTrainDelay(ctx, d, ""); err != nil {
+		d.t.Logf("training host back to full speed: %v", err)
+	}
+}
+
 // trainerFault says which faults need the held trainer.
 func trainerFault(name string) bool {
 	return strings.HasSuffix(name, "-trainer") || strings.HasPrefix(name, "overlap-")
@@ -622,28 +649,13 @@ func TestDrill(t *testing.T) {
 		if len(only) > 0 && !only[f.name] {
 			continue
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		var err error
-		switch {
-		case f.name == zombie.name:
-			err = slowR1(ctx, d)
-		case trainerFault(f.name):
-			err = setTrainDelay(ctx, d, trainDelay)
-		}
-		cancel()
-		if err != nil {
+		if err := d.prepare(f); err != nil {
 			rows = append(rows, row{fault: f.name, notRun: "preparing the hosts: " + firstLine(err.Error())})
 			continue
 		}
 		start := time.Now()
 		w := d.runFault(f)
-		if trainerFault(f.name) {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			if err := setTrainDelay(ctx, d, ""); err != nil {
-				t.Logf("training host back to full speed: %v", err)
-			}
-			cancel()
-		}
+		d.restore(f)
 		rows = append(rows, w)
 		t.Logf("%s done in %s:\n%s", f.name, time.Since(start).Round(time.Second), table(rows[len(rows)-1:]))
 		d.heal()
@@ -681,26 +693,11 @@ func TestFaultsLoseNothing(t *testing.T) {
 	itest.Slow(t)
 	d := newDrill(t)
 	for _, f := range []fault{killRollout, zombie, overlapKillT1} {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		var err error
-		switch {
-		case f.name == zombie.name:
-			err = slowR1(ctx, d)
-		case trainerFault(f.name):
-			err = setTrainDelay(ctx, d, trainDelay)
-		}
-		cancel()
-		if err != nil {
+		if err := d.prepare(f); err != nil {
 			t.Fatal(err)
 		}
 		w := d.runFault(f)
-		if trainerFault(f.name) {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			if err := setTrainDelay(ctx, d, ""); err != nil {
-				t.Logf("training host back to full speed: %v", err)
-			}
-			cancel()
-		}
+		d.restore(f)
 		t.Logf("\n%s", table([]row{w}))
 		switch {
 		case w.notRun != "":
