@@ -37,8 +37,10 @@ import (
 // η, on a fresh stack each. Per run it reports the rounds per hour over
 // the run's span (the first episode's start to the last training's end;
 // the final validation comes after it), the idle share of the 4 slots
-// (1 − the episodes' durations, clipped to the span, ÷ 4 × span) and of
-// the trainer (1 − Σ training spans ÷ span), the samples by staleness, and
+// (1 − the RunEpisode activities' spans from Temporal's histories, clipped
+// to the span, ÷ 4 × span; and the same by the episode programs' recorded
+// spans), the round's episode work on the fleet, the idle share of the
+// trainer (1 − Σ training spans ÷ span), the samples by staleness, and
 // validation success against the samples trained on, round by round.
 //
 //	go test -run '^$' -bench OverlappedRounds -benchtime 1x -timeout 120m -v ./starter/
@@ -47,7 +49,11 @@ import (
 // nothing and only prints the tables and draws the chart of _OUT),
 // ROUNDHOUSE_OVERLAP_SEEDS (collect.seed values, default 1; each run of
 // another seed uses a variant of paced.yaml that sets it),
-// ROUNDHOUSE_OVERLAP_ROUNDS (default 6), ROUNDHOUSE_OVERLAP_OUT, a JSON
+// ROUNDHOUSE_OVERLAP_ROUNDS (default 6), ROUNDHOUSE_OVERLAP_HOSTS (default
+// 1: one worker of every role and 4 slots; 2 or 4: a control and training
+// worker and that many rollout workers sharing the 4 slots, so the fleet
+// can serve a validation's weights and a collection's at once),
+ROUNDHOUSE_OVERLAP_OUT, a JSON
 // file the results are added to (so seeds run by separate invocations
 // make one table), ROUNDHOUSE_OVERLAP_CHART, an .svg or .png file for the
 // chart of validation success against samples trained on, per η, the
@@ -65,17 +71,25 @@ func BenchmarkOverlappedRounds(b *testing.B) {
 	if rs := envInts(b, "ROUNDHOUSE_OVERLAP_ROUNDS", "6"); len(rs) > 0 {
 		rounds = rs[0]
 	}
+	hosts := 1
+	if hs := envInts(b, "ROUNDHOUSE_OVERLAP_HOSTS", "1"); len(hs) > 0 {
+		hosts = hs[0]
+	}
+	if hosts < 1 || 4%hosts != 0 {
+		b.Fatalf("ROUNDHOUSE_OVERLAP_HOSTS=%d: want 1, 2 or 4 (the hosts share 4 slots)", hosts)
+	}
 	var all []overlapResult
 	for _, seed := range seeds {
 		for _, eta := range etas {
-			b.Run(fmt.Sprintf("seed=%d/eta=%d", seed, eta), func(b *testing.B) {
+			b.Run(fmt.Sprintf("hosts=%d/seed=%d/eta=%d", hosts, seed, eta), func(b *testing.B) {
 				var r overlapResult
 				for range b.N {
-					r = runOverlapped(b, eta, seed, rounds)
+					r = runOverlapped(b, eta, seed, rounds, hosts)
 				}
 				b.ReportMetric(r.RoundsPerHour, "rounds/h")
 				b.ReportMetric(r.Wall, "wall-s")
 				b.ReportMetric(100*r.SlotIdle, "slot-idle-%")
+				b.ReportMetric(100*r.ProgramIdle, "program-idle-%")
 				b.ReportMetric(100*r.TrainerIdle, "trainer-idle-%")
 				b.ReportMetric(100*r.FinalRate(), "final-val-%")
 				b.ReportMetric(float64(r.Samples), "samples")
@@ -125,14 +139,14 @@ func mergeResults(b *testing.B, path string, rs []overlapResult) []overlapResult
 		b.Fatal(err)
 	}
 	same := func(x, y overlapResult) bool {
-		return x.Eta == y.Eta && x.Seed == y.Seed && x.Rounds == y.Rounds && x.Fleet == y.Fleet
+		return x.Eta == y.Eta && x.Seed == y.Seed && x.Rounds == y.Rounds && x.Fleet == y.Fleet && x.hosts() == y.hosts()
 	}
 	for _, r := range rs {
 		kept = slices.DeleteFunc(kept, func(k overlapResult) bool { return same(k, r) })
 	}
 	all := append(kept, rs...)
 	slices.SortStableFunc(all, func(x, y overlapResult) int {
-		return cmp.Or(x.Rounds-y.Rounds, x.Seed-y.Seed, x.Eta-y.Eta, strings.Compare(x.Fleet, y.Fleet))
+		return cmp.Or(x.Rounds-y.Rounds, x.hosts()-y.hosts(), x.Seed-y.Seed, x.Eta-y.Eta, strings.Compare(x.Fleet, y.Fleet))
 	})
 	body, err := json.MarshalIndent(all, "", "  ")
 	if err != nil {
@@ -147,6 +161,9 @@ func mergeResults(b *testing.B, path string, rs []overlapResult) []overlapResult
 // overlapResult is one run of BenchmarkOverlappedRounds.
 type overlapResult struct {
 	Eta, Seed, Rounds int
+	// Hosts is how many rollout hosts share the 4 slots (0 in results
+	// from before it was a knob: 1).
+	Hosts int `json:",omitempty"`
 	// Fleet is "" under the fleet's default policy, else what was changed
 	// for a diagnosis (ROUNDHOUSE_OVERLAP_EXPECT_FOR).
 	Fleet string `json:",omitempty"`
@@ -154,8 +171,22 @@ type overlapResult struct {
 	// last training's end.
 	Wall          float64
 	RoundsPerHour float64
-	// Idle shares of the 4 rollout slots and of the trainer over Wall.
-	SlotIdle, TrainerIdle float64
+	// Idle shares of the 4 rollout slots over Wall: SlotIdle counts a slot
+	// busy while a RunEpisode activity holds it (Temporal's started event
+	// to its closing one), ProgramIdle only while the episode program's
+	// recorded span runs.
+	SlotIdle, ProgramIdle float64
+	// TrainerIdle is the trainer's idle share over Wall.
+	TrainerIdle float64
+	// FleetSeconds is a round's episode work on the fleet: the RunEpisode
+	// spans of the run's rounds (final validation aside) ÷ 4 slots ÷ rounds.
+	FleetSeconds float64
+	// SlotIdleQueued is the share of SlotIdle during which an episode
+	// waited in a queue (dispatch's and the fleet's), the rest had
+	// nothing to run.
+	SlotIdleQueued float64
+	// Retried counts RunEpisode activities that took more than one attempt.
+	Retried int
 	// TrainSeconds is the mean training span (train_start → train_end).
 	TrainSeconds float64
 	Staleness    schemas.Staleness
@@ -173,6 +204,9 @@ type learnPoint struct {
 	Successes, Valid int
 }
 
+// hosts is Hosts, 1 for results from before it was kept.
+func (r overlapResult) hosts() int { return max(r.Hosts, 1) }
+
 // FinalRate is the final validation's success rate (-1 without one).
 func (r overlapResult) FinalRate() float64 {
 	if len(r.Points) == 0 || r.Points[len(r.Points)-1].Valid == 0 {
@@ -185,7 +219,7 @@ func (r overlapResult) FinalRate() float64 {
 // runOverlapped trains rounds rounds of the paced harness with max
 // staleness eta and collect.seed seed on a fresh stack and measures the
 // run from its records.
-func runOverlapped(b *testing.B, eta, seed, rounds int) overlapResult {
+func runOverlapped(b *testing.B, eta, seed, rounds, hosts int) overlapResult {
 	b.Helper()
 	b.StopTimer()
 	defer b.StartTimer()
@@ -197,13 +231,28 @@ func runOverlapped(b *testing.B, eta, seed, rounds int) overlapResult {
 	if d := os.Getenv("ROUNDHOUSE_OVERLAP_EXPECT_FOR"); d != "" {
 		startFleet(ctx, b, stack, d)
 	}
-	stack.StartWorker(b, bins, "main") // 4 slots; rollout, train and control roles
+	workers := []string{"main"}
+	if hosts == 1 {
+		stack.StartWorker(b, bins, "main") // 4 slots; rollout, train and control roles
+	} else {
+		// A control and training host, and hosts rollout hosts sharing the
+		// 4 slots: the fleet can serve two weights at once.
+		workers = []string{"control"}
+		stack.StartWorker(b, bins, "control", "--roles", "control,train", "--workdir", filepath.Join(stack.Dir, "work-control"))
+		for i := 1; i <= hosts; i++ {
+			name := fmt.Sprintf("rollout%d", i)
+			stack.StartWorker(b, bins, name, "--roles", "rollout", "--slots", strconv.Itoa(4/hosts), "--workdir", filepath.Join(stack.Dir, "work-"+name))
+			workers = append(workers, name)
+		}
+	}
 	run := fmt.Sprintf("overlap-eta%d-seed%d", eta, seed)
 	if dir := os.Getenv("ROUNDHOUSE_OVERLAP_LOGS"); dir != "" {
 		// Registered after the stack's, so it runs before its folder goes.
 		b.Cleanup(func() {
-			if body, err := os.ReadFile(filepath.Join(stack.Dir, "worker-main.log")); err == nil {
-				os.WriteFile(filepath.Join(dir, run+"-worker.log"), body, 0o644)
+			for _, w := range workers {
+				if body, err := os.ReadFile(filepath.Join(stack.Dir, "worker-"+w+".log")); err == nil {
+					os.WriteFile(filepath.Join(dir, fmt.Sprintf("%s-h%d-%s.log", run, hosts, w)), body, 0o644)
+				}
 			}
 		})
 	}
@@ -237,7 +286,7 @@ func runOverlapped(b *testing.B, eta, seed, rounds int) overlapResult {
 	if err := store.GetJSON(ctx, stack.Store, l.State(), &st); err != nil || len(st.Summaries) != rounds {
 		b.Fatalf("state: %d summaries, %v\n%s", len(st.Summaries), err, out)
 	}
-	r := overlapResult{Eta: eta, Seed: seed, Rounds: rounds, Staleness: schemas.Staleness{}}
+	r := overlapResult{Eta: eta, Seed: seed, Rounds: rounds, Hosts: hosts, Staleness: schemas.Staleness{}}
 	if d := os.Getenv("ROUNDHOUSE_OVERLAP_EXPECT_FOR"); d != "" {
 		r.Fleet = "ExpectFor " + d
 	}
@@ -267,7 +316,19 @@ func runOverlapped(b *testing.B, eta, seed, rounds int) overlapResult {
 	if len(eps) == 0 {
 		b.Fatal("no episodes stored")
 	}
+	c, err := connect.Temporal(ctx, stack.Endpoints, tlog.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	acts, err := episodeSlotSpans(ctx, c, run)
+	if err != nil {
+		b.Fatal(err)
+	}
 	first := slices.MinFunc(eps, func(x, y span) int { return int(x.start - y.start) }).start
+	for _, a := range acts {
+		first = min(first, a.start)
+	}
 	var last, trained int64
 	samples := 0
 	for _, s := range st.Summaries {
@@ -294,14 +355,25 @@ func runOverlapped(b *testing.B, eta, seed, rounds int) overlapResult {
 	r.Points = append(r.Points, learnPoint{Weights: st.WeightsID, Samples: samples, Successes: final.Overall.Successes, Valid: final.Overall.Valid})
 
 	wall := last - first
-	var busy int64
+	clip := func(s, e int64) int64 { return max(0, min(e, last)-max(s, first)) }
+	var busy, held int64
 	for _, e := range eps {
-		busy += max(0, min(e.end, last)-max(e.start, first))
+		busy += clip(e.start, e.end)
+	}
+	for _, a := range acts {
+		held += clip(a.start, a.end)
+		if a.attempt > 1 {
+			r.Retried++
+		}
 	}
 	const slots = 4
 	r.Wall = float64(wall) / 1000
 	r.RoundsPerHour = float64(rounds) * 3600 / r.Wall
-	r.SlotIdle = 1 - float64(busy)/float64(slots*wall)
+	r.SlotIdle = 1 - float64(held)/float64(slots*wall)
+	r.ProgramIdle = 1 - float64(busy)/float64(slots*wall)
+	r.FleetSeconds = float64(held) / 1000 / slots / float64(rounds)
+	waiting, _ := idleSplit(acts, slots, first, last)
+	r.SlotIdleQueued = float64(waiting) / float64(slots*wall)
 	r.TrainerIdle = 1 - float64(trained)/float64(wall)
 	r.TrainSeconds = float64(trained) / 1000 / float64(rounds)
 
@@ -320,6 +392,8 @@ func runOverlapped(b *testing.B, eta, seed, rounds int) overlapResult {
 		fmt.Fprintf(&tl, "  round %d: collected on %s, trained from %s, %d samples, staleness %v, pool from %s\n",
 			s.Round, s.CollectedOn, s.WeightsID, s.Samples, s.Staleness, s.PoolFrom)
 	}
+	fmt.Fprintf(&tl, "  %d RunEpisode activities, %d of them retried; slots idle %.1f %%, %.1f %% of the span with an episode waiting in a queue\n",
+		len(acts), r.Retried, 100*r.SlotIdle, 100*r.SlotIdleQueued)
 	fmt.Fprintf(&tl, "  starter train: %.1f s to the first episode, %.1f s from the last training's end to its exit (the final validation)\n",
 		float64(first-began.UnixMilli())/1000, float64(ended.UnixMilli()-last)/1000)
 	r.timeline = tl.String()
@@ -351,13 +425,13 @@ func startFleet(ctx context.Context, b *testing.B, stack itest.Stack, d string) 
 // overlapTable is the runs' table, one row each.
 func overlapTable(rs []overlapResult) string {
 	var b strings.Builder
-	fmt.Fprintln(&b, "| η | seed | fleet policy | rounds | span | rounds/h | slots idle | trainer idle | training (mean) | staleness | samples | final validation |")
-	fmt.Fprintln(&b, "|---:|---:|---|---:|---:|---:|---:|---:|---:|---|---:|---|")
+	fmt.Fprintln(&b, "| η | seed | rollout hosts | fleet policy | rounds | span | rounds/h | slots idle (activities; of it, episodes queued) | slots idle (programs) | trainer idle | episode work a round | training (mean) | staleness | samples | final validation |")
+	fmt.Fprintln(&b, "|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|")
 	for _, r := range rs {
 		p := r.Points[len(r.Points)-1]
 		policy := cmp.Or(r.Fleet, "default")
-		fmt.Fprintf(&b, "| %d | %d | %s | %d | %.1f s | %.0f | %.1f %% | %.1f %% | %.1f s | %v | %d | %d/%d %s |\n",
-			r.Eta, r.Seed, policy, r.Rounds, r.Wall, r.RoundsPerHour, 100*r.SlotIdle, 100*r.TrainerIdle, r.TrainSeconds,
+		fmt.Fprintf(&b, "| %d | %d | %d × %d slots | %s | %d | %.1f s | %.0f | %.1f %% (%.1f %%) | %.1f %% | %.1f %% | %.1f s | %.1f s | %v | %d | %d/%d %s |\n",
+			r.Eta, r.Seed, r.hosts(), 4/r.hosts(), policy, r.Rounds, r.Wall, r.RoundsPerHour, 100*r.SlotIdle, 100*r.SlotIdleQueued, 100*r.ProgramIdle, 100*r.TrainerIdle, r.FleetSeconds, r.TrainSeconds,
 			r.Staleness, r.Samples, p.Successes, p.Valid, stats.Rate(p.Successes, p.Valid))
 	}
 	return b.String()

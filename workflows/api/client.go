@@ -12,6 +12,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/operatorservice/v1"
 	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
@@ -25,7 +26,7 @@ import (
 // namespace unless they exist; workers and the starter call it at start so
 // no one has to run `temporal operator search-attribute create` by hand.
 func RegisterSearchAttributes(ctx context.Context, c client.Client, namespace string) error {
-	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	have, err := c.OperatorService().ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: namespace})
 	if err != nil {
@@ -42,15 +43,89 @@ func RegisterSearchAttributes(ctx context.Context, c client.Client, namespace st
 			return fmt.Errorf("search attribute %s exists in namespace %s as %s, Roundhouse needs %s: remove it (temporal operator search-attribute remove --name %s)", name, namespace, got, typ, name)
 		}
 	}
-	if len(missing) == 0 {
-		return nil
+	if len(missing) > 0 {
+		_, err = c.OperatorService().AddSearchAttributes(ctx, &operatorservice.AddSearchAttributesRequest{Namespace: namespace, SearchAttributes: missing})
+		var exists *serviceerror.AlreadyExists
+		if err != nil && !errors.As(err, &exists) {
+			return fmt.Errorf("add search attributes to namespace %s: %w; where the namespace does not let clients add them (Temporal Cloud), create them once: %s",
+				namespace, err, CreateAttributesHint(namespace, missing))
+		}
 	}
-	_, err = c.OperatorService().AddSearchAttributes(ctx, &operatorservice.AddSearchAttributesRequest{Namespace: namespace, SearchAttributes: missing})
-	var exists *serviceerror.AlreadyExists
-	if err != nil && !errors.As(err, &exists) {
-		return fmt.Errorf("add search attributes to namespace %s (on Temporal Cloud, create them in the namespace's settings): %w", namespace, err)
+	return awaitAttributes(ctx, c, namespace)
+}
+
+// registeredAttributes reports whether any of Roundhouse's search
+// attributes is registered in namespace.
+func registeredAttributes(ctx context.Context, c client.Client, namespace string) (bool, error) {
+	have, err := c.OperatorService().ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: namespace})
+	if err != nil {
+		return false, fmt.Errorf("list search attributes of namespace %s: %w", namespace, err)
 	}
-	return nil
+	for name := range searchAttributes {
+		if _, ok := have.CustomAttributes[name]; ok {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// CreateAttributesHint is the command that creates attrs in namespace.
+func CreateAttributesHint(namespace string, attrs map[string]enumspb.IndexedValueType) string {
+	var args []string
+	for _, name := range slices.Sorted(maps.Keys(attrs)) {
+		t := map[enumspb.IndexedValueType]string{enumspb.INDEXED_VALUE_TYPE_KEYWORD: "Keyword",
+			enumspb.INDEXED_VALUE_TYPE_INT: "Int", enumspb.INDEXED_VALUE_TYPE_DOUBLE: "Double"}[attrs[name]]
+		args = append(args, fmt.Sprintf("--name %s --type %s", name, t))
+	}
+	return fmt.Sprintf("temporal operator search-attribute create --namespace %s %s", namespace, strings.Join(args, " "))
+}
+
+// awaitAttributes waits until the namespace's frontend takes a query on
+// every Roundhouse search attribute. A production frontend caches the
+// namespace's attributes (refreshed every 10 s or so): just after they
+// were added, starting a workflow with them fails with "has no mapping
+// defined for search attribute". The dev server refreshes on every read
+// and answers at once.
+func awaitAttributes(ctx context.Context, c client.Client, namespace string) error {
+	var terms []string
+	for _, name := range slices.Sorted(maps.Keys(searchAttributes)) {
+		if searchAttributes[name] == enumspb.INDEXED_VALUE_TYPE_KEYWORD {
+			terms = append(terms, fmt.Sprintf("%s = ''", name))
+		} else {
+			terms = append(terms, fmt.Sprintf("%s = 0", name))
+		}
+	}
+	q := strings.Join(terms, " AND ")
+	for {
+		_, err := c.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Namespace: namespace, Query: q})
+		if err == nil {
+			return nil
+		}
+		if !IsUnmappedAttribute(err) {
+			return fmt.Errorf("query namespace %s by Roundhouse's search attributes: %w", namespace, err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("namespace %s still does not take Roundhouse's search attributes after they were registered (%w): its frontend did not refresh them; restart it, or check dynamic config system.namespaceCacheRefreshInterval: %w", namespace, ctx.Err(), err)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// IsUnmappedAttribute reports whether err is a frontend refusing one of
+// Roundhouse's search attributes as unknown to the namespace: not
+// registered, or registered and not yet in its cache.
+func IsUnmappedAttribute(err error) bool {
+	var bad *serviceerror.InvalidArgument
+	if !errors.As(err, &bad) {
+		return false
+	}
+	for name := range searchAttributes {
+		if strings.Contains(bad.Message, name) {
+			return true
+		}
+	}
+	return false
 }
 
 // StartTrain starts a run's train workflow, or finds it running: one run,

@@ -139,10 +139,26 @@ func list(ctx context.Context, c client.Client, ns, query string, limit int) ([]
 	lctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	resp, err := c.ListWorkflow(lctx, &workflowservice.ListWorkflowExecutionsRequest{Namespace: ns, PageSize: int32(limit), Query: query})
+	if IsUnmappedAttribute(err) {
+		// Never registered: no run was ever started in this namespace (a
+		// start registers them first). Registered but not yet known to the
+		// frontend: wait for its cache, then answer. An empty list in any
+		// other case would say "no runs" where the truth is "cannot tell".
+		registered, lerr := registeredAttributes(lctx, c, ns)
+		if lerr == nil && !registered {
+			return nil, nil
+		}
+		if lerr == nil && awaitAttributes(lctx, c, ns) == nil {
+			resp, err = c.ListWorkflow(lctx, &workflowservice.ListWorkflowExecutionsRequest{Namespace: ns, PageSize: int32(limit), Query: query})
+		}
+	}
+	if IsUnmappedAttribute(err) {
+		return nil, fmt.Errorf("list runs on Temporal: namespace %s does not know Roundhouse's search attributes (%w): a worker or `starter train` registers them at start; where clients may not (Temporal Cloud), create them: %s",
+			ns, err, CreateAttributesHint(ns, searchAttributes))
+	}
 	var bad *serviceerror.InvalidArgument
-	if errors.As(err, &bad) && strings.Contains(err.Error(), KindAttr.GetName()) {
-		// The search attributes are registered with the first run or control worker.
-		return nil, nil
+	if errors.As(err, &bad) {
+		return nil, fmt.Errorf("list runs on Temporal: the visibility store of namespace %s refused the query %q: %w", ns, query, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("list runs on Temporal (namespace %s): %w", ns, err)
