@@ -53,7 +53,7 @@ import (
 // 1: one worker of every role and 4 slots; 2 or 4: a control and training
 // worker and that many rollout workers sharing the 4 slots, so the fleet
 // can serve a validation's weights and a collection's at once),
-ROUNDHOUSE_OVERLAP_OUT, a JSON
+// ROUNDHOUSE_OVERLAP_OUT, a JSON
 // file the results are added to (so seeds run by separate invocations
 // make one table), ROUNDHOUSE_OVERLAP_CHART, an .svg or .png file for the
 // chart of validation success against samples trained on, per η, the
