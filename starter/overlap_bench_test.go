@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -35,8 +36,9 @@ import (
 // and 35 collection episodes of at least 1 s a round, a trainer of at
 // least 20 s) on one worker with 4 rollout slots, for each max staleness
 // η, on a fresh stack each. Per run it reports the rounds per hour over
-// the run's span (the first episode's start to the last training's end;
-// the final validation comes after it), the idle share of the 4 slots
+// the run's span (the first episode's start to the end of the last
+// training or of the rounds' last episode, whichever is later; the final
+// validation comes after it), the idle share of the 4 slots
 // (1 − the RunEpisode activities' spans from Temporal's histories, clipped
 // to the span, ÷ 4 × span; and the same by the episode programs' recorded
 // spans), the round's episode work on the fleet, the idle share of the
@@ -168,7 +170,8 @@ type overlapResult struct {
 	// for a diagnosis (ROUNDHOUSE_OVERLAP_EXPECT_FOR).
 	Fleet string `json:",omitempty"`
 	// Wall is the run's span in seconds: the first episode's start to the
-	// last training's end.
+	// end of its rounds' work, the last training or the last of the
+	// rounds' opening validations (which overlapped, may end after it).
 	Wall          float64
 	RoundsPerHour float64
 	// Idle shares of the 4 rollout slots over Wall: SlotIdle counts a slot
@@ -330,6 +333,9 @@ func runOverlapped(b *testing.B, eta, seed, rounds, hosts int) overlapResult {
 		first = min(first, a.start)
 	}
 	var last, trained int64
+	for _, e := range eps {
+		last = max(last, e.end) // the rounds' validations and collections
+	}
 	samples := 0
 	for _, s := range st.Summaries {
 		if s.TrainEndMS == 0 || s.TrainStartMS == 0 {
@@ -388,9 +394,27 @@ func runOverlapped(b *testing.B, eta, seed, rounds, hosts int) overlapResult {
 		p := phases[k]
 		fmt.Fprintf(&tl, "  %-18s %6.1f → %6.1f s\n", k, float64(p.start-first)/1000, float64(p.end-first)/1000)
 	}
+	// Per Episodes workflow: when its episodes were queued, first started
+	// and last ended (a wait between the first two is the fleet's).
+	byWF := map[string][3]int64{}
+	for _, a := range acts {
+		w, ok := byWF[a.workflow]
+		if !ok {
+			w = [3]int64{a.scheduled, a.start, a.end}
+		}
+		byWF[a.workflow] = [3]int64{min(w[0], a.scheduled), min(w[1], a.start), max(w[2], a.end)}
+	}
+	wfs := slices.Collect(maps.Keys(byWF))
+	slices.SortFunc(wfs, func(x, y string) int { return cmp.Compare(byWF[x][0], byWF[y][0]) })
+	for _, id := range wfs {
+		w := byWF[id]
+		fmt.Fprintf(&tl, "  %-36s queued %6.1f, started %6.1f, ended %6.1f s\n", strings.TrimPrefix(id, "train-"+run+"-"),
+			float64(w[0]-first)/1000, float64(w[1]-first)/1000, float64(w[2]-first)/1000)
+	}
 	for _, s := range st.Summaries {
-		fmt.Fprintf(&tl, "  round %d: collected on %s, trained from %s, %d samples, staleness %v, pool from %s\n",
-			s.Round, s.CollectedOn, s.WeightsID, s.Samples, s.Staleness, s.PoolFrom)
+		fmt.Fprintf(&tl, "  round %d: collection %.1f → %.1f s, ", s.Round, float64(s.CollectStartMS-first)/1000, float64(s.CollectEndMS-first)/1000)
+		fmt.Fprintf(&tl, "collected on %s, trained from %s, %d samples, staleness %v, pool from %s\n",
+			s.CollectedOn, s.WeightsID, s.Samples, s.Staleness, s.PoolFrom)
 	}
 	fmt.Fprintf(&tl, "  %d RunEpisode activities, %d of them retried; slots idle %.1f %%, %.1f %% of the span with an episode waiting in a queue\n",
 		len(acts), r.Retried, 100*r.SlotIdle, 100*r.SlotIdleQueued)

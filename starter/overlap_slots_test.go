@@ -26,6 +26,7 @@ import (
 type slotSpan struct {
 	scheduled, start, end int64
 	attempt               int32
+	workflow              string // the Episodes workflow's id
 }
 
 // activitySpans reads the spans of the activities of type name from one
@@ -95,7 +96,10 @@ func episodeSlotSpans(ctx context.Context, c client.Client, run string) ([]slotS
 				}
 				events = append(events, e)
 			}
-			spans = append(spans, activitySpans(events, "RunEpisode")...)
+			for _, s := range activitySpans(events, "RunEpisode") {
+				s.workflow = w.GetExecution().GetWorkflowId()
+				spans = append(spans, s)
+			}
 		}
 		if token = res.GetNextPageToken(); len(token) == 0 {
 			return spans, nil
@@ -142,7 +146,7 @@ func idleSplit(spans []slotSpan, slots int, from, to int64) (waiting, none int64
 func TestIdleSplit(t *testing.T) {
 	// Two slots over [0, 100]: one episode queued at 0 starts at 10 and
 	// ends at 60; another queued at 20 starts at 30 and ends at 50.
-	spans := []slotSpan{{0, 10, 60, 1}, {20, 30, 50, 1}}
+	spans := []slotSpan{{0, 10, 60, 1, ""}, {20, 30, 50, 1, ""}}
 	waiting, none := idleSplit(spans, 2, 0, 100)
 	// [0,10): 2 idle, one queued → 20 waiting; [10,20): 1 idle, none
 	// queued → 10; [20,30): 1 idle, one queued → 10 waiting; [30,50): 0;
@@ -194,7 +198,7 @@ func TestActivitySpans(t *testing.T) {
 		failed(14, 4000, 6, 11),
 	}
 	got := activitySpans(events, "RunEpisode")
-	want := []slotSpan{{1000, 1100, 2300, 1}, {1000, 3500, 4000, 3}}
+	want := []slotSpan{{1000, 1100, 2300, 1, ""}, {1000, 3500, 4000, 3, ""}}
 	if len(got) != len(want) {
 		t.Fatalf("spans %v, want %v", got, want)
 	}

@@ -46,6 +46,15 @@ func Episodes(ctx workflow.Context, in api.EpisodesInput) (api.Tally, error) {
 		c.stopWhenUnservable(stopEpisodes)
 	}
 	c.actx = episodeOptions(epCtx, in, queue)
+	// Episodes carry their priority to Temporal's matching too: in one
+	// weights' queue a collection's episodes go before a validation's of
+	// the same weights beside it (design §1, "Overlapped rounds"), not
+	// after them in order of arrival. Histories from before set none.
+	if workflow.GetVersion(ctx, "episode-task-priority", workflow.DefaultVersion, 1) == 1 {
+		ao := workflow.GetActivityOptions(c.actx)
+		ao.Priority = temporal.Priority{PriorityKey: taskPriority(in.Priority)}
+		c.actx = workflow.WithActivityOptions(epCtx, ao)
+	}
 	c.fails = watchFailures(ctx, c.details)
 	// Long waits reach the parent as they happen; histories from before
 	// passed nothing on.
@@ -172,6 +181,16 @@ func (c *chunkRun) stopWhenUnservable(stopEpisodes func()) {
 			stopEpisodes()
 		}
 	})
+}
+
+// taskPriority is Temporal's priority key for a chunk of fleet priority
+// p: the same order and scale (1 first, fleet.MaxPriority last); an
+// unset p is fleet.EvalPriority, as the fleet reads it.
+func taskPriority(p int) int {
+	if p <= 0 {
+		return fleet.EvalPriority
+	}
+	return min(p, fleet.MaxPriority)
 }
 
 // episodeOptions are the episodes' activity options on queue.

@@ -92,7 +92,11 @@ func TemporalArgs(bin, dbFile string, port, uiPort int) []string {
 // address instead of loopback).
 func TemporalArgsOn(bin, ip, dbFile string, port, uiPort int) []string {
 	args := []string{bin, "server", "start-dev", "--ip", ip, "--port", strconv.Itoa(port),
-		"--db-filename", dbFile, "--log-level", "warn"}
+		"--db-filename", dbFile, "--log-level", "warn",
+		// Task priority (episodes of a collection before a validation's in
+		// one queue) needs the priority matcher: the default from server
+		// v1.32 on, off in the v1.29 this CLI embeds.
+		"--dynamic-config-value", "matching.useNewMatcher=true"}
 	if uiPort > 0 {
 		args = append(args, "--ui-port", strconv.Itoa(uiPort))
 	} else {
