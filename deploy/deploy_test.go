@@ -29,6 +29,8 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/roundhouse-rl/roundhouse/internal/testkit/cluster"
+	"github.com/roundhouse-rl/roundhouse/internal/testkit/devstack"
 	"github.com/roundhouse-rl/roundhouse/internal/testkit/itest"
 )
 
@@ -606,6 +608,49 @@ func TestCompose(t *testing.T) {
 	}
 	if col := services["otel-collector"]; col == nil || !slices.ContainsFunc(strs(col, "volumes"), func(v string) bool { return strings.HasPrefix(v, "../otel/collector.yaml:") }) {
 		t.Errorf("%s: the otel-collector service does not mount deploy/otel/collector.yaml", path)
+	}
+}
+
+// TestComposeMatchesRehearsal keeps deploy/compose's Temporal and the
+// production-shaped rehearsal cluster (internal/testkit/cluster) one
+// Temporal: the same server release and the same dynamic config file.
+func TestComposeMatchesRehearsal(t *testing.T) {
+	path := filepath.Join("compose", "compose.yaml")
+	services, _ := get(docs(t, path)[0], "services").(map[string]any)
+	want := strings.TrimPrefix(devstack.ServerTool.Version, "v")
+	seen := 0
+	for name, svc := range services {
+		image := str(svc, "image")
+		for _, repo := range []string{"temporalio/server:", "temporalio/admin-tools:"} {
+			if tag, ok := strings.CutPrefix(image, repo); ok {
+				seen++
+				if tag != want {
+					t.Errorf("%s: service %s runs %s, the rehearsal cluster's server is %s (devstack.ServerTool): bump both together", path, name, image, devstack.ServerTool.Version)
+				}
+			}
+		}
+		dyn := composeEnv(svc)["DYNAMIC_CONFIG_FILE_PATH"]
+		if dyn == "" {
+			continue
+		}
+		// The file as the container sees it, mounted from ./dynamicconfig.
+		if filepath.Base(dyn) != filepath.Base(cluster.DynamicConfigFile) {
+			t.Errorf("%s: service %s reads dynamic config %s, the rehearsal cluster %s: use the one file", path, name, dyn, cluster.DynamicConfigFile)
+		}
+		if !slices.ContainsFunc(strs(svc, "volumes"), func(v string) bool { return strings.HasPrefix(v, "./dynamicconfig:") }) {
+			t.Errorf("%s: service %s does not mount ./dynamicconfig", path, name)
+		}
+	}
+	if seen < 2 {
+		t.Errorf("%s: %d Temporal images (server, admin-tools) found", path, seen)
+	}
+	if _, err := os.Stat(filepath.Join("..", cluster.DynamicConfigFile)); err != nil {
+		t.Errorf("the rehearsal's dynamic config: %v", err)
+	}
+	// Development-only settings stay out of the shared file.
+	body, err := os.ReadFile(filepath.Join("..", cluster.DynamicConfigFile))
+	if err == nil && strings.Contains(string(body), "forceSearchAttributesCacheRefreshOnRead") {
+		t.Errorf("%s sets system.forceSearchAttributesCacheRefreshOnRead, a setting for development only", cluster.DynamicConfigFile)
 	}
 }
 

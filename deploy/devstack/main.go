@@ -3,7 +3,12 @@
 // a real S3 server (versitygw on a local folder) and the workers. It leaves
 // them running for the Temporal UI; `down` stops them.
 //
-//	devstack tools | prereqs demo|test | up | down | demo
+//	devstack tools | prereqs demo|test|cluster | up | down | demo
+//	devstack cluster up | demo | down
+//
+// `cluster` runs the same with a production-shaped Temporal instead of the
+// dev server (internal/testkit/cluster; as root): PostgreSQL, the four
+// services as separate processes, mTLS, the UI server.
 package main
 
 import (
@@ -25,6 +30,7 @@ import (
 	"github.com/roundhouse-rl/roundhouse/internal/harness"
 	"github.com/roundhouse-rl/roundhouse/internal/proc"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
+	"github.com/roundhouse-rl/roundhouse/internal/testkit/cluster"
 	"github.com/roundhouse-rl/roundhouse/internal/testkit/devstack"
 	"github.com/roundhouse-rl/roundhouse/internal/testkit/prereq"
 )
@@ -40,7 +46,7 @@ var (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: devstack tools|prereqs demo|test|up|down|demo [starter train flags...]")
+		fmt.Fprintln(os.Stderr, "usage: devstack tools|prereqs demo|test|cluster|up|down|demo [starter train flags...]|cluster up|demo|down")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -50,8 +56,8 @@ func main() {
 	case "tools":
 		err = tools(ctx)
 	case "prereqs":
-		if len(os.Args) != 3 || (os.Args[2] != "demo" && os.Args[2] != "test") {
-			err = errors.New("usage: devstack prereqs demo|test")
+		if len(os.Args) != 3 || (os.Args[2] != "demo" && os.Args[2] != "test" && os.Args[2] != "cluster") {
+			err = errors.New("usage: devstack prereqs demo|test|cluster")
 			break
 		}
 		err = ensure(ctx, os.Args[2], nil)
@@ -61,6 +67,8 @@ func main() {
 		}
 	case "down":
 		err = down()
+	case "cluster":
+		err = clusterCmd(ctx, os.Args[2:])
 	case "demo":
 		// Everything is checked before anything is built or started.
 		if err = ensure(ctx, "demo", os.Args[2:]); err == nil {
@@ -139,27 +147,43 @@ func trainerPython(extra []string) (string, error) {
 // ensure checks what `what` needs; as root (unless ROUNDHOUSE_NO_INSTALL is
 // set) it installs the missing Debian packages the way .ci/run does.
 func ensure(ctx context.Context, what string, extra []string) error {
+	cl := what == "cluster"
+	if cl {
+		what = "demo"
+	}
 	ns, err := needs(what, extra)
 	if err != nil {
 		return err
 	}
+	if cl {
+		ns = append(ns, clusterNeeds()...)
+	}
 	return prereq.Ensure(ctx, ns, prereq.Options{Install: prereq.CanInstall()})
 }
 
-// env points the worker and starter at the dev stack's servers.
+// env points the worker and starter at the dev stack's servers, or at
+// the production-shaped cluster's when it runs (its endpoints file).
 func env() []string {
 	e := connect.FromEnv()
 	// The dev stack is plaintext and local: Temporal Cloud settings in the
 	// developer's shell must not follow the worker here.
 	e.TLS, e.APIKey, e.APIKeyFile = connect.TLS{}, "", ""
 	e.Temporal = "127.0.0.1:" + strconv.Itoa(temporalPort)
+	ui := "http://127.0.0.1:" + strconv.Itoa(uiPort)
+	if c, ok := clusterEndpoints(); ok {
+		e.Temporal, e.Namespace, e.TLS = c.Temporal, c.Namespace, c.TLS
+		ui = "http://127.0.0.1:" + strconv.Itoa(cluster.DefaultPorts().UI)
+	}
 	e.S3.Endpoint = "http://127.0.0.1:" + strconv.Itoa(s3Port)
-	return append(e.Env(), "ROUNDHOUSE_UI=http://127.0.0.1:"+strconv.Itoa(uiPort))
+	return append(e.Env(), "ROUNDHOUSE_UI="+ui)
 }
 
 func up(ctx context.Context) error {
 	if err := tools(ctx); err != nil {
 		return err
+	}
+	if _, ok := clusterEndpoints(); ok {
+		return errors.New("the production-shaped cluster runs (`devstack cluster down` first, or `devstack cluster up` to use it)")
 	}
 	abs, _ := filepath.Abs(stateDir)
 	logs := filepath.Join(abs, "logs")
@@ -181,6 +205,14 @@ func up(ctx context.Context) error {
 			return fmt.Errorf("temporal UI: %w", err)
 		}
 	}
+	return upRest(ctx, fmt.Sprintf("%s (UI http://127.0.0.1:%d)", temporalAddr, uiPort))
+}
+
+// upRest starts S3, builds the programs and (re)starts the worker, against
+// whichever Temporal env() names; temporal describes it for the summary.
+func upRest(ctx context.Context, temporal string) error {
+	abs, _ := filepath.Abs(stateDir)
+	logs := filepath.Join(abs, "logs")
 	s3url := "http://127.0.0.1:" + strconv.Itoa(s3Port)
 	if proc.HTTPCheck(s3url)(ctx) == nil {
 		fmt.Printf("S3 already listening on %s\n", s3url)
@@ -225,8 +257,8 @@ func up(ctx context.Context) error {
 	if done, werr := p.Exited(); done {
 		return fmt.Errorf("worker exited at start (%v); see %s", werr, wlog)
 	}
-	fmt.Printf("dev stack up:\n  Temporal  %s (UI http://127.0.0.1:%d)\n  S3        %s bucket %s (data in %s)\n  worker    pid %d, log %s\n",
-		temporalAddr, uiPort, s3url, cfg.Bucket, filepath.Join(abs, "s3"), p.Cmd.Process.Pid, wlog)
+	fmt.Printf("dev stack up:\n  Temporal  %s\n  S3        %s bucket %s (data in %s)\n  worker    pid %d, log %s\n",
+		temporal, s3url, cfg.Bucket, filepath.Join(abs, "s3"), p.Cmd.Process.Pid, wlog)
 	return nil
 }
 
@@ -250,7 +282,11 @@ func demo(ctx context.Context, extra []string) error {
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("starter train: %w", err)
 	}
-	fmt.Printf("\nThe stack keeps running: open http://127.0.0.1:%d to see the run; `go tool task down` stops it.\n", uiPort)
+	ui, down := uiPort, "go tool task down"
+	if _, ok := clusterEndpoints(); ok {
+		ui, down = cluster.DefaultPorts().UI, "go tool task cluster:down"
+	}
+	fmt.Printf("\nThe stack keeps running: open http://127.0.0.1:%d to see the run; `%s` stops it.\n", ui, down)
 	return nil
 }
 

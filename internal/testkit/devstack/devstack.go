@@ -21,10 +21,24 @@ import (
 var (
 	TemporalTool  = Tool{Name: "temporal", Module: "github.com/temporalio/cli/cmd/temporal", Version: "v1.5.1"}
 	VersitygwTool = Tool{Name: "versitygw", Module: "github.com/versity/versitygw/cmd/versitygw", Version: "v1.8.0"}
+
+	// The production-shaped cluster (issue 27): the Temporal server, its
+	// SQL schema tool and the Temporal UI server. Their releases ask for a
+	// newer Go than the module's, which GOTOOLCHAIN fetches from the
+	// module proxy; the server's build tag is its own release build's.
+	ServerTool   = Tool{Name: "temporal-server", Bin: "server", Module: "go.temporal.io/server/cmd/server", Version: "v1.32.2", Toolchain: ServerToolchain, Tags: "disable_grpc_modules"}
+	SQLTool      = Tool{Name: "temporal-sql-tool", Bin: "sql", Module: "go.temporal.io/server/cmd/tools/sql", Version: "v1.32.2", Toolchain: ServerToolchain}
+	UIServerTool = Tool{Name: "temporal-ui-server", Bin: "server", Module: "github.com/temporalio/ui-server/v2/cmd/server", Version: "v2.58.1", Toolchain: ServerToolchain}
 )
 
-// Tool is a pinned Go-installable binary.
-type Tool struct{ Name, Module, Version string }
+// ServerToolchain is the Go that builds the cluster's tools (their go.mod
+// asks for go1.26.10).
+const ServerToolchain = "go1.27.3"
+
+// Tool is a pinned Go-installable binary. Bin is the name go install
+// gives it when that is not Name (two of them are "server"); Toolchain,
+// when set, is the GOTOOLCHAIN that builds it; Tags its build tags.
+type Tool struct{ Name, Bin, Module, Version, Toolchain, Tags string }
 
 // ToolsDir is where built tools live: $ROUNDHOUSE_TOOLS, or a folder under
 // the user cache dir, which survives fresh clones of the repository.
@@ -72,12 +86,24 @@ func (t Tool) Ensure(ctx context.Context, log io.Writer) (string, error) {
 	fmt.Fprintf(log, "building %s %s into %s (first time only; several minutes)\n", t.Name, t.Version, filepath.Dir(p))
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "install", t.Module+"@"+t.Version)
-	cmd.Env = append(os.Environ(), "GOBIN="+filepath.Dir(p), "GOFLAGS=-mod=mod", "GOWORK=off")
+	args := []string{"install"}
+	if t.Tags != "" {
+		args = append(args, "-tags", t.Tags)
+	}
+	cmd := exec.CommandContext(ctx, "go", append(args, t.Module+"@"+t.Version)...)
+	cmd.Env = append(os.Environ(), "GOBIN="+filepath.Dir(p), "GOFLAGS=-mod=mod", "GOWORK=off", "CGO_ENABLED=0")
+	if t.Toolchain != "" {
+		cmd.Env = append(cmd.Env, "GOTOOLCHAIN="+t.Toolchain)
+	}
 	cmd.Dir = os.TempDir() // outside this module, so its go.mod is not consulted
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Run(); err != nil {
 		return "", fmt.Errorf("go install %s@%s: %w", t.Module, t.Version, err)
+	}
+	if t.Bin != "" && t.Bin != t.Name {
+		if err := os.Rename(filepath.Join(filepath.Dir(p), t.Bin), p); err != nil {
+			return "", fmt.Errorf("name %s's binary: %w", t.Name, err)
+		}
 	}
 	return p, nil
 }
