@@ -24,6 +24,7 @@ import (
 	"github.com/roundhouse-rl/roundhouse/internal/ports"
 	"github.com/roundhouse-rl/roundhouse/internal/proc"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
+	"github.com/roundhouse-rl/roundhouse/internal/testkit/cluster"
 	"github.com/roundhouse-rl/roundhouse/internal/testkit/devstack"
 )
 
@@ -63,7 +64,6 @@ func StartWithUI(t testing.TB) Stack {
 
 func start(t testing.TB, withUI bool) Stack {
 	t.Helper()
-	ctx := context.Background()
 	dir := t.TempDir()
 	tbin, err := devstack.TemporalTool.Find()
 	if err != nil {
@@ -74,6 +74,55 @@ func start(t testing.TB, withUI bool) Stack {
 		t.Fatal(err)
 	}
 	taddr, ui := startTemporal(t, tbin, dir, withUI)
+	cfg, st := startS3(t, vbin, dir)
+	return Stack{Endpoints: connect.Endpoints{Temporal: taddr, Namespace: "default", S3: cfg}, Store: st, Dir: dir, UI: ui}
+}
+
+// StartCluster is Start with the production-shaped Temporal of
+// internal/testkit/cluster (PostgreSQL, four services, mTLS) in place of
+// the dev server, on free ports, in a new namespace: as root, with
+// Debian's PostgreSQL and the cluster's tools (built when missing). The
+// cluster is the test's to fault (Kill, Start).
+func StartCluster(t testing.TB, namespace string) (Stack, *cluster.Cluster) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("the production-shaped cluster runs PostgreSQL as its own user: run as root")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute) // a cold build of the tools included
+	defer cancel()
+	dir := t.TempDir()
+	vbin, err := devstack.VersitygwTool.Find()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ports := cluster.Ports{GRPC: map[string]int{}, Membership: map[string]int{}, HTTP: Port(t), Postgres: Port(t), UI: Port(t)}
+	for _, s := range cluster.Services {
+		ports.GRPC[s], ports.Membership[s] = Port(t), Port(t)
+	}
+	log, err := os.Create(filepath.Join(dir, "cluster-up.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer log.Close()
+	c, err := cluster.Up(ctx, cluster.Options{Dir: filepath.Join(dir, "cluster"), IP: "127.0.0.1", Ports: ports, Namespace: namespace,
+		DynamicConfig: filepath.Join(Root(t), cluster.DynamicConfigFile), Log: log})
+	if err != nil {
+		t.Fatalf("production-shaped cluster: %v", err)
+	}
+	t.Cleanup(func() {
+		c.Down()
+		c.Purge()
+	})
+	cfg, st := startS3(t, vbin, dir)
+	e := c.Endpoints()
+	e.S3 = cfg
+	return Stack{Endpoints: e, Store: st, Dir: dir}, c
+}
+
+// startS3 starts versitygw on a free port with its bucket.
+func startS3(t testing.TB, vbin, dir string) (store.Config, *store.Store) {
+	t.Helper()
+	ctx := context.Background()
 	sport := Port(t)
 	cfg := store.Config{Endpoint: "http://127.0.0.1:" + strconv.Itoa(sport), Region: "us-east-1", Bucket: "roundhouse-test",
 		AccessKey: "itest", SecretKey: "itest-secret"}
@@ -96,7 +145,7 @@ func start(t testing.TB, withUI bool) Stack {
 	if err := st.EnsureBucket(ctx); err != nil {
 		t.Fatal(err)
 	}
-	return Stack{Endpoints: connect.Endpoints{Temporal: taddr, Namespace: "default", S3: cfg}, Store: st, Dir: dir, UI: ui}
+	return cfg, st
 }
 
 // startTemporal starts the dev server on leased ports and waits until it

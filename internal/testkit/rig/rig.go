@@ -90,6 +90,7 @@ import (
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
 	"github.com/roundhouse-rl/roundhouse/internal/proc"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
+	"github.com/roundhouse-rl/roundhouse/internal/testkit/cluster"
 	"github.com/roundhouse-rl/roundhouse/internal/testkit/devstack"
 	"github.com/roundhouse-rl/roundhouse/internal/testkit/itest"
 )
@@ -127,6 +128,11 @@ type Config struct {
 	// Bins is a folder holding the worker binary (itest.Binaries or
 	// itest.Build); empty builds ./workers/worker.
 	Bins string
+	// Cluster runs the production-shaped Temporal of
+	// internal/testkit/cluster in the hub (PostgreSQL, four services,
+	// mTLS) instead of the dev server; its services are then faults of
+	// their own (Rig.Cluster's Kill and Start).
+	Cluster bool
 }
 
 // DefaultHosts is three rollout hosts, r1–r3, and the training host t1,
@@ -153,6 +159,8 @@ type Rig struct {
 	Store     *store.Store
 	Client    client.Client // a Temporal client of the test, through the root veth
 	Hosts     []*Host
+	// Cluster is the production-shaped Temporal, with Config.Cluster.
+	Cluster *cluster.Cluster
 
 	temporalIP, s3IP netip.Addr
 	bins             string
@@ -163,6 +171,7 @@ type Rig struct {
 	// StartS3 start it again on the same data.
 	serverSpecs map[string]serverSpec
 	serverMu    sync.Mutex
+	cluster     bool
 }
 
 // serverSpec is one of the hub's servers: its command, environment and log.
@@ -217,9 +226,12 @@ func New(t testing.TB, cfg Config) *Rig {
 	if err := usable(); err != nil {
 		unavailable(t, err)
 	}
-	tbin, err := devstack.TemporalTool.Find()
-	if err != nil {
-		t.Fatal(err)
+	tbin := ""
+	if !cfg.Cluster {
+		var err error
+		if tbin, err = devstack.TemporalTool.Find(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	vbin, err := devstack.VersitygwTool.Find()
 	if err != nil {
@@ -229,7 +241,11 @@ func New(t testing.TB, cfg Config) *Rig {
 	if bins == "" {
 		bins = itest.Build(t, "./workers/worker")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	limit := 3 * time.Minute
+	if cfg.Cluster {
+		limit = 8 * time.Minute // PostgreSQL made, schemas migrated, four services started
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	if err := RemoveLeftovers(ctx, t.Logf); err != nil {
 		t.Logf("rig: removing leftovers of earlier runs: %v", err)
@@ -237,7 +253,7 @@ func New(t testing.TB, cfg Config) *Rig {
 
 	seq := rigSeq.Add(1)
 	r := &Rig{ID: fmt.Sprintf("rh-%d-%d", os.Getpid(), seq), bins: bins, root: itest.Root(t),
-		rootLink: fmt.Sprintf("rh%d-%d", os.Getpid(), seq)}
+		rootLink: fmt.Sprintf("rh%d-%d", os.Getpid(), seq), cluster: cfg.Cluster}
 	if len(r.rootLink) > 15 {
 		t.Fatalf("rig: interface name %s is longer than Linux's 15 characters", r.rootLink)
 	}
@@ -391,6 +407,9 @@ func (r *Rig) startServers(ctx context.Context, tbin, vbin string) error {
 		AccessKey: "rig", SecretKey: "rig-secret"}
 	r.Endpoints = connect.Endpoints{Temporal: netip.AddrPortFrom(r.temporalIP, temporalPort).String(), Namespace: "default", S3: s3cfg}
 	inHub := func(args []string) []string { return append([]string{"ip", "netns", "exec", r.Hub}, args...) }
+	if r.cluster {
+		return r.startCluster(ctx, vbin, s3cfg, inHub)
+	}
 
 	// Temporal listens on every address of the hub, not only on its own:
 	// the dev server's services dial each other at 127.0.0.1 whatever --ip
@@ -438,7 +457,17 @@ func (r *Rig) startServers(ctx context.Context, tbin, vbin string) error {
 	if err := proc.WaitReady(ctx, tp, 2*time.Minute, r.temporalUp, tlog); err != nil {
 		return fmt.Errorf("rig %s: Temporal in the hub: %w", r.ID, err)
 	}
-	if r.Client, err = client.DialContext(ctx, client.Options{HostPort: r.Endpoints.Temporal, Logger: quietLogger()}); err != nil {
+	return r.dial(ctx)
+}
+
+// dial makes the test's Temporal client.
+func (r *Rig) dial(ctx context.Context) error {
+	opts, err := r.Endpoints.ClientOptions()
+	if err != nil {
+		return fmt.Errorf("rig %s: Temporal client: %w", r.ID, err)
+	}
+	opts.Logger = quietLogger()
+	if r.Client, err = client.DialContext(ctx, opts); err != nil {
 		return fmt.Errorf("rig %s: Temporal client: %w", r.ID, err)
 	}
 	return nil
@@ -450,7 +479,12 @@ func (r *Rig) temporalUp(ctx context.Context) error {
 	if err := proc.TCPCheck(r.Endpoints.Temporal)(ctx); err != nil {
 		return err
 	}
-	c, err := client.DialContext(ctx, client.Options{HostPort: r.Endpoints.Temporal, Logger: quietLogger()})
+	opts, err := r.Endpoints.ClientOptions()
+	if err != nil {
+		return err
+	}
+	opts.Logger = quietLogger()
+	c, err := client.DialContext(ctx, opts)
 	if err != nil {
 		return err
 	}
@@ -474,6 +508,25 @@ func (r *Rig) server(name string) (int, *proc.Server) {
 // once the frontend answers again, 2 minutes at most. down is how long it
 // stays stopped.
 func (r *Rig) RestartTemporal(ctx context.Context, down time.Duration) error {
+	if r.Cluster != nil {
+		// Every service at once, the database left running.
+		for _, s := range cluster.Services {
+			if err := r.Cluster.Kill(s); err != nil {
+				return fmt.Errorf("rig %s: %w", r.ID, err)
+			}
+		}
+		select {
+		case <-time.After(down):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		for _, s := range cluster.Services {
+			if err := r.Cluster.Start(ctx, s); err != nil {
+				return fmt.Errorf("rig %s: %w", r.ID, err)
+			}
+		}
+		return r.waitTemporal(ctx)
+	}
 	if err := r.restart(ctx, "temporal", down); err != nil {
 		return err
 	}
@@ -601,6 +654,12 @@ func (r *Rig) teardown() []error {
 		r.servers[i].Stop(5 * time.Second) // nil (stopped by StopS3) is fine
 	}
 	r.serverMu.Unlock()
+	if r.Cluster != nil {
+		r.Cluster.Down()
+		if err := r.Cluster.Purge(); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	for _, h := range r.Hosts {
 		if h.mounted {
 			if err := syscall.Unmount(h.WorkDir, syscall.MNT_DETACH); err != nil {
