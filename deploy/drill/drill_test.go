@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -53,7 +54,10 @@ type drill struct {
 	root   string
 }
 
-func newDrill(t *testing.T) *drill {
+func newDrill(t *testing.T) *drill { return newDrillOn(t, false) }
+
+// newDrillOn is newDrill, on the production-shaped Temporal with cluster.
+func newDrillOn(t *testing.T, cluster bool) *drill {
 	bins := itest.Binaries(t)
 	hosts := rig.DefaultHosts()
 	for i := range hosts {
@@ -63,7 +67,7 @@ func newDrill(t *testing.T) *drill {
 		}
 	}
 	hosts[0].DiskBytes = 256 << 20 // r1's work directory can be filled
-	r := rig.New(t, rig.Config{Hosts: hosts, Bins: bins})
+	r := rig.New(t, rig.Config{Hosts: hosts, Bins: bins, Cluster: cluster})
 	root := itest.Root(t)
 	base := filepath.Join(root, "harnesses/minimal/harness.yaml")
 	// The toy trains in seconds, too soon to be hit mid-update: the
@@ -628,6 +632,26 @@ var faults = []fault{
 	}},
 }
 
+// clusterFaults are the production-shaped Temporal's own faults
+// (ROUNDHOUSE_DRILL_TEMPORAL=cluster): kill -9 of each service
+// mid-collection, restarted 5 s later; PostgreSQL killed and restarted
+// mid-round; visibility's writes held for 30 s, so the run is listed late.
+var clusterFaults = []fault{
+	restartService("kill-history", "history"),
+	restartService("kill-matching", "matching"),
+	restartService("kill-frontend", "frontend"),
+	restartService("kill-postgres", "postgres"),
+	{name: "visibility-behind", wait: staged(3), apply: func(ctx context.Context, d *drill, _ string) error {
+		return d.r.Cluster.HoldVisibility(ctx, 30*time.Second)
+	}},
+}
+
+func restartService(name, service string) fault {
+	return fault{name: name, wait: staged(3), apply: func(ctx context.Context, d *drill, _ string) error {
+		return d.r.RestartService(ctx, service, 5*time.Second)
+	}}
+}
+
 // TestDrill is the fault drill (`go tool task drill`): one rig, one short
 // training run per fault, each checked; it prints the table and fails on
 // nothing but a broken rig, since how each fault ends is what it measures.
@@ -643,9 +667,14 @@ func TestDrill(t *testing.T) {
 			only[n] = true
 		}
 	}
-	d := newDrill(t)
+	onCluster := os.Getenv("ROUNDHOUSE_DRILL_TEMPORAL") == "cluster"
+	d := newDrillOn(t, onCluster)
+	all := faults
+	if onCluster {
+		all = append(slices.Clone(faults), clusterFaults...)
+	}
 	var rows []row
-	for _, f := range faults {
+	for _, f := range all {
 		if len(only) > 0 && !only[f.name] {
 			continue
 		}
@@ -660,8 +689,12 @@ func TestDrill(t *testing.T) {
 		t.Logf("%s done in %s:\n%s", f.name, time.Since(start).Round(time.Second), table(rows[len(rows)-1:]))
 		d.heal()
 	}
-	fmt.Printf("\nFault drill: %d rounds × %d groups × %d attempts, heartbeat %s, 3 rollout hosts + 1 training host\n\n%s\n",
-		rounds, groups, attempts, heartbeat, table(rows))
+	server := "the Temporal dev server"
+	if onCluster {
+		server = "the production-shaped Temporal (PostgreSQL, four services, mTLS)"
+	}
+	fmt.Printf("\nFault drill: %d rounds × %d groups × %d attempts, heartbeat %s, 3 rollout hosts + 1 training host, on %s\n\n%s\n",
+		rounds, groups, attempts, heartbeat, server, table(rows))
 }
 
 // heal undoes whatever a fault left, so the next starts on a whole rig.

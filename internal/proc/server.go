@@ -72,6 +72,16 @@ func (p *Server) Stop(grace time.Duration) {
 	}
 }
 
+// Kill ends the process and its group at once (SIGKILL, kill -9): no
+// shutdown runs, as when a machine dies.
+func (p *Server) Kill() {
+	if p == nil || p.Cmd.Process == nil {
+		return
+	}
+	_ = syscall.Kill(-p.Cmd.Process.Pid, syscall.SIGKILL)
+	<-p.done
+}
+
 // Exited reports whether the process has ended, and how.
 func (p *Server) Exited() (bool, error) {
 	select {

@@ -218,7 +218,7 @@ func (c *Cluster) Kill(name string) error {
 	if p == nil {
 		return fmt.Errorf("no process %q to kill", name)
 	}
-	p.Stop(0)
+	p.Kill()
 	delete(c.procs, name)
 	return nil
 }
@@ -450,6 +450,24 @@ tls:
 	addr := net.JoinHostPort(c.o.IP, strconv.Itoa(c.o.Ports.UI))
 	if err := proc.WaitReady(ctx, p, time.Minute, c.tcpCheck(addr), c.Log("ui")); err != nil {
 		return fmt.Errorf("Temporal UI on %s: %w", addr, err)
+	}
+	return nil
+}
+
+// HoldVisibility holds the visibility table's writes for d (a lock that
+// lets reads through): the history service's visibility updates wait, so
+// runs and their changes are listed late, as when SQL visibility falls
+// behind. It returns when the lock is released.
+func (c *Cluster) HoldVisibility(ctx context.Context, d time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, d+time.Minute)
+	defer cancel()
+	conn := fmt.Sprintf("host=%s port=%d user=temporal dbname=temporal_visibility", c.o.IP, c.o.Ports.Postgres)
+	sql := fmt.Sprintf("BEGIN; LOCK TABLE executions_visibility IN EXCLUSIVE MODE; SELECT pg_sleep(%.0f); COMMIT;", d.Seconds())
+	a := c.o.Wrap([]string{"psql", conn, "-v", "ON_ERROR_STOP=1", "-c", sql})
+	cmd := exec.CommandContext(ctx, a[0], a[1:]...)
+	cmd.Env = append(os.Environ(), "PGPASSWORD="+c.pgPass)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("hold visibility's writes: %w: %s", err, proc.LastLine(string(out)))
 	}
 	return nil
 }
