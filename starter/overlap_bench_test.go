@@ -249,6 +249,19 @@ func runOverlapped(b *testing.B, eta, seed, rounds, hosts int) overlapResult {
 		}
 	}
 	run := fmt.Sprintf("overlap-eta%d-seed%d", eta, seed)
+	if out := os.Getenv("ROUNDHOUSE_OVERLAP_OUT"); out != "" {
+		// The run's records, for the staleness audit of docs/operating.md
+		// (versitygw keeps objects as files: <data>/<bucket>/<key>).
+		// Registered after the stack's, so it runs before its folder goes.
+		b.Cleanup(func() {
+			src := filepath.Join(stack.Dir, "s3", stack.Endpoints.S3.Bucket, schemas.Layout{Run: run}.Prefix())
+			dst := filepath.Join(filepath.Dir(out), "records", fmt.Sprintf("h%d", hosts), schemas.Layout{Run: run}.Prefix())
+			os.RemoveAll(dst)
+			if err := os.CopyFS(dst, os.DirFS(src)); err != nil {
+				b.Logf("keeping run %s's records: %v", run, err)
+			}
+		})
+	}
 	if dir := os.Getenv("ROUNDHOUSE_OVERLAP_LOGS"); dir != "" {
 		// Registered after the stack's, so it runs before its folder goes.
 		b.Cleanup(func() {

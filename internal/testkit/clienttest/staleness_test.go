@@ -120,3 +120,49 @@ func TestStalenessAudit(t *testing.T) {
 		}
 	}
 }
+
+// TestStalenessAuditOfRecords runs the same query on kept records: every
+// run folder runs/<run>/ under each folder of ROUNDHOUSE_AUDIT_RECORDS
+// (comma-separated; BenchmarkOverlappedRounds keeps its runs' records
+// beside its results file, under records/), printing each run's rounds
+// and failing on any sample beyond its round's bound.
+func TestStalenessAuditOfRecords(t *testing.T) {
+	roots := os.Getenv("ROUNDHOUSE_AUDIT_RECORDS")
+	if roots == "" {
+		t.Skip("set ROUNDHOUSE_AUDIT_RECORDS to folders holding runs/<run>/ to audit")
+	}
+	ensureNode(t)
+	query := auditQuery(t)
+	for _, root := range strings.Split(roots, ",") {
+		runs, err := filepath.Glob(filepath.Join(root, "*", "runs", "*"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		more, _ := filepath.Glob(filepath.Join(root, "runs", "*"))
+		for _, dir := range append(runs, more...) {
+			if _, err := os.Stat(filepath.Join(dir, "samples")); err != nil {
+				continue // trained nothing
+			}
+			q := strings.ReplaceAll(query, "'runs/fast/", "'"+dir+"/")
+			res := duckQuery(t, q)
+			var b strings.Builder
+			beyond := 0
+			for _, raw := range res.Rows {
+				var r struct {
+					Round, Bound, Samples, MostStale, BeyondBound int64
+				}
+				var m map[string]int64
+				if err := json.Unmarshal(raw, &m); err != nil {
+					t.Fatal(err)
+				}
+				r.Round, r.Bound, r.Samples, r.MostStale, r.BeyondBound = m["round"], m["bound"], m["samples"], m["most_stale"], m["beyond_bound"]
+				beyond += int(r.BeyondBound)
+				fmt.Fprintf(&b, "  round %d: bound %d, %d samples, most stale %d, beyond %d\n", r.Round, r.Bound, r.Samples, r.MostStale, r.BeyondBound)
+			}
+			t.Logf("%s: %d rounds, %d beyond the bound\n%s", dir, len(res.Rows), beyond, b.String())
+			if beyond > 0 || len(res.Rows) == 0 {
+				t.Errorf("%s: %d samples beyond the bound over %d rounds", dir, beyond, len(res.Rows))
+			}
+		}
+	}
+}
