@@ -179,7 +179,7 @@ func TestPacedVariant(t *testing.T) {
 	for _, c := range []struct {
 		h                 schemas.Harness
 		episode, training string
-	}{{base, "0", "0"}, {paced, "1", "20"}} {
+	}{{base, "0", "0"}, {paced, "1", "15"}} {
 		if e, tr := flag(c.h.Episode.Command, "--min-seconds"), flag(c.h.Trainer.Command, "--min-seconds"); e != c.episode || tr != c.training {
 			t.Errorf("%s: episode --min-seconds %s, trainer %s; want %s, %s", c.h.Name, e, tr, c.episode, c.training)
 		}
