@@ -237,9 +237,22 @@ func (p *pipeline) train(ctx workflow.Context) {
 // served first.
 func (p *pipeline) validate(k int32, weights string) {
 	v := &sideVal{weights: weights}
+	prev := p.vals[k-1]
 	p.vals[k] = v
 	workflow.Go(p.ctx, func(ctx workflow.Context) {
 		defer func() { v.done = true; p.show() }()
+		// One side validation at a time, in order: when the fleet's gaps are
+		// too few for all of them, validations queued together would each
+		// finish late, and pools would come from ever older reports.
+		if prev != nil && workflow.GetVersion(ctx, "side-validations-in-order", workflow.DefaultVersion, 1) == 1 {
+			if err := workflow.Await(ctx, func() bool { return prev.done || p.err != nil || p.t.stopping }); err != nil {
+				p.fail(err)
+				return
+			}
+			if p.err != nil || p.t.stopping {
+				return
+			}
+		}
 		in := p.in
 		ids, err := harness.ParseIDs(in.Harness.Splits.Val)
 		if err != nil {

@@ -26,6 +26,7 @@ type overlapSeen struct {
 	mu        sync.Mutex
 	collected map[int32]map[string]bool // round → weights its episodes ran on
 	val       map[int32]string          // validation round → weights
+	reported  map[string]time.Time      // validation tag → when its report was written (the test clock)
 	trained   []activities.TrainInput
 	batches   []activities.BatchInput
 	demands   []api.DemandChange
@@ -38,9 +39,16 @@ func overlapRun(t *testing.T, eta int32, stale schemas.Staleness) (*overlapSeen,
 // overlapRunWith is overlapRun with more set up on the environment first.
 func overlapRunWith(t *testing.T, eta int32, stale schemas.Staleness, more func(*testsuite.TestWorkflowEnvironment)) (*overlapSeen, api.TrainResult, error) {
 	t.Helper()
+	return overlapRunTimed(t, eta, stale, 20*time.Second, time.Second, more)
+}
+
+// overlapRunTimed is overlapRunWith with trainings of trainFor and
+// validation episodes of valFor.
+func overlapRunTimed(t *testing.T, eta int32, stale schemas.Staleness, trainFor, valFor time.Duration, more func(*testsuite.TestWorkflowEnvironment)) (*overlapSeen, api.TrainResult, error) {
+	t.Helper()
 	env := bareEnv()
 	var rec0 *activities.Records
-	seen := &overlapSeen{collected: map[int32]map[string]bool{}, val: map[int32]string{}}
+	seen := &overlapSeen{collected: map[int32]map[string]bool{}, val: map[int32]string{}, reported: map[string]time.Time{}}
 	env.OnActivity(rec0.Demand, mock.Anything, mock.Anything).Return(func(_ context.Context, d api.DemandChange) error {
 		seen.mu.Lock()
 		defer seen.mu.Unlock()
@@ -53,23 +61,30 @@ func overlapRunWith(t *testing.T, eta int32, stale schemas.Staleness, more func(
 	var ro *activities.Rollout
 	var rec *activities.Records
 	var tr *activities.Trainer
-	env.OnActivity(ro.RunEpisode, mock.Anything, mock.Anything).After(time.Second).Return(
-		func(_ context.Context, in activities.EpisodeInput) (activities.EpisodeResult, error) {
-			seen.mu.Lock()
-			defer seen.mu.Unlock()
-			if in.Phase == schemas.PhaseVal {
-				seen.val[in.Round] = in.WeightsID
-			} else {
-				if seen.collected[in.Round] == nil {
-					seen.collected[in.Round] = map[string]bool{}
-				}
-				seen.collected[in.Round][in.WeightsID] = true
+	episode := func(_ context.Context, in activities.EpisodeInput) (activities.EpisodeResult, error) {
+		seen.mu.Lock()
+		defer seen.mu.Unlock()
+		if in.Phase == schemas.PhaseVal {
+			seen.val[in.Round] = in.WeightsID
+		} else {
+			if seen.collected[in.Round] == nil {
+				seen.collected[in.Round] = map[string]bool{}
 			}
-			return activities.EpisodeResult{Valid: true}, nil
-		})
-	env.OnActivity(rec.WriteReport, mock.Anything, mock.Anything).Return(schemas.Report{Tasks: []schemas.TaskResult{
-		{Task: 0, Valid: 2, SuccessRate: 0}, {Task: 1, Valid: 2, SuccessRate: 0.5}, {Task: 2, Valid: 2, SuccessRate: 1},
-	}, Overall: schemas.TaskResult{SuccessRate: 0.5}}, nil)
+			seen.collected[in.Round][in.WeightsID] = true
+		}
+		return activities.EpisodeResult{Valid: true}, nil
+	}
+	isVal := func(in activities.EpisodeInput) bool { return in.Phase == schemas.PhaseVal }
+	env.OnActivity(ro.RunEpisode, mock.Anything, mock.MatchedBy(isVal)).After(valFor).Return(episode)
+	env.OnActivity(ro.RunEpisode, mock.Anything, mock.Anything).After(time.Second).Return(episode)
+	env.OnActivity(rec.WriteReport, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.ReportInput) (schemas.Report, error) {
+		seen.mu.Lock()
+		defer seen.mu.Unlock()
+		seen.reported[in.Tag] = env.Now()
+		return schemas.Report{Tasks: []schemas.TaskResult{
+			{Task: 0, Valid: 2, SuccessRate: 0}, {Task: 1, Valid: 2, SuccessRate: 0.5}, {Task: 2, Valid: 2, SuccessRate: 1},
+		}, Overall: schemas.TaskResult{SuccessRate: 0.5}}, nil
+	})
 	// The batch counts staleness as BuildBatch does: the trainer's
 	// version less that of the weights the round's episodes ran on.
 	env.OnActivity(rec.BuildBatch, mock.Anything, mock.Anything).Return(
@@ -95,7 +110,7 @@ func overlapRunWith(t *testing.T, eta int32, stale schemas.Staleness, more func(
 			return schemas.BatchSummary{Episodes: 8, Valid: 8, Successes: 4, Groups: 4, GroupsWithSignal: 3, Samples: 8,
 				BatchKey: "b", Staleness: hist}, nil
 		})
-	env.OnActivity(tr.Train, mock.Anything, mock.Anything).After(20 * time.Second).Return(
+	env.OnActivity(tr.Train, mock.Anything, mock.Anything).After(trainFor).Return(
 		func(_ context.Context, in activities.TrainInput) (schemas.TrainerMetrics, error) {
 			seen.mu.Lock()
 			defer seen.mu.Unlock()
@@ -173,6 +188,27 @@ func TestOverlappedRounds(t *testing.T) {
 	}
 	if res.Summaries[0].PoolFrom != "val-r1" {
 		t.Errorf("round 1's pool from %q, want val-r1", res.Summaries[0].PoolFrom)
+	}
+}
+
+// TestSideValidationsInOrder: with trainings shorter than a validation
+// (1 s against 5 s),
+// the validations of r1 and r2 would overlap; the second starts only
+// once the first's report is written, so each round's pool comes from a
+// report that keeps advancing: reports come a validation's length apart.
+func TestSideValidationsInOrder(t *testing.T) {
+	seen, res, err := overlapRunTimed(t, 1, nil, time.Second, 5*time.Second, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := int32(2); k <= 3; k++ {
+		prev, this := seen.reported[schemas.ValTag(k-1)], seen.reported[schemas.ValTag(k)]
+		if prev.IsZero() || this.Sub(prev) < 5*time.Second {
+			t.Errorf("%s's report %v after %s's: want at least a validation's 5 s (%v)", schemas.ValTag(k), this.Sub(prev), schemas.ValTag(k-1), seen.reported)
+		}
+	}
+	if len(res.Summaries) != 3 {
+		t.Fatalf("%d summaries, want 3", len(res.Summaries))
 	}
 }
 
