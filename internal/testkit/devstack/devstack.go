@@ -28,7 +28,7 @@ var (
 	// module proxy; the server's build tag is its own release build's.
 	ServerTool   = Tool{Name: "temporal-server", Bin: "server", Module: "go.temporal.io/server/cmd/server", Version: "v1.32.2", Toolchain: ServerToolchain, Tags: "disable_grpc_modules"}
 	SQLTool      = Tool{Name: "temporal-sql-tool", Bin: "sql", Module: "go.temporal.io/server/cmd/tools/sql", Version: "v1.32.2", Toolchain: ServerToolchain}
-	UIServerTool = Tool{Name: "temporal-ui-server", Bin: "server", Module: "github.com/temporalio/ui-server/v2/cmd/server", Version: "v2.58.1", Toolchain: ServerToolchain}
+	UIServerTool = Tool{Name: "temporal-ui-server", Bin: "server", Module: "github.com/temporalio/ui-server/v2/cmd/server", Version: "v2.55.0", Toolchain: ServerToolchain}
 )
 
 // ServerToolchain is the Go that builds the cluster's tools (their go.mod
