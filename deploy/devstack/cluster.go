@@ -107,7 +107,22 @@ func clusterUp(ctx context.Context) error {
 			time.Since(began).Round(time.Second), c.Endpoints().Temporal, c.Endpoints().Namespace, cluster.DefaultPorts().Postgres, cluster.DefaultPorts().UI, filepath.Join(abs, "logs"))
 	}
 	e, _ := clusterEndpoints()
-	return upRest(ctx, fmt.Sprintf("%s (production-shaped, mTLS; UI http://127.0.0.1:%d)", e.Temporal, cluster.DefaultPorts().UI))
+	if err := upRest(ctx, fmt.Sprintf("%s (production-shaped, mTLS; UI http://127.0.0.1:%d)", e.Temporal, cluster.DefaultPorts().UI)); err != nil {
+		return err
+	}
+	// The starter in another shell needs the frontend, the namespace and
+	// the client certificate: one file to source.
+	var b strings.Builder
+	for _, kv := range env() {
+		k, v, _ := strings.Cut(kv, "=")
+		fmt.Fprintf(&b, "export %s='%s'\n", k, v)
+	}
+	envFile := filepath.Join(clusterDir, "env")
+	if err := os.WriteFile(envFile, []byte(b.String()), 0o600); err != nil {
+		return fmt.Errorf("write %s: %w", envFile, err)
+	}
+	fmt.Printf("  starter   `. %s` points starter in another shell at it (frontend, namespace, client certificate)\n", envFile)
+	return nil
 }
 
 func clusterDown() error {
