@@ -12,6 +12,7 @@ package ports
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -70,6 +71,41 @@ func Allocate() (*Lease, error) {
 		return &Lease{Port: port, f: f}, nil
 	}
 	return nil, errors.New("no free port after 100 tries")
+}
+
+// AllocateBelow is Allocate for a port under max (at least 1024 ports
+// above 20000): for a listener whose port lands in a narrow column, as
+// Temporal's membership port in PostgreSQL's smallint.
+func AllocateBelow(max int) (*Lease, error) {
+	const low = 20000
+	if max < low+1024 {
+		return nil, fmt.Errorf("allocate a port below %d: want at least %d", max, low+1024)
+	}
+	dir := Dir()
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		return nil, fmt.Errorf("port lock dir %s (set ROUNDHOUSE_PORTS_DIR): %w", dir, err)
+	}
+	for i := 0; i < 200; i++ {
+		port := low + rand.IntN(max-low)
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err != nil {
+			continue // taken
+		}
+		l.Close()
+		f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(port)+".lock"), os.O_CREATE|os.O_RDWR, 0o666)
+		if err != nil {
+			return nil, fmt.Errorf("port lock: %w", err)
+		}
+		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+			f.Close()
+			if errors.Is(err, syscall.EWOULDBLOCK) {
+				continue
+			}
+			return nil, fmt.Errorf("port lock: %w", err)
+		}
+		return &Lease{Port: port, f: f}, nil
+	}
+	return nil, fmt.Errorf("no free port below %d after 200 tries", max)
 }
 
 // Held reports whether some process holds the lock of port (for tests and

@@ -36,3 +36,28 @@ func TestAllocateLocksAndReleases(t *testing.T) {
 		}
 	}
 }
+
+// TestAllocateBelow: the port is under the limit, locked for this
+// process, and a second lease is another port.
+func TestAllocateBelow(t *testing.T) {
+	t.Setenv("ROUNDHOUSE_PORTS_DIR", t.TempDir())
+	a, err := AllocateBelow(32768)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Release()
+	b, err := AllocateBelow(32768)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Release()
+	if a.Port >= 32768 || b.Port >= 32768 || a.Port < 20000 || a.Port == b.Port {
+		t.Errorf("ports %d and %d: want two different ports in [20000, 32768)", a.Port, b.Port)
+	}
+	if !Held(a.Port) {
+		t.Errorf("port %d not held after AllocateBelow", a.Port)
+	}
+	if _, err := AllocateBelow(20500); err == nil {
+		t.Error("AllocateBelow(20500): want an error for a range under 1024 ports")
+	}
+}

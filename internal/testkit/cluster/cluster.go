@@ -71,6 +71,12 @@ type Cluster struct {
 	started time.Time
 }
 
+// MaxMembershipPort is the highest membership port the SQL persistence
+// stores: the schema's cluster_membership.rpc_port is a smallint, and a
+// service on a higher port exits at start ("value … is out of range for
+// type smallint").
+const MaxMembershipPort = 32767
+
 // DefaultPorts are fixed ports beside the dev stack's (7233, 8233).
 func DefaultPorts() Ports {
 	return Ports{
@@ -95,6 +101,12 @@ func Up(ctx context.Context, o Options) (*Cluster, error) {
 	}
 	if o.Wrap == nil {
 		o.Wrap = func(a []string) []string { return a }
+	}
+	for _, s := range Services {
+		if p := o.Ports.Membership[s]; p > MaxMembershipPort {
+			return nil, fmt.Errorf("membership port %d of the %s service is above %d: PostgreSQL keeps it in cluster_membership.rpc_port, a smallint; choose services.%s.rpc.membershipPort at most %d",
+				p, s, MaxMembershipPort, s, MaxMembershipPort)
+		}
 	}
 	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("cluster state folder: %w", err)
@@ -207,6 +219,9 @@ func (c *Cluster) Start(ctx context.Context, name string) error {
 	c.procs[name] = p
 	addr := net.JoinHostPort(c.o.IP, strconv.Itoa(port))
 	if err := proc.WaitReady(ctx, p, 2*time.Minute, c.tcpCheck(addr), c.Log(name)); err != nil {
+		if f := serverFault(c.Log(name)); f != "" {
+			return fmt.Errorf("temporal %s on %s: %s: %w", name, addr, f, err)
+		}
 		return fmt.Errorf("temporal %s on %s: %w", name, addr, err)
 	}
 	return nil

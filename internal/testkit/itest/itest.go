@@ -95,16 +95,23 @@ func StartCluster(t testing.TB, namespace string) (Stack, *cluster.Cluster) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ports := cluster.Ports{GRPC: map[string]int{}, Membership: map[string]int{}, HTTP: Port(t), Postgres: Port(t), UI: Port(t)}
+	cp := cluster.Ports{GRPC: map[string]int{}, Membership: map[string]int{}, HTTP: Port(t), Postgres: Port(t), UI: Port(t)}
 	for _, s := range cluster.Services {
-		ports.GRPC[s], ports.Membership[s] = Port(t), Port(t)
+		cp.GRPC[s] = Port(t)
+		// PostgreSQL keeps membership ports in a smallint.
+		l, err := ports.AllocateBelow(cluster.MaxMembershipPort + 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(l.Release)
+		cp.Membership[s] = l.Port
 	}
 	log, err := os.Create(filepath.Join(dir, "cluster-up.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer log.Close()
-	c, err := cluster.Up(ctx, cluster.Options{Dir: filepath.Join(dir, "cluster"), IP: "127.0.0.1", Ports: ports, Namespace: namespace,
+	c, err := cluster.Up(ctx, cluster.Options{Dir: filepath.Join(dir, "cluster"), IP: "127.0.0.1", Ports: cp, Namespace: namespace,
 		DynamicConfig: filepath.Join(Root(t), cluster.DynamicConfigFile), Log: log})
 	if err != nil {
 		t.Fatalf("production-shaped cluster: %v", err)
