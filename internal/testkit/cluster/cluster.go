@@ -341,6 +341,20 @@ func (c *Cluster) initdb(ctx context.Context, passFile string) error {
 	if out, err := exec.CommandContext(cctx, a[0], a[1:]...).CombinedOutput(); err != nil {
 		return fmt.Errorf("make PostgreSQL's database cluster (initdb): %w: %s", err, proc.LastLine(string(out)))
 	}
+	// initdb lets password logins in from loopback only; the services
+	// connect from the cluster's address, which may be a rig's hub.
+	hba := filepath.Join(c.pgDir, "data", "pg_hba.conf")
+	f, err := os.OpenFile(hba, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		return fmt.Errorf("PostgreSQL's pg_hba.conf: %w", err)
+	}
+	_, err = fmt.Fprintf(f, "host all temporal samenet scram-sha-256\n")
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("PostgreSQL's pg_hba.conf: %w", err)
+	}
 	c.pgPass = pass
 	return os.WriteFile(passFile, []byte(pass+"\n"), 0o600)
 }
