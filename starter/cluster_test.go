@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -27,11 +26,9 @@ import (
 // search attributes, must take the first `starter train`; `starter
 // status` lists runs through SQL visibility and says what is wrong when
 // it cannot; a history service killed mid-collection loses nothing.
-// Set ROUNDHOUSE_CLUSTER=1 (as root; the first run builds the server).
+// As root (StartCluster skips otherwise); not under -short.
 func TestOnProductionCluster(t *testing.T) {
-	if os.Getenv("ROUNDHOUSE_CLUSTER") == "" {
-		t.Skip("the production-shaped Temporal: set ROUNDHOUSE_CLUSTER=1, as root (go tool task cluster:test)")
-	}
+	itest.Slow(t)
 	stack, c := itest.StartCluster(t, "fresh")
 	bins := itest.Binaries(t)
 	root := itest.Root(t)

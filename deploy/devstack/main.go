@@ -46,7 +46,7 @@ var (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: devstack tools|prereqs demo|test|cluster|up|down|demo [starter train flags...]|cluster up|demo|down")
+		fmt.Fprintln(os.Stderr, "usage: devstack tools [cluster]|prereqs demo|test|cluster|up|down|demo [starter train flags...]|cluster up|demo|down")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -54,7 +54,11 @@ func main() {
 	var err error
 	switch os.Args[1] {
 	case "tools":
-		err = tools(ctx)
+		if len(os.Args) == 3 && os.Args[2] == "cluster" {
+			err = clusterTools(ctx)
+		} else {
+			err = tools(ctx)
+		}
 	case "prereqs":
 		if len(os.Args) != 3 || (os.Args[2] != "demo" && os.Args[2] != "test" && os.Args[2] != "cluster") {
 			err = errors.New("usage: devstack prereqs demo|test|cluster")
@@ -96,6 +100,27 @@ func tools(ctx context.Context) error {
 	return nil
 }
 
+// clusterTools builds what the tests need beyond tools when they can run
+// the production-shaped Temporal (as root, PostgreSQL installed): its
+// server, schema tool and UI server. Elsewhere they would only skip.
+func clusterTools(ctx context.Context) error {
+	if err := tools(ctx); err != nil {
+		return err
+	}
+	if m, _ := filepath.Glob("/usr/lib/postgresql/*/bin/postgres"); os.Geteuid() != 0 || len(m) == 0 {
+		fmt.Println("the production-shaped Temporal's tests skip here (they need root and PostgreSQL): its server is not built")
+		return nil
+	}
+	for _, t := range []devstack.Tool{devstack.ServerTool, devstack.SQLTool, devstack.UIServerTool} {
+		p, err := t.Ensure(ctx, os.Stderr)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("%s %s: %s\n", t.Name, t.Version, p)
+	}
+	return nil
+}
+
 // demoConfig is the harness `go tool task demo` trains on.
 const demoConfig = "harnesses/minimal/harness.yaml"
 
@@ -115,6 +140,11 @@ func needs(what string, extra []string) ([]prereq.Need, error) {
 			prereq.Command("node", "the proxy's client tests", "nodejs"),
 			prereq.Command("npm", "the proxy's client tests", "npm"),
 			prereq.Command("chromium", "the Temporal UI check", "chromium"))
+		// The production-shaped Temporal's tests (they run as root, as
+		// the drill's do).
+		if os.Geteuid() == 0 {
+			ns = append(ns, clusterNeeds()...)
+		}
 	}
 	return ns, nil
 }

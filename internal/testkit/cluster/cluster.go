@@ -211,6 +211,11 @@ func (c *Cluster) Start(ctx context.Context, name string) error {
 	if !ok {
 		return fmt.Errorf("unknown service %q (use %s or postgres)", name, strings.Join(Services, ", "))
 	}
+	// The log is appended to: what this start wrote begins at its size now.
+	var from int64
+	if fi, err := os.Stat(c.Log(name)); err == nil {
+		from = fi.Size()
+	}
 	args := c.o.Wrap([]string{c.server, "--config-file", c.config, "--allow-no-auth", "start", "--service", name})
 	p, err := proc.Start("temporal-"+name, args, nil, c.Log(name), c.o.Detach)
 	if err != nil {
@@ -219,7 +224,7 @@ func (c *Cluster) Start(ctx context.Context, name string) error {
 	c.procs[name] = p
 	addr := net.JoinHostPort(c.o.IP, strconv.Itoa(port))
 	if err := proc.WaitReady(ctx, p, 2*time.Minute, c.tcpCheck(addr), c.Log(name)); err != nil {
-		if f := serverFault(c.Log(name)); f != "" {
+		if f := serverFault(c.Log(name), from); f != "" {
 			return fmt.Errorf("temporal %s on %s: %s: %w", name, addr, f, err)
 		}
 		return fmt.Errorf("temporal %s on %s: %w", name, addr, err)
@@ -483,6 +488,28 @@ tls:
 	return nil
 }
 
+// ConfigFile is the server's configuration file every service reads.
+func (c *Cluster) ConfigFile() string { return c.config }
+
+// SQL runs statements on one of the cluster's databases (temporal,
+// temporal_visibility) as the temporal user, and returns psql's output.
+func (c *Cluster) SQL(ctx context.Context, db, statements string) (string, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+	}
+	conn := fmt.Sprintf("host=%s port=%d user=temporal dbname=%s", c.o.IP, c.o.Ports.Postgres, db)
+	a := c.o.Wrap([]string{"psql", conn, "-v", "ON_ERROR_STOP=1", "-At", "-c", statements})
+	cmd := exec.CommandContext(ctx, a[0], a[1:]...)
+	cmd.Env = append(os.Environ(), "PGPASSWORD="+c.pgPass)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("psql on %s: %w: %s", db, err, proc.LastLine(string(out)))
+	}
+	return string(out), nil
+}
+
 // HoldVisibility holds the visibility table's writes for d (a lock that
 // lets reads through): the history service's visibility updates wait, so
 // runs and their changes are listed late, as when SQL visibility falls
@@ -490,13 +517,9 @@ tls:
 func (c *Cluster) HoldVisibility(ctx context.Context, d time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, d+time.Minute)
 	defer cancel()
-	conn := fmt.Sprintf("host=%s port=%d user=temporal dbname=temporal_visibility", c.o.IP, c.o.Ports.Postgres)
 	sql := fmt.Sprintf("BEGIN; LOCK TABLE executions_visibility IN EXCLUSIVE MODE; SELECT pg_sleep(%.0f); COMMIT;", d.Seconds())
-	a := c.o.Wrap([]string{"psql", conn, "-v", "ON_ERROR_STOP=1", "-c", sql})
-	cmd := exec.CommandContext(ctx, a[0], a[1:]...)
-	cmd.Env = append(os.Environ(), "PGPASSWORD="+c.pgPass)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("hold visibility's writes: %w: %s", err, proc.LastLine(string(out)))
+	if _, err := c.SQL(ctx, "temporal_visibility", sql); err != nil {
+		return fmt.Errorf("hold visibility's writes: %w", err)
 	}
 	return nil
 }
