@@ -1,6 +1,7 @@
 package workflows_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -64,6 +65,9 @@ type scaleResult struct {
 	// the partition (ReadTable would hide a duplicate); Objects counts those.
 	Rows    []schemas.Episode
 	Objects []string
+	// PGBytes is what the round added to PostgreSQL's two databases, on
+	// the production-shaped Temporal (0 on the dev server).
+	PGBytes int64
 }
 
 // Collect is the collection phase: first chunk started → last chunk closed.
@@ -119,6 +123,31 @@ func runScaleRound(tb testing.TB, run string, groups, attempts, slots int) scale
 	bins := itest.Binaries(tb)
 	stack.StartWorker(tb, bins, "main", "--slots", strconv.Itoa(slots))
 	return runScaleRoundOn(tb, stack, bins, run, groups, attempts, slots)
+}
+
+// runScaleRoundOnCluster is runScaleRound on the production-shaped
+// Temporal (PostgreSQL, four services, mTLS), with the growth of
+// PostgreSQL's databases over the round.
+func runScaleRoundOnCluster(tb testing.TB, run string, groups, attempts, slots int) scaleResult {
+	tb.Helper()
+	stack, c := itest.StartCluster(tb, "scale")
+	bins := itest.Binaries(tb)
+	stack.StartWorker(tb, bins, "main", "--slots", strconv.Itoa(slots))
+	size := func() int64 {
+		out, err := c.SQL(context.Background(), "temporal", "SELECT pg_database_size('temporal') + pg_database_size('temporal_visibility')")
+		if err != nil {
+			tb.Fatal(err)
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(out), 10, 64)
+		if err != nil {
+			tb.Fatalf("database size %q: %v", out, err)
+		}
+		return n
+	}
+	before := size()
+	r := runScaleRoundOn(tb, stack, bins, run, groups, attempts, slots)
+	r.PGBytes = size() - before
+	return r
 }
 
 // runScaleRoundOn is runScaleRound on servers and workers that already
@@ -290,58 +319,79 @@ const (
 )
 
 // BenchmarkScaleRound measures a default-size round and one 31 times larger.
+//
+// ROUNDHOUSE_SCALE_TEMPORAL=dev,cluster runs each size on the dev server
+// and on the production-shaped Temporal (as root) in the same run.
 func BenchmarkScaleRound(b *testing.B) {
-	for _, tc := range []struct{ groups, attempts int }{{64, 6}, {2000, 6}} {
-		b.Run(fmt.Sprintf("%dx%d", tc.groups, tc.attempts), func(b *testing.B) {
-			const slots = 16
-			var r scaleResult
-			for i := range b.N {
-				r = runScaleRound(b, fmt.Sprintf("scale-%d-%d", tc.groups, i), tc.groups, tc.attempts, slots)
-			}
-			par, big := r.Parent, r.Largest()
-			b.ReportMetric(float64(r.Episodes), "episodes")
-			b.ReportMetric(r.Parent.Close.Sub(r.Parent.Start).Seconds(), "round-s")
-			b.ReportMetric(r.Collect().Seconds(), "collect-s")
-			b.ReportMetric(float64(r.Collect().Microseconds())/1000/float64(r.Episodes), "wall-ms/ep")
-			b.ReportMetric(float64(r.Busy().Microseconds())/1000/float64(r.Episodes), "activity-ms/ep")
-			b.ReportMetric(float64(r.Overhead().Microseconds())/1000, "overhead-ms/ep")
-			b.ReportMetric(par.ByType["BuildBatch"].Seconds(), "batch-s")
-			b.ReportMetric(par.ByType["Compact"].Seconds(), "compact-s")
-			b.ReportMetric(float64(len(r.Children)), "children")
-			b.ReportMetric(float64(par.Events), "parent-events")
-			b.ReportMetric(float64(par.Bytes), "parent-B")
-			b.ReportMetric(float64(big.Events), "child-events")
-			b.ReportMetric(float64(big.Bytes), "child-B")
-			peak := 0
-			for _, c := range r.Children {
-				peak = max(peak, c.PeakPending)
-			}
-			b.ReportMetric(float64(peak), "pending-peak")
-			b.ReportMetric(float64(par.PeakKids), "children-peak")
-			var rowBusy time.Duration
-			for _, e := range r.Rows {
-				rowBusy += time.Duration(e.DurationMS) * time.Millisecond
-			}
-			b.Logf("episode rows: %d in %d objects; Σ duration_ms %v (%.1f ms each: subprocess, outcome, artifact upload)",
-				len(r.Rows), len(r.Objects), rowBusy.Round(time.Millisecond), float64(rowBusy.Milliseconds())/float64(max(1, len(r.Rows))))
-			b.Logf("%d×%d on %d slots: round %v (client %v), collection %v, episodes' own time %v (%.1f ms each), "+
-				"overhead %v/episode; parent %d events %d B; largest child %s %d events %d B; pending peak %d; tries %d",
-				tc.groups, tc.attempts, slots, r.Parent.Close.Sub(r.Parent.Start).Round(time.Millisecond), r.Client.Round(time.Millisecond),
-				r.Collect().Round(time.Millisecond), r.Busy().Round(time.Millisecond),
-				float64(r.Busy().Microseconds())/1000/float64(r.Episodes), r.Overhead(), par.Events, par.Bytes,
-				big.ID, big.Events, big.Bytes, peak, scaleTries(r))
-			b.Logf("of Temporal's limits: parent %.2f%% of events, %.2f%% of bytes; largest child %.2f%% of events, %.2f%% of bytes, %.0f%% of pending activities",
-				100*float64(par.Events)/limitEvents, 100*float64(par.Bytes)/limitBytes,
-				100*float64(big.Events)/limitEvents, 100*float64(big.Bytes)/limitBytes, 100*float64(peak)/limitPending)
-			for _, c := range r.Children {
-				for _, why := range c.Retried {
-					b.Logf("retried: %s", why)
-				}
-			}
-			for name, d := range par.ByType {
-				b.Logf("parent activity %s: %v scheduled → closed", name, d.Round(time.Millisecond))
-			}
-		})
+	servers := strings.Split(cmp.Or(os.Getenv("ROUNDHOUSE_SCALE_TEMPORAL"), "dev"), ",")
+	for _, server := range servers {
+		for _, tc := range []struct{ groups, attempts int }{{64, 6}, {2000, 6}} {
+			b.Run(fmt.Sprintf("%s/%dx%d", server, tc.groups, tc.attempts), func(b *testing.B) {
+				benchScaleRound(b, server, tc.groups, tc.attempts)
+			})
+		}
+	}
+}
+
+func benchScaleRound(b *testing.B, server string, groups, attempts int) {
+	tc := struct{ groups, attempts int }{groups, attempts}
+	const slots = 16
+	var r scaleResult
+	for i := range b.N {
+		switch server {
+		case "dev":
+			r = runScaleRound(b, fmt.Sprintf("scale-%d-%d", tc.groups, i), tc.groups, tc.attempts, slots)
+		case "cluster":
+			r = runScaleRoundOnCluster(b, fmt.Sprintf("scale-%d-%d", tc.groups, i), tc.groups, tc.attempts, slots)
+		default:
+			b.Fatalf("ROUNDHOUSE_SCALE_TEMPORAL %q: use dev, cluster or both (dev,cluster)", server)
+		}
+	}
+	if r.PGBytes > 0 {
+		b.ReportMetric(float64(r.PGBytes)/1e6*1000/float64(r.Episodes), "pg-MB/1000ep")
+	}
+	par, big := r.Parent, r.Largest()
+	b.ReportMetric(float64(r.Episodes), "episodes")
+	b.ReportMetric(r.Parent.Close.Sub(r.Parent.Start).Seconds(), "round-s")
+	b.ReportMetric(r.Collect().Seconds(), "collect-s")
+	b.ReportMetric(float64(r.Collect().Microseconds())/1000/float64(r.Episodes), "wall-ms/ep")
+	b.ReportMetric(float64(r.Busy().Microseconds())/1000/float64(r.Episodes), "activity-ms/ep")
+	b.ReportMetric(float64(r.Overhead().Microseconds())/1000, "overhead-ms/ep")
+	b.ReportMetric(par.ByType["BuildBatch"].Seconds(), "batch-s")
+	b.ReportMetric(par.ByType["Compact"].Seconds(), "compact-s")
+	b.ReportMetric(float64(len(r.Children)), "children")
+	b.ReportMetric(float64(par.Events), "parent-events")
+	b.ReportMetric(float64(par.Bytes), "parent-B")
+	b.ReportMetric(float64(big.Events), "child-events")
+	b.ReportMetric(float64(big.Bytes), "child-B")
+	peak := 0
+	for _, c := range r.Children {
+		peak = max(peak, c.PeakPending)
+	}
+	b.ReportMetric(float64(peak), "pending-peak")
+	b.ReportMetric(float64(par.PeakKids), "children-peak")
+	var rowBusy time.Duration
+	for _, e := range r.Rows {
+		rowBusy += time.Duration(e.DurationMS) * time.Millisecond
+	}
+	b.Logf("episode rows: %d in %d objects; Σ duration_ms %v (%.1f ms each: subprocess, outcome, artifact upload)",
+		len(r.Rows), len(r.Objects), rowBusy.Round(time.Millisecond), float64(rowBusy.Milliseconds())/float64(max(1, len(r.Rows))))
+	b.Logf("%d×%d on %d slots: round %v (client %v), collection %v, episodes' own time %v (%.1f ms each), "+
+		"overhead %v/episode; parent %d events %d B; largest child %s %d events %d B; pending peak %d; tries %d",
+		tc.groups, tc.attempts, slots, r.Parent.Close.Sub(r.Parent.Start).Round(time.Millisecond), r.Client.Round(time.Millisecond),
+		r.Collect().Round(time.Millisecond), r.Busy().Round(time.Millisecond),
+		float64(r.Busy().Microseconds())/1000/float64(r.Episodes), r.Overhead(), par.Events, par.Bytes,
+		big.ID, big.Events, big.Bytes, peak, scaleTries(r))
+	b.Logf("of Temporal's limits: parent %.2f%% of events, %.2f%% of bytes; largest child %.2f%% of events, %.2f%% of bytes, %.0f%% of pending activities",
+		100*float64(par.Events)/limitEvents, 100*float64(par.Bytes)/limitBytes,
+		100*float64(big.Events)/limitEvents, 100*float64(big.Bytes)/limitBytes, 100*float64(peak)/limitPending)
+	for _, c := range r.Children {
+		for _, why := range c.Retried {
+			b.Logf("retried: %s", why)
+		}
+	}
+	for name, d := range par.ByType {
+		b.Logf("parent activity %s: %v scheduled → closed", name, d.Round(time.Millisecond))
 	}
 }
 
