@@ -334,15 +334,14 @@ func BenchmarkScaleRound(b *testing.B) {
 }
 
 func benchScaleRound(b *testing.B, server string, groups, attempts int) {
-	tc := struct{ groups, attempts int }{groups, attempts}
 	const slots = 16
 	var r scaleResult
 	for i := range b.N {
 		switch server {
 		case "dev":
-			r = runScaleRound(b, fmt.Sprintf("scale-%d-%d", tc.groups, i), tc.groups, tc.attempts, slots)
+			r = runScaleRound(b, fmt.Sprintf("scale-%d-%d", groups, i), groups, attempts, slots)
 		case "cluster":
-			r = runScaleRoundOnCluster(b, fmt.Sprintf("scale-%d-%d", tc.groups, i), tc.groups, tc.attempts, slots)
+			r = runScaleRoundOnCluster(b, fmt.Sprintf("scale-%d-%d", groups, i), groups, attempts, slots)
 		default:
 			b.Fatalf("ROUNDHOUSE_SCALE_TEMPORAL %q: use dev, cluster or both (dev,cluster)", server)
 		}
@@ -378,7 +377,7 @@ func benchScaleRound(b *testing.B, server string, groups, attempts int) {
 		len(r.Rows), len(r.Objects), rowBusy.Round(time.Millisecond), float64(rowBusy.Milliseconds())/float64(max(1, len(r.Rows))))
 	b.Logf("%d×%d on %d slots: round %v (client %v), collection %v, episodes' own time %v (%.1f ms each), "+
 		"overhead %v/episode; parent %d events %d B; largest child %s %d events %d B; pending peak %d; tries %d",
-		tc.groups, tc.attempts, slots, r.Parent.Close.Sub(r.Parent.Start).Round(time.Millisecond), r.Client.Round(time.Millisecond),
+		groups, attempts, slots, r.Parent.Close.Sub(r.Parent.Start).Round(time.Millisecond), r.Client.Round(time.Millisecond),
 		r.Collect().Round(time.Millisecond), r.Busy().Round(time.Millisecond),
 		float64(r.Busy().Microseconds())/1000/float64(r.Episodes), r.Overhead(), par.Events, par.Bytes,
 		big.ID, big.Events, big.Bytes, peak, scaleTries(r))

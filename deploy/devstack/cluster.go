@@ -44,7 +44,7 @@ func clusterNeeds() []prereq.Need {
 		Name: "PostgreSQL's server (/usr/lib/postgresql/*/bin/postgres)", For: "the production-shaped Temporal's persistence and visibility",
 		Debian: []string{"postgresql"},
 		Check: func(context.Context) error {
-			if m, _ := filepath.Glob("/usr/lib/postgresql/*/bin/postgres"); len(m) == 0 {
+			if _, err := cluster.PostgresBin(); err != nil {
 				return errors.New("not installed")
 			}
 			return nil
@@ -85,7 +85,7 @@ func clusterUp(ctx context.Context) error {
 			return errors.New("the dev server runs: `go tool task down` first (the cluster replaces it)")
 		}
 		began := time.Now()
-		for _, t := range []devstack.Tool{devstack.ServerTool, devstack.SQLTool, devstack.UIServerTool} {
+		for _, t := range devstack.ClusterTools {
 			if _, err := t.Find(); err != nil {
 				fmt.Printf("production-shaped Temporal: building %s %s, %s and %s once (about 8 minutes on 2 cores)\n",
 					devstack.ServerTool.Name, devstack.ServerTool.Version, devstack.SQLTool.Name, devstack.UIServerTool.Name)

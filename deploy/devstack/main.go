@@ -90,7 +90,12 @@ func main() {
 }
 
 func tools(ctx context.Context) error {
-	for _, t := range []devstack.Tool{devstack.TemporalTool, devstack.VersitygwTool} {
+	return ensureTools(ctx, devstack.TemporalTool, devstack.VersitygwTool)
+}
+
+// ensureTools builds the tools that are missing and says where each is.
+func ensureTools(ctx context.Context, ts ...devstack.Tool) error {
+	for _, t := range ts {
 		p, err := t.Ensure(ctx, os.Stderr)
 		if err != nil {
 			return err
@@ -107,18 +112,11 @@ func clusterTools(ctx context.Context) error {
 	if err := tools(ctx); err != nil {
 		return err
 	}
-	if m, _ := filepath.Glob("/usr/lib/postgresql/*/bin/postgres"); os.Geteuid() != 0 || len(m) == 0 {
+	if _, err := cluster.PostgresBin(); os.Geteuid() != 0 || err != nil {
 		fmt.Println("the production-shaped Temporal's tests skip here (they need root and PostgreSQL): its server is not built")
 		return nil
 	}
-	for _, t := range []devstack.Tool{devstack.ServerTool, devstack.SQLTool, devstack.UIServerTool} {
-		p, err := t.Ensure(ctx, os.Stderr)
-		if err != nil {
-			return err
-		}
-		fmt.Printf("%s %s: %s\n", t.Name, t.Version, p)
-	}
-	return nil
+	return ensureTools(ctx, devstack.ClusterTools...)
 }
 
 // demoConfig is the harness `go tool task demo` trains on.

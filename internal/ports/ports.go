@@ -57,20 +57,30 @@ func Allocate() (*Lease, error) {
 		}
 		port := l.Addr().(*net.TCPAddr).Port
 		l.Close()
-		f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(port)+".lock"), os.O_CREATE|os.O_RDWR, 0o666)
-		if err != nil {
-			return nil, fmt.Errorf("port lock: %w", err)
+		lease, err := lock(dir, port)
+		if err != nil || lease != nil {
+			return lease, err
 		}
-		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-			f.Close()
-			if errors.Is(err, syscall.EWOULDBLOCK) {
-				continue // another worker's service holds it
-			}
-			return nil, fmt.Errorf("port lock: %w", err)
-		}
-		return &Lease{Port: port, f: f}, nil
+		// another worker's service holds it
 	}
 	return nil, errors.New("no free port after 100 tries")
+}
+
+// lock takes port's lock file in dir: nil, nil when another process
+// holds it.
+func lock(dir string, port int) (*Lease, error) {
+	f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(port)+".lock"), os.O_CREATE|os.O_RDWR, 0o666)
+	if err != nil {
+		return nil, fmt.Errorf("port lock: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("port lock: %w", err)
+	}
+	return &Lease{Port: port, f: f}, nil
 }
 
 // AllocateBelow is Allocate for a port under max (at least 1024 ports
@@ -92,18 +102,11 @@ func AllocateBelow(max int) (*Lease, error) {
 			continue // taken
 		}
 		l.Close()
-		f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(port)+".lock"), os.O_CREATE|os.O_RDWR, 0o666)
-		if err != nil {
-			return nil, fmt.Errorf("port lock: %w", err)
+		lease, err := lock(dir, port)
+		if err != nil || lease != nil {
+			return lease, err
 		}
-		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-			f.Close()
-			if errors.Is(err, syscall.EWOULDBLOCK) {
-				continue
-			}
-			return nil, fmt.Errorf("port lock: %w", err)
-		}
-		return &Lease{Port: port, f: f}, nil
+		// another worker's service holds it
 	}
 	return nil, fmt.Errorf("no free port below %d after 200 tries", max)
 }

@@ -260,8 +260,8 @@ func (c *Cluster) tcpCheck(addr string) func(context.Context) error {
 	}
 }
 
-// pgBinDir finds Debian's PostgreSQL server programs.
-func pgBinDir() (string, error) {
+// PostgresBin finds Debian's PostgreSQL server programs' folder.
+func PostgresBin() (string, error) {
 	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin/postgres")
 	if len(dirs) == 0 {
 		return "", errors.New("PostgreSQL's server is not installed (/usr/lib/postgresql/*/bin/postgres): install Debian's package postgresql (apt-get install postgresql), or run `go run ./deploy/cluster prereqs` as root")
@@ -283,7 +283,7 @@ func asPostgres(args []string) []string {
 // the postgres user can reach, named after the state folder) and starts
 // the server on the cluster's address.
 func (c *Cluster) startPostgres(ctx context.Context) error {
-	bin, err := pgBinDir()
+	bin, err := PostgresBin()
 	if err != nil {
 		return err
 	}

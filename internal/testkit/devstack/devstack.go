@@ -31,6 +31,9 @@ var (
 	UIServerTool = Tool{Name: "temporal-ui-server", Bin: "server", Module: "github.com/temporalio/ui-server/v2/cmd/server", Version: "v2.55.0", Toolchain: ServerToolchain}
 )
 
+// ClusterTools are what the production-shaped Temporal runs.
+var ClusterTools = []Tool{ServerTool, SQLTool, UIServerTool}
+
 // ServerToolchain is the Go that builds the cluster's tools (their go.mod
 // asks for go1.26.10).
 const ServerToolchain = "go1.27.3"
