@@ -89,9 +89,8 @@ func (c *Records) WriteReport(ctx context.Context, in ReportInput) (schemas.Repo
 	if err := c.writeReportFiles(ctx, rep); err != nil {
 		return rep, err
 	}
-	// The cell lists stay in S3: workflow history gets the counts only.
-	rep.Cells, rep.Missing = nil, nil
-	return rep, nil
+	// The cell lists (and a large evaluation's task rows) stay in S3.
+	return rep.ForHistory(), nil
 }
 
 // newReport is the report's identity, nothing counted yet, and the key

@@ -185,7 +185,8 @@ type FoundReport struct {
 }
 
 // FindReport reads a report if it exists, so a sweep that stopped between
-// an evaluation and its leaderboard update does not evaluate again.
+// an evaluation and its leaderboard update does not evaluate again. It
+// returns the report's history copy (schemas.Report.ForHistory).
 func (c *Records) FindReport(ctx context.Context, key string) (FoundReport, error) {
 	b, err := c.Store.Get(ctx, key)
 	if store.IsNotFound(err) {
@@ -198,7 +199,7 @@ func (c *Records) FindReport(ctx context.Context, key string) (FoundReport, erro
 	if err := json.Unmarshal(b, &rep); err != nil {
 		return FoundReport{}, fmt.Errorf("report s3://%s/%s: %w", c.Store.Bucket, key, err)
 	}
-	return FoundReport{Found: true, Report: rep}, nil
+	return FoundReport{Found: true, Report: rep.ForHistory()}, nil
 }
 
 // WriteLeaderboard sorts the entries (report.SortLeaderboard) and writes

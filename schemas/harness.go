@@ -21,7 +21,7 @@ type Harness struct {
 	Services []Service   `yaml:"services" json:"services"`
 	Model    ModelServer `yaml:"model_server" json:"model_server"`
 	Episode  EpisodeSpec `yaml:"episode" json:"episode"`
-	Tasks    []Task      `yaml:"tasks" json:"tasks"`
+	Tasks    TaskList    `yaml:"tasks" json:"tasks"`
 	Splits   Splits      `yaml:"splits" json:"splits"`
 	// Protocol, optional, is the final-score protocol the tasks make up
 	// (LIBERO-PRO's 800 episodes, say): checked when the file loads and
@@ -177,8 +177,9 @@ type Task struct {
 	// Numbers and FirstID write many tasks of one suite in one entry:
 	// {suite: S, numbers: "0-9", first_id: 10} is the tasks with ids
 	// 10..19 and numbers 0..9, named S_0..S_9. The loader expands them.
-	Numbers string `yaml:"numbers" json:"-"`
-	FirstID *int32 `yaml:"first_id" json:"-"`
+	// In JSON (TaskList) they are the compact form of a run of tasks.
+	Numbers string `yaml:"numbers" json:"numbers,omitempty"`
+	FirstID *int32 `yaml:"first_id" json:"first_id,omitempty"`
 }
 
 // SuiteNumber is the task's number within its suite.

@@ -56,6 +56,30 @@ type Report struct {
 	// report is incomplete (its skipped cells are missing), never a score
 	// of the split. nil when every cell ran.
 	Stopped *ReportStop `json:"stopped,omitempty"`
+	// OmittedTasks, on a report's copy in workflow history (ForHistory),
+	// is how many per-task rows were left out of Tasks (and RequiredTasks
+	// with them); the stored report has them all. 0 in stored reports.
+	OmittedTasks int `json:"omitted_tasks,omitempty"`
+}
+
+// HistoryTaskRows is the most per-task rows an evaluation's report carries
+// into workflow history: about 170 bytes each, so 1000 rows stay near
+// 170 KB, where 10,030 rows (LIBERO-Plus) would be 1.7 MB, close to the
+// server's 2 MB payload limit (docs/design.md §8).
+const HistoryTaskRows = 1000
+
+// ForHistory is the report as an activity or workflow returns it: the
+// counts, never the cell lists, and per-task rows only up to
+// HistoryTaskRows. A validation report keeps every row, as pool selection
+// reads them (training harnesses list tens to hundreds of tasks).
+// Whoever needs the rows of a larger report reads it from S3.
+func (r Report) ForHistory() Report {
+	r.Cells, r.Missing = nil, nil
+	if len(r.Tasks) > HistoryTaskRows && !IsValTag(r.Tag) {
+		r.OmittedTasks = len(r.Tasks)
+		r.Tasks, r.RequiredTasks = nil, nil
+	}
+	return r
 }
 
 // ReportStop is why a report is incomplete: the stop's reason and how

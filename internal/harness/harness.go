@@ -189,9 +189,7 @@ func expandTasks(in []schemas.Task) ([]schemas.Task, error) {
 		if err != nil {
 			return nil, &FieldError{at + ".numbers", err}
 		}
-		for k, n := range nums {
-			out = append(out, schemas.Task{ID: *t.FirstID + int32(k), Name: fmt.Sprintf("%s_%d", t.Suite, n), Suite: t.Suite, Number: &n})
-		}
+		out = append(out, schemas.RangeTasks(t.Suite, *t.FirstID, nums)...)
 	}
 	return out, nil
 }
