@@ -613,7 +613,7 @@ func TestCompose(t *testing.T) {
 
 // TestComposeMatchesRehearsal keeps deploy/compose's Temporal and the
 // production-shaped rehearsal cluster (internal/testkit/cluster) one
-// Temporal: the same server release and the same dynamic config file.
+// Temporal: the same server and UI releases and the same dynamic config file.
 func TestComposeMatchesRehearsal(t *testing.T) {
 	path := filepath.Join("compose", "compose.yaml")
 	services, _ := get(docs(t, path)[0], "services").(map[string]any)
@@ -621,6 +621,12 @@ func TestComposeMatchesRehearsal(t *testing.T) {
 	seen := 0
 	for name, svc := range services {
 		image := str(svc, "image")
+		if tag, ok := strings.CutPrefix(image, "temporalio/ui:"); ok {
+			seen++
+			if ui := strings.TrimPrefix(devstack.UIServerTool.Version, "v"); tag != ui {
+				t.Errorf("%s: service %s runs %s, the rehearsal's UI is ui-server %s (devstack.UIServerTool), whose release that image is: bump both together", path, name, image, devstack.UIServerTool.Version)
+			}
+		}
 		for _, repo := range []string{"temporalio/server:", "temporalio/admin-tools:"} {
 			if tag, ok := strings.CutPrefix(image, repo); ok {
 				seen++
@@ -641,8 +647,8 @@ func TestComposeMatchesRehearsal(t *testing.T) {
 			t.Errorf("%s: service %s does not mount ./dynamicconfig", path, name)
 		}
 	}
-	if seen < 2 {
-		t.Errorf("%s: %d Temporal images (server, admin-tools) found", path, seen)
+	if seen < 3 {
+		t.Errorf("%s: %d Temporal images (server, admin-tools, ui) found", path, seen)
 	}
 	if _, err := os.Stat(filepath.Join("..", cluster.DynamicConfigFile)); err != nil {
 		t.Errorf("the rehearsal's dynamic config: %v", err)

@@ -65,7 +65,7 @@ type Report struct {
 // HistoryTaskRows is the most per-task rows an evaluation's report carries
 // into workflow history: about 170 bytes each, so 1000 rows stay near
 // 170 KB, where 10,030 rows (LIBERO-Plus) would be 1.7 MB, close to the
-// server's 2 MB payload limit (docs/design.md §8).
+// server's 2 MB payload limit (docs/design.md §2).
 const HistoryTaskRows = 1000
 
 // ForHistory is the report as an activity or workflow returns it: the

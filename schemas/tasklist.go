@@ -12,7 +12,7 @@ import (
 // entry would write ({suite, numbers: "a-b", first_id}) is written as that
 // entry, so a harness's size in workflow history follows its file, not its
 // task count: LIBERO-Plus's 10,030 tasks are 4 entries, not 750 KB
-// (docs/design.md §8). Decoding expands them again; entries of one task
+// (docs/design.md §2). Decoding expands them again; entries of one task
 // each, as written before, decode as they are.
 type TaskList []Task
 

@@ -19,6 +19,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	tlog "go.temporal.io/sdk/log"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
@@ -51,6 +52,10 @@ type histStats struct {
 	PeakKids    int                      // most child workflows initiated and not yet closed
 	ByType      map[string]time.Duration // scheduled → closed, per activity type
 	Retried     []string                 // why a try was retried: the next try's last failure
+	// Biggest is the largest event (its encoded size: the payloads it
+	// carries and little else), against the server's 2 MB payload limit.
+	Biggest     int
+	BiggestType string
 }
 
 // scaleResult is one measured round.
@@ -258,6 +263,9 @@ func scaleHistory(ctx context.Context, c client.Client, id string) (histStats, e
 			return h, fmt.Errorf("history of %s: %w", id, err)
 		}
 		at := e.GetEventTime().AsTime()
+		if n := proto.Size(e); n > h.Biggest {
+			h.Biggest, h.BiggestType = n, e.GetEventType().String()
+		}
 		closed := func(scheduled, started int64) {
 			pending--
 			a := acts[scheduled]
