@@ -55,7 +55,10 @@ import (
 // 1: one worker of every role and 4 slots; 2 or 4: a control and training
 // worker and that many rollout workers sharing the 4 slots, so the fleet
 // can serve a validation's weights and a collection's at once),
-// ROUNDHOUSE_OVERLAP_OUT, a JSON
+// ROUNDHOUSE_OVERLAP_SERVERS (default 1: the model servers a rollout host
+// keeps, model_server.per_host, each of memory_share 0.45, so 2 lets one
+// host serve those two weights without switching; a variant of
+// paced.yaml), ROUNDHOUSE_OVERLAP_OUT, a JSON
 // file the results are added to (so seeds run by separate invocations
 // make one table), ROUNDHOUSE_OVERLAP_CHART, an .svg or .png file for the
 // chart of validation success against samples trained on, per η, the
@@ -80,13 +83,20 @@ func BenchmarkOverlappedRounds(b *testing.B) {
 	if hosts < 1 || 4%hosts != 0 {
 		b.Fatalf("ROUNDHOUSE_OVERLAP_HOSTS=%d: want 1, 2 or 4 (the hosts share 4 slots)", hosts)
 	}
+	servers := 1
+	if ss := envInts(b, "ROUNDHOUSE_OVERLAP_SERVERS", "1"); len(ss) > 0 {
+		servers = ss[0]
+	}
+	if servers < 1 || servers > 2 {
+		b.Fatalf("ROUNDHOUSE_OVERLAP_SERVERS=%d: want 1 or 2 (two servers of memory_share 0.45 fit a host)", servers)
+	}
 	var all []overlapResult
 	for _, seed := range seeds {
 		for _, eta := range etas {
-			b.Run(fmt.Sprintf("hosts=%d/seed=%d/eta=%d", hosts, seed, eta), func(b *testing.B) {
+			b.Run(fmt.Sprintf("hosts=%d/servers=%d/seed=%d/eta=%d", hosts, servers, seed, eta), func(b *testing.B) {
 				var r overlapResult
 				for range b.N {
-					r = runOverlapped(b, eta, seed, rounds, hosts)
+					r = runOverlapped(b, eta, seed, rounds, hosts, servers)
 				}
 				b.ReportMetric(r.RoundsPerHour, "rounds/h")
 				b.ReportMetric(r.Wall, "wall-s")
@@ -141,14 +151,14 @@ func mergeResults(b *testing.B, path string, rs []overlapResult) []overlapResult
 		b.Fatal(err)
 	}
 	same := func(x, y overlapResult) bool {
-		return x.Eta == y.Eta && x.Seed == y.Seed && x.Rounds == y.Rounds && x.Fleet == y.Fleet && x.hosts() == y.hosts()
+		return x.Eta == y.Eta && x.Seed == y.Seed && x.Rounds == y.Rounds && x.Fleet == y.Fleet && x.hosts() == y.hosts() && x.servers() == y.servers()
 	}
 	for _, r := range rs {
 		kept = slices.DeleteFunc(kept, func(k overlapResult) bool { return same(k, r) })
 	}
 	all := append(kept, rs...)
 	slices.SortStableFunc(all, func(x, y overlapResult) int {
-		return cmp.Or(x.Rounds-y.Rounds, x.hosts()-y.hosts(), x.Seed-y.Seed, x.Eta-y.Eta, strings.Compare(x.Fleet, y.Fleet))
+		return cmp.Or(x.Rounds-y.Rounds, x.hosts()-y.hosts(), x.servers()-y.servers(), x.Seed-y.Seed, x.Eta-y.Eta, strings.Compare(x.Fleet, y.Fleet))
 	})
 	body, err := json.MarshalIndent(all, "", "  ")
 	if err != nil {
@@ -166,6 +176,9 @@ type overlapResult struct {
 	// Hosts is how many rollout hosts share the 4 slots (0 in results
 	// from before it was a knob: 1).
 	Hosts int `json:",omitempty"`
+	// Servers is how many model servers a rollout host keeps (0 in
+	// results from before it was a knob: 1).
+	Servers int `json:",omitempty"`
 	// Fleet is "" under the fleet's default policy, else what was changed
 	// for a diagnosis (ROUNDHOUSE_OVERLAP_EXPECT_FOR).
 	Fleet string `json:",omitempty"`
@@ -210,6 +223,9 @@ type learnPoint struct {
 // hosts is Hosts, 1 for results from before it was kept.
 func (r overlapResult) hosts() int { return max(r.Hosts, 1) }
 
+// servers is Servers, 1 for results from before it was kept.
+func (r overlapResult) servers() int { return max(r.Servers, 1) }
+
 // FinalRate is the final validation's success rate (-1 without one).
 func (r overlapResult) FinalRate() float64 {
 	if len(r.Points) == 0 || r.Points[len(r.Points)-1].Valid == 0 {
@@ -222,7 +238,7 @@ func (r overlapResult) FinalRate() float64 {
 // runOverlapped trains rounds rounds of the paced harness with max
 // staleness eta and collect.seed seed on a fresh stack and measures the
 // run from its records.
-func runOverlapped(b *testing.B, eta, seed, rounds, hosts int) overlapResult {
+func runOverlapped(b *testing.B, eta, seed, rounds, hosts, servers int) overlapResult {
 	b.Helper()
 	b.StopTimer()
 	defer b.StartTimer()
@@ -274,11 +290,14 @@ func runOverlapped(b *testing.B, eta, seed, rounds, hosts int) overlapResult {
 	}
 
 	cfg := filepath.Join(root, "harnesses/minimal/paced.yaml")
-	if seed != 1 {
+	if seed != 1 || servers != 1 {
 		// paced.yaml's collect.seed is its base's, 1: another seed is a
-		// variant of it (collect.seed is no var).
-		cfg = filepath.Join(b.TempDir(), fmt.Sprintf("paced-seed%d.yaml", seed))
+		// variant of it (collect.seed is no var), as are more servers.
+		cfg = filepath.Join(b.TempDir(), fmt.Sprintf("paced-seed%d-servers%d.yaml", seed, servers))
 		body := fmt.Sprintf("base: %s\nname: minimal-paced\ncollect:\n  seed: %d\n", filepath.Join(root, "harnesses/minimal/paced.yaml"), seed)
+		if servers != 1 {
+			body += fmt.Sprintf("model_server:\n  per_host: %d\n  memory_share: 0.45\n", servers)
+		}
 		if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
 			b.Fatal(err)
 		}
@@ -302,7 +321,7 @@ func runOverlapped(b *testing.B, eta, seed, rounds, hosts int) overlapResult {
 	if err := store.GetJSON(ctx, stack.Store, l.State(), &st); err != nil || len(st.Summaries) != rounds {
 		b.Fatalf("state: %d summaries, %v\n%s", len(st.Summaries), err, out)
 	}
-	r := overlapResult{Eta: eta, Seed: seed, Rounds: rounds, Hosts: hosts, Staleness: schemas.Staleness{}}
+	r := overlapResult{Eta: eta, Seed: seed, Rounds: rounds, Hosts: hosts, Servers: servers, Staleness: schemas.Staleness{}}
 	if d := os.Getenv("ROUNDHOUSE_OVERLAP_EXPECT_FOR"); d != "" {
 		r.Fleet = "ExpectFor " + d
 	}
@@ -462,13 +481,13 @@ func startFleet(ctx context.Context, b *testing.B, stack itest.Stack, d string) 
 // overlapTable is the runs' table, one row each.
 func overlapTable(rs []overlapResult) string {
 	var b strings.Builder
-	fmt.Fprintln(&b, "| η | seed | rollout hosts | fleet policy | rounds | span | rounds/h | slots idle (activities; of it, episodes queued) | slots idle (programs) | trainer idle | episode work a round | training (mean) | staleness | samples | final validation |")
-	fmt.Fprintln(&b, "|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|")
+	fmt.Fprintln(&b, "| η | seed | rollout hosts | model servers a host | fleet policy | rounds | span | rounds/h | slots idle (activities; of it, episodes queued) | slots idle (programs) | trainer idle | episode work a round | training (mean) | staleness | samples | final validation |")
+	fmt.Fprintln(&b, "|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|")
 	for _, r := range rs {
 		p := r.Points[len(r.Points)-1]
 		policy := cmp.Or(r.Fleet, "default")
-		fmt.Fprintf(&b, "| %d | %d | %d × %d slots | %s | %d | %.1f s | %.0f | %.1f %% (%.1f %%) | %.1f %% | %.1f %% | %.1f s | %.1f s | %v | %d | %d/%d %s |\n",
-			r.Eta, r.Seed, r.hosts(), 4/r.hosts(), policy, r.Rounds, r.Wall, r.RoundsPerHour, 100*r.SlotIdle, 100*r.SlotIdleQueued, 100*r.ProgramIdle, 100*r.TrainerIdle, r.FleetSeconds, r.TrainSeconds,
+		fmt.Fprintf(&b, "| %d | %d | %d × %d slots | %d | %s | %d | %.1f s | %.0f | %.1f %% (%.1f %%) | %.1f %% | %.1f %% | %.1f s | %.1f s | %v | %d | %d/%d %s |\n",
+			r.Eta, r.Seed, r.hosts(), 4/r.hosts(), r.servers(), policy, r.Rounds, r.Wall, r.RoundsPerHour, 100*r.SlotIdle, 100*r.SlotIdleQueued, 100*r.ProgramIdle, 100*r.TrainerIdle, r.FleetSeconds, r.TrainSeconds,
 			r.Staleness, r.Samples, p.Successes, p.Valid, stats.Rate(p.Successes, p.Valid))
 	}
 	return b.String()
