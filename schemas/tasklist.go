@@ -34,7 +34,12 @@ func inRange(prev, t Task) bool {
 
 // MarshalJSON writes runs of two or more range-named tasks as range entries.
 func (l TaskList) MarshalJSON() ([]byte, error) {
-	out := make([]Task, 0, len(l))
+	type rangeEntry struct {
+		Suite   string `json:"suite"`
+		Numbers string `json:"numbers"`
+		FirstID int32  `json:"first_id"`
+	}
+	out := make([]any, 0, len(l))
 	for i := 0; i < len(l); {
 		t := l[i]
 		j := i + 1
@@ -48,8 +53,7 @@ func (l TaskList) MarshalJSON() ([]byte, error) {
 			i++
 			continue
 		}
-		first := t.ID
-		out = append(out, Task{Suite: t.Suite, Numbers: fmt.Sprintf("%d-%d", *t.Number, *l[j-1].Number), FirstID: &first})
+		out = append(out, rangeEntry{Suite: t.Suite, Numbers: fmt.Sprintf("%d-%d", *t.Number, *l[j-1].Number), FirstID: t.ID})
 		i = j
 	}
 	return json.Marshal(out)

@@ -23,10 +23,10 @@ func TestTaskListJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `[{"id":0,"name":"","suite":"libero_spatial","numbers":"0-4","first_id":0},` +
+	want := `[{"suite":"libero_spatial","numbers":"0-4","first_id":0},` +
 		`{"id":5,"name":"stack","suite":"toy"},` +
-		`{"id":0,"name":"","suite":"libero_goal","numbers":"7-8","first_id":6},` +
-		`{"id":0,"name":"","suite":"libero_goal","numbers":"10-12","first_id":8},` +
+		`{"suite":"libero_goal","numbers":"7-8","first_id":6},` +
+		`{"suite":"libero_goal","numbers":"10-12","first_id":8},` +
 		`{"id":11,"name":"odd","suite":"libero_goal","number":13}]`
 	if string(b) != want {
 		t.Fatalf("json\n%s\nwant\n%s", b, want)
