@@ -23,6 +23,7 @@ func main() {
 	flag.DurationVar(&cfg.Paced, "paced", 3*time.Second, "fixed-load run per path and concurrency")
 	flag.Float64Var(&cfg.Rate, "rate", 200, "fixed offered load, calls/s")
 	flag.IntVar(&cfg.Rounds, "rounds", 1, "interleaved repetitions; the table shows medians")
+	flag.StringVar(&cfg.ProfileDir, "profile", "", "folder for the first round's CPU and allocation profiles of each saturated run (go tool pprof -focus internal/proxy …)")
 	verbose := flag.Bool("v", false, "show progress on stderr")
 	flag.Parse()
 	if *verbose {

@@ -1,6 +1,14 @@
 package proxybench
 
-import "testing"
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
 
 // The benchmark is only meaningful if every path really answers like the
 // stub and the recording path really records; this checks that (behaviour
@@ -30,5 +38,32 @@ func TestPathsAnswerLikeTheStub(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// With a profile folder, every saturated cell of the first round leaves a
+// CPU profile and an allocation profile with its base, each in pprof's
+// form (gzipped protocol buffers).
+func TestReportProfiles(t *testing.T) {
+	dir := t.TempDir()
+	var out strings.Builder
+	cfg := Config{Clients: []int{2}, Saturate: 100 * time.Millisecond, Paced: 100 * time.Millisecond, Rate: 50, Rounds: 2, ProfileDir: dir}
+	if err := Report(&out, cfg); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range Paths {
+		for _, kind := range []string{"cpu-%s-2.pprof", "allocs-%s-2.pprof", "allocs-%s-2.base.pprof"} {
+			file := filepath.Join(dir, fmt.Sprintf(kind, p))
+			b, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.HasPrefix(b, []byte{0x1f, 0x8b}) || len(b) < 100 {
+				t.Errorf("%s: %d bytes, not a gzipped profile", file, len(b))
+			}
+		}
+	}
+	if n, _ := filepath.Glob(filepath.Join(dir, "*")); len(n) != 3*len(Paths) {
+		t.Errorf("%d profiles, want %d (the first round's only): %v", len(n), 3*len(Paths), n)
 	}
 }

@@ -3,7 +3,10 @@ package proxybench
 import (
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"text/tabwriter"
 	"time"
@@ -17,6 +20,50 @@ type Config struct {
 	Rate     float64       // fixed offered load, calls/s
 	Rounds   int           // repetitions, interleaved; cells report the median
 	Progress io.Writer     // where to show which cell is running (nil: nowhere)
+	// ProfileDir, when set, gets the first round's CPU and allocation
+	// profiles of every saturated cell: cpu-<path>-<clients>.pprof, and
+	// allocs-<path>-<clients>.pprof with its .base.pprof, the process's
+	// allocations before the cell (go tool pprof -base).
+	ProfileDir string
+}
+
+// profile starts the cell's profiles; the func it returns stops them.
+// Generator, stub and proxy share the process: focus on the proxy's
+// package (go tool pprof -focus internal/proxy).
+func profile(dir string, p Path, clients int) (func() error, error) {
+	name := func(kind, ext string) string {
+		return filepath.Join(dir, fmt.Sprintf("%s-%s-%d%s", kind, p, clients, ext))
+	}
+	writeAllocs := func(file string) error {
+		f, err := os.Create(file)
+		if err != nil {
+			return fmt.Errorf("allocation profile: %w", err)
+		}
+		defer f.Close()
+		runtime.GC() // the profile is as of the last GC
+		return pprof.Lookup("allocs").WriteTo(f, 0)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("profiles: %w", err)
+	}
+	if err := writeAllocs(name("allocs", ".base.pprof")); err != nil {
+		return nil, err
+	}
+	cpu, err := os.Create(name("cpu", ".pprof"))
+	if err != nil {
+		return nil, fmt.Errorf("CPU profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(cpu); err != nil {
+		cpu.Close()
+		return nil, fmt.Errorf("CPU profile: %w", err)
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		if err := cpu.Close(); err != nil {
+			return fmt.Errorf("CPU profile: %w", err)
+		}
+		return writeAllocs(name("allocs", ".pprof"))
+	}, nil
 }
 
 // cell is one path at one concurrency, over all rounds.
@@ -57,7 +104,18 @@ func Report(w io.Writer, cfg Config) error {
 					return err
 				}
 				env.Saturate(c, 0, 300*time.Millisecond) // warm-up: connections, buffers
+				stop := func() error { return nil }
+				if cfg.ProfileDir != "" && round == 0 {
+					if stop, err = profile(cfg.ProfileDir, p, c); err != nil {
+						env.Close()
+						return err
+					}
+				}
 				sat := env.Saturate(c, 0, cfg.Saturate)
+				if err := stop(); err != nil {
+					env.Close()
+					return err
+				}
 				fixed := env.Paced(c, cfg.Rate, 0, cfg.Paced)
 				env.Close()
 				for _, r := range []Result{sat, fixed} {
