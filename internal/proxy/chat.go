@@ -736,8 +736,15 @@ func (p *Proxy) relayStream(w http.ResponseWriter, r *http.Request, ctx context.
 			event = append(event, line...)
 		}
 		if line := event[start:]; len(line) > 0 && len(bytes.TrimRight(line, "\r\n")) == 0 { // blank line ends an event
-			clientErr = p.forwardEvent(w, rc, event, &a, s)
+			clientErr = p.forwardEvent(w, event, &a, s)
 			event = event[:0]
+			// Flush before the next read could wait on the model server,
+			// not after every event: events that came in one read leave in
+			// one write, as a bare reverse proxy sends them (a write per
+			// event cost the streamed path a system call each).
+			if clientErr == nil && !eventBuffered(br) {
+				clientErr = rc.Flush()
+			}
 		}
 		if err != nil {
 			if len(event) > 0 && clientErr == nil { // unterminated tail: pass through as is
@@ -749,6 +756,9 @@ func (p *Proxy) relayStream(w http.ResponseWriter, r *http.Request, ctx context.
 			}
 			break
 		}
+	}
+	if clientErr == nil {
+		clientErr = rc.Flush()
 	}
 	switch {
 	case clientErr != nil:
@@ -765,11 +775,19 @@ func (p *Proxy) relayStream(w http.ResponseWriter, r *http.Request, ctx context.
 	a.fill(rec)
 }
 
-// forwardEvent records one SSE event and writes it, stripped, to the harness.
+// eventBuffered says whether br holds a whole further SSE event, so that
+// reading it cannot wait on the network.
+func eventBuffered(br *bufio.Reader) bool {
+	pending, _ := br.Peek(br.Buffered())
+	return bytes.Contains(pending, []byte("\n\n")) || bytes.Contains(pending, []byte("\n\r\n"))
+}
+
+// forwardEvent records one SSE event and writes it, stripped, to the harness
+// (the caller flushes).
 // An event that exists only because of what the proxy added is dropped: vLLM
 // sends a chunk with an empty delta and no finish reason only when logprobs
 // or token ids were requested (serving.py skips it otherwise).
-func (p *Proxy) forwardEvent(w http.ResponseWriter, rc *http.ResponseController, event []byte, a *streamAssembly, s strip) error {
+func (p *Proxy) forwardEvent(w http.ResponseWriter, event []byte, a *streamAssembly, s strip) error {
 	start, end := -1, -1 // the data line
 	for i := 0; i < len(event); {
 		next := len(event)
@@ -810,14 +828,12 @@ func (p *Proxy) forwardEvent(w http.ResponseWriter, rc *http.ResponseController,
 						return err
 					}
 				}
-				return rc.Flush()
+				return nil
 			}
 		}
 	}
-	if _, err := w.Write(event); err != nil {
-		return err
-	}
-	return rc.Flush()
+	_, err := w.Write(event)
+	return err
 }
 
 // onlyAdded reports whether a chunk carries nothing but the fields the proxy

@@ -154,3 +154,31 @@ func TestUpstreamRedirectNotFollowed(t *testing.T) {
 		t.Fatalf("redirect followed: %v", e)
 	}
 }
+
+// The stream relay flushes when the next event is not yet whole in what it
+// has read from the model server: a partial event (or nothing) could mean
+// waiting on the network, a whole one cannot.
+func TestEventBuffered(t *testing.T) {
+	for _, c := range []struct {
+		rest string
+		want bool
+	}{
+		{"", false},
+		{"data: {\"a\":1}", false},
+		{"data: {\"a\":1}\n", false},
+		{"data: {\"a\":1}\n\n", true},
+		{"data: {\"a\":1}\r\n\r\n", true},
+		{"data: {\"a\":1}\n\ndata: [DO", true},
+	} {
+		br := bufio.NewReader(strings.NewReader("data: first\n\n" + c.rest))
+		if _, err := br.ReadSlice('\n'); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := br.ReadSlice('\n'); err != nil { // the blank line: the first event read
+			t.Fatal(err)
+		}
+		if got := eventBuffered(br); got != c.want {
+			t.Errorf("after the first event, %q buffered: eventBuffered = %v, want %v", c.rest, got, c.want)
+		}
+	}
+}

@@ -164,12 +164,11 @@ func BenchmarkRelayWork(b *testing.B) {
 		b.ReportAllocs()
 		p := New(Options{})
 		w := httptest.NewRecorder()
-		rc := http.NewResponseController(w)
 		for b.Loop() {
 			var a streamAssembly
 			w.Body.Reset()
 			for ev := range bytes.SplitAfterSeq(stream, []byte("\n\n")) {
-				if err := p.forwardEvent(w, rc, ev, &a, s); err != nil {
+				if err := p.forwardEvent(w, ev, &a, s); err != nil {
 					b.Fatal(err)
 				}
 			}
