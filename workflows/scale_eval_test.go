@@ -3,7 +3,6 @@ package workflows_test
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -14,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"go.temporal.io/api/serviceerror"
 	tlog "go.temporal.io/sdk/log"
 
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
@@ -48,21 +46,9 @@ func BenchmarkScaleEval(b *testing.B) {
 				case "dev":
 					stack = itest.Start(b)
 				case "cluster":
-					var c interface {
-						SQL(context.Context, string, string) (string, error)
-					}
+					var c sqlRunner
 					stack, c = itest.StartCluster(b, "scale-eval")
-					size = func() int64 {
-						out, err := c.SQL(context.Background(), "temporal", "SELECT pg_database_size('temporal') + pg_database_size('temporal_visibility')")
-						if err != nil {
-							b.Fatal(err)
-						}
-						n, err := strconv.ParseInt(strings.TrimSpace(out), 10, 64)
-						if err != nil {
-							b.Fatalf("database size %q: %v", out, err)
-						}
-						return n
-					}
+					size = func() int64 { return pgBytes(b, c) }
 				default:
 					b.Fatalf("ROUNDHOUSE_SCALE_TEMPORAL %q: use dev, cluster or both (dev,cluster)", server)
 				}
@@ -148,21 +134,7 @@ func runScaleEval(tb testing.TB, stack itest.Stack, bins, run string) scaleResul
 		tb.Fatal(err)
 	}
 	phase := schemas.TagPhase(tag)
-	for k := 0; ; k++ {
-		cid := api.ChildID(id, 0, phase, k)
-		if _, err := c.DescribeWorkflowExecution(ctx, cid, ""); err != nil {
-			var nf *serviceerror.NotFound
-			if errors.As(err, &nf) {
-				break
-			}
-			tb.Fatal(err)
-		}
-		h, err := scaleHistory(ctx, c, cid)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		r.Children = append(r.Children, h)
-	}
+	r.Children = chunkHistories(ctx, tb, c, id, 0, phase)
 	if want := (plusCells + api.ChunkSize - 1) / api.ChunkSize; len(r.Children) != want {
 		tb.Fatalf("%d Episodes chunks of %s, want %d", len(r.Children), id, want)
 	}

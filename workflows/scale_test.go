@@ -138,21 +138,52 @@ func runScaleRoundOnCluster(tb testing.TB, run string, groups, attempts, slots i
 	stack, c := itest.StartCluster(tb, "scale")
 	bins := itest.Binaries(tb)
 	stack.StartWorker(tb, bins, "main", "--slots", strconv.Itoa(slots))
-	size := func() int64 {
-		out, err := c.SQL(context.Background(), "temporal", "SELECT pg_database_size('temporal') + pg_database_size('temporal_visibility')")
+	before := pgBytes(tb, c)
+	r := runScaleRoundOn(tb, stack, bins, run, groups, attempts, slots)
+	r.PGBytes = pgBytes(tb, c) - before
+	return r
+}
+
+// sqlRunner is what pgBytes needs of the production-shaped cluster.
+type sqlRunner interface {
+	SQL(ctx context.Context, db, query string) (string, error)
+}
+
+// pgBytes is the size of the production-shaped Temporal's two databases.
+func pgBytes(tb testing.TB, c sqlRunner) int64 {
+	tb.Helper()
+	out, err := c.SQL(context.Background(), "temporal", "SELECT pg_database_size('temporal') + pg_database_size('temporal_visibility')")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(out), 10, 64)
+	if err != nil {
+		tb.Fatalf("database size %q: %v", out, err)
+	}
+	return n
+}
+
+// chunkHistories reads the histories of parent's Episodes chunks of a
+// phase. Chunks are numbered from 0; the first id that does not exist
+// ends them.
+func chunkHistories(ctx context.Context, tb testing.TB, c client.Client, parent string, round int32, phase string) []histStats {
+	tb.Helper()
+	var out []histStats
+	for k := 0; ; k++ {
+		cid := api.ChildID(parent, round, phase, k)
+		if _, err := c.DescribeWorkflowExecution(ctx, cid, ""); err != nil {
+			var nf *serviceerror.NotFound
+			if errors.As(err, &nf) {
+				return out
+			}
+			tb.Fatal(err)
+		}
+		h, err := scaleHistory(ctx, c, cid)
 		if err != nil {
 			tb.Fatal(err)
 		}
-		n, err := strconv.ParseInt(strings.TrimSpace(out), 10, 64)
-		if err != nil {
-			tb.Fatalf("database size %q: %v", out, err)
-		}
-		return n
+		out = append(out, h)
 	}
-	before := size()
-	r := runScaleRoundOn(tb, stack, bins, run, groups, attempts, slots)
-	r.PGBytes = size() - before
-	return r
 }
 
 // runScaleRoundOn is runScaleRound on servers and workers that already
@@ -202,22 +233,7 @@ func runScaleRoundOn(tb testing.TB, stack itest.Stack, bins, run string, groups,
 	if r.Parent, err = scaleHistory(ctx, c, id); err != nil {
 		tb.Fatal(err)
 	}
-	// Chunks are numbered from 0; the first id that does not exist ends them.
-	for k := 0; ; k++ {
-		cid := api.ChildID(id, 1, schemas.PhaseTrain, k)
-		if _, err := c.DescribeWorkflowExecution(ctx, cid, ""); err != nil {
-			var nf *serviceerror.NotFound
-			if errors.As(err, &nf) {
-				break
-			}
-			tb.Fatal(err)
-		}
-		h, err := scaleHistory(ctx, c, cid)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		r.Children = append(r.Children, h)
-	}
+	r.Children = chunkHistories(ctx, tb, c, id, 1, schemas.PhaseTrain)
 	if len(r.Children) == 0 {
 		tb.Fatalf("no Episodes child workflow %s found", api.ChildID(id, 1, schemas.PhaseTrain, 0))
 	}
