@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/roundhouse-rl/roundhouse/internal/sampling"
@@ -426,9 +427,28 @@ func readBody(r io.Reader, n int64) ([]byte, error) {
 	if n < 0 {
 		return io.ReadAll(r)
 	}
+	return readBodyInto(nil, r, n)
+}
+
+// answerBufs holds buffers for model server answers, which relayJSON
+// reads whole and lets go once written; answers past maxPooledAnswer
+// (an image-heavy request's echo, say) are left to the collector.
+var answerBufs = sync.Pool{New: func() any { b := make([]byte, 0, 16<<10); return &b }}
+
+const maxPooledAnswer = 1 << 20
+
+// readBodyInto is readBody appending to b (empty, with whatever capacity
+// it has): a body of n bytes (n < 0: unknown) fits without growing when
+// b's capacity is over n.
+func readBodyInto(b []byte, r io.Reader, n int64) ([]byte, error) {
 	// One byte more than announced, so that the read that sees EOF (or a
 	// body longer than announced) has room without growing the buffer.
-	b := make([]byte, 0, n+1)
+	if n >= 0 && int64(cap(b)) < n+1 {
+		b = make([]byte, 0, n+1)
+	}
+	if cap(b) == 0 {
+		b = make([]byte, 0, 512)
+	}
 	for {
 		m, err := r.Read(b[len(b):cap(b)])
 		b = b[:len(b)+m]
@@ -491,7 +511,16 @@ func (p *Proxy) relayUpstreamError(w http.ResponseWriter, resp *http.Response, r
 // relayJSON records a non-streamed completion and returns it minus what the
 // proxy added.
 func (p *Proxy) relayJSON(w http.ResponseWriter, r *http.Request, ctx context.Context, resp *http.Response, rec *schemas.Call, s strip) {
-	body, err := readBody(resp.Body, resp.ContentLength)
+	buf := answerBufs.Get().(*[]byte)
+	body, err := readBodyInto((*buf)[:0], resp.Body, resp.ContentLength)
+	// Nothing keeps the answer's bytes once it is written: the record's
+	// fields are decoded copies (the scanner's strings and slices are new).
+	defer func() {
+		if cap(body) <= maxPooledAnswer {
+			*buf = body[:0]
+			answerBufs.Put(buf)
+		}
+	}()
 	if err != nil {
 		p.failUpstream(w, r, ctx, rec, fmt.Errorf("read response: %w", err))
 		return
