@@ -62,6 +62,16 @@ type Report struct {
 	OmittedTasks int `json:"omitted_tasks,omitempty"`
 }
 
+// Key is where the report is stored: eval/<tag>/report.json, or its
+// shard's file.
+func (r Report) Key() string {
+	l := Layout{Run: r.Run}
+	if r.IsShard() {
+		return l.ShardReport(r.Tag, r.Shard, r.Shards)
+	}
+	return l.Report(r.Tag)
+}
+
 // HistoryTaskRows is the most per-task rows an evaluation's report carries
 // into workflow history: about 170 bytes each, so 1000 rows stay near
 // 170 KB, where 10,030 rows (LIBERO-Plus) would be 1.7 MB, close to the

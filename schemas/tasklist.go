@@ -26,10 +26,14 @@ func RangeTasks(suite string, firstID int32, nums []int32) []Task {
 	return out
 }
 
+// rangeNamed says whether t is named as a range entry names its tasks.
+func rangeNamed(t Task) bool {
+	return t.Number != nil && t.Suite != "" && t.Name == fmt.Sprintf("%s_%d", t.Suite, *t.Number)
+}
+
 // inRange says whether t is the task after prev in a range entry.
 func inRange(prev, t Task) bool {
-	return t.Number != nil && prev.Number != nil && t.Suite == prev.Suite && t.ID == prev.ID+1 &&
-		*t.Number == *prev.Number+1 && t.Name == fmt.Sprintf("%s_%d", t.Suite, *t.Number)
+	return rangeNamed(t) && prev.Number != nil && t.Suite == prev.Suite && t.ID == prev.ID+1 && *t.Number == *prev.Number+1
 }
 
 // MarshalJSON writes runs of two or more range-named tasks as range entries.
@@ -43,7 +47,7 @@ func (l TaskList) MarshalJSON() ([]byte, error) {
 	for i := 0; i < len(l); {
 		t := l[i]
 		j := i + 1
-		if t.Number != nil && t.Suite != "" && t.Name == fmt.Sprintf("%s_%d", t.Suite, *t.Number) {
+		if rangeNamed(t) {
 			for j < len(l) && inRange(l[j-1], l[j]) {
 				j++
 			}

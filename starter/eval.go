@@ -216,12 +216,7 @@ func followEval(ctx context.Context, out io.Writer, c client.Client, s *store.St
 	}
 	if rep.OmittedTasks > 0 {
 		// The workflow's result left the task rows in S3 (schemas.Report.ForHistory).
-		l := schemas.Layout{Run: rep.Run}
-		key := l.Report(rep.Tag)
-		if rep.IsShard() {
-			key = l.ShardReport(rep.Tag, rep.Shard, rep.Shards)
-		}
-		if err := store.GetJSON(ctx, s, key, &rep); err != nil {
+		if err := store.GetJSON(ctx, s, rep.Key(), &rep); err != nil {
 			return fmt.Errorf("evaluation %s finished; its report's task rows: %w", id, err)
 		}
 	}

@@ -424,9 +424,6 @@ func mediaType(ct string) string {
 // readBody is io.ReadAll, but with the announced length n (-1: unknown) it
 // allocates once instead of growing from 512 bytes.
 func readBody(r io.Reader, n int64) ([]byte, error) {
-	if n < 0 {
-		return io.ReadAll(r)
-	}
 	return readBodyInto(nil, r, n)
 }
 
@@ -443,10 +440,10 @@ const maxPooledAnswer = 1 << 20
 func readBodyInto(b []byte, r io.Reader, n int64) ([]byte, error) {
 	// One byte more than announced, so that the read that sees EOF (or a
 	// body longer than announced) has room without growing the buffer.
-	if n >= 0 && int64(cap(b)) < n+1 {
+	switch {
+	case n >= 0 && int64(cap(b)) < n+1:
 		b = make([]byte, 0, n+1)
-	}
-	if cap(b) == 0 {
+	case cap(b) == 0: // unknown length, no buffer: start as io.ReadAll does
 		b = make([]byte, 0, 512)
 	}
 	for {
@@ -776,9 +773,8 @@ func (p *Proxy) relayStream(w http.ResponseWriter, r *http.Request, ctx context.
 			}
 		}
 		if err != nil {
-			if len(event) > 0 && clientErr == nil { // unterminated tail: pass through as is
+			if len(event) > 0 && clientErr == nil { // unterminated tail: pass through as is (flushed below)
 				_, clientErr = w.Write(event)
-				_ = rc.Flush()
 			}
 			if !errors.Is(err, io.EOF) {
 				readErr = err

@@ -37,11 +37,7 @@ func WriteFullTable(w io.Writer, rep schemas.Report, bucket string) error {
 }
 
 func writeTable(w io.Writer, rep schemas.Report, bucket string, all bool) error {
-	l := schemas.Layout{Run: rep.Run}
-	key := l.Report(rep.Tag)
-	if rep.IsShard() {
-		key = l.ShardReport(rep.Tag, rep.Shard, rep.Shards)
-	}
+	key := rep.Key()
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "task\tname\tsuite\tattempted\tvalid\tinvalid\tlost\tsuccesses\tsuccess / valid [95% CI]\tsuccess / attempted\tinvalid by cause\t")
 	row := func(id, name, suite string, r schemas.TaskResult) {
