@@ -27,7 +27,7 @@ func BenchmarkProxy(b *testing.B) {
 		for _, path := range proxybench.Paths {
 			for _, clients := range []int{1, 16, 64} {
 				b.Run(fmt.Sprintf("%s/%s/clients=%d", mode, path, clients), func(b *testing.B) {
-					env, err := proxybench.Start(path)
+					env, err := proxybench.Start(path, proxybench.Plain)
 					if err != nil {
 						b.Fatal(err)
 					}

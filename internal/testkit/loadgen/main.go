@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -24,6 +25,8 @@ func main() {
 	flag.Float64Var(&cfg.Rate, "rate", 200, "fixed offered load, calls/s")
 	flag.IntVar(&cfg.Rounds, "rounds", 1, "interleaved repetitions; the table shows medians")
 	flag.StringVar(&cfg.ProfileDir, "profile", "", "folder for the first round's CPU and allocation profiles of each saturated run (go tool pprof -focus internal/proxy …)")
+	modes := flag.String("modes", "plain,streamed", "plain, streamed or both, comma-separated")
+	flag.BoolVar(&cfg.NoMemory, "no-memory", false, "leave out the memory figures")
 	verbose := flag.Bool("v", false, "show progress on stderr")
 	flag.Parse()
 	if *verbose {
@@ -36,6 +39,14 @@ func main() {
 			os.Exit(2)
 		}
 		cfg.Clients = append(cfg.Clients, n)
+	}
+	for _, s := range strings.Split(*modes, ",") {
+		m := proxybench.Mode(strings.TrimSpace(s))
+		if !slices.Contains(proxybench.Modes, m) {
+			fmt.Fprintf(os.Stderr, "loadgen: bad -modes %q: use plain, streamed or both\n", *modes)
+			os.Exit(2)
+		}
+		cfg.Modes = append(cfg.Modes, m)
 	}
 	if err := proxybench.Report(os.Stdout, cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "loadgen:", err)

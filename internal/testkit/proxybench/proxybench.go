@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -34,6 +35,17 @@ const (
 // Paths in the order they are measured and printed.
 var Paths = []Path{Direct, Reverse, Recording}
 
+// Mode is how the harness asks for its answers.
+type Mode string
+
+const (
+	Plain    Mode = "plain"    // one JSON answer
+	Streamed Mode = "streamed" // "stream": true, an SSE event per token
+)
+
+// Modes in the order they are measured and printed.
+var Modes = []Mode{Plain, Streamed}
+
 // EpisodeLen is how many calls a simulated episode makes before the client
 // Ends it and Begins the next. The recording proxy keeps an episode's records
 // until End, so this (times the number of clients) bounds its memory, as in
@@ -43,6 +55,7 @@ const EpisodeLen = 50
 // Env is one path in front of its own stub, on loopback.
 type Env struct {
 	Path   Path
+	Mode   Mode
 	stub   *Stub
 	up     *httptest.Server // the stub
 	front  *httptest.Server // the proxy; nil for Direct
@@ -64,11 +77,15 @@ func transport() *http.Transport {
 	return tr
 }
 
-// Start starts the stub and, for Reverse and Recording, the proxy in front.
-func Start(path Path) (*Env, error) {
-	e := &Env{Path: path, stub: NewStub(), client: &http.Client{Transport: transport()}}
+// Start starts the stub and, for Reverse and Recording, the proxy in front;
+// the harness's calls ask for answers as mode says.
+func Start(path Path, mode Mode) (*Env, error) {
+	if mode != Plain && mode != Streamed {
+		return nil, fmt.Errorf("unknown mode %q", mode)
+	}
+	e := &Env{Path: path, Mode: mode, stub: NewStub(), client: &http.Client{Transport: transport()}}
 	for v := range variants {
-		e.bodies[v] = requestBody(v)
+		e.bodies[v] = requestBody(v, mode == Streamed, nil)
 	}
 	e.up = httptest.NewServer(e.stub)
 	upURL, _ := url.Parse(e.up.URL)
@@ -81,7 +98,10 @@ func Start(path Path) (*Env, error) {
 		})
 	case Recording:
 		// Info level as in production: the per-call Debug line is filtered out.
-		e.rec = proxy.New(proxy.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		// Images are taken out of the record as in a rollout worker, whose
+		// OnBlob spools them; here they are dropped.
+		e.rec = proxy.New(proxy.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+			OnBlob: func(schemas.EpisodeKey, string, []byte) {}})
 		e.rec.SetUpstream(e.up.URL)
 		e.front = httptest.NewServer(e.rec)
 	default:
@@ -100,12 +120,25 @@ func (e *Env) Close() {
 	e.up.Close()
 }
 
+// answer is what the harness must receive for request variant v.
+func (e *Env) answer(v int) []byte {
+	if e.Mode == Streamed {
+		return e.stub.StreamAnswer(v)
+	}
+	return e.stub.Answer(v)
+}
+
 // RequestBytes and AnswerBytes are the sizes a harness sends and receives;
 // UpstreamAnswerBytes is what the recording proxy receives instead (with
 // token ids and logprobs).
-func (e *Env) RequestBytes() int        { return len(e.bodies[0]) }
-func (e *Env) AnswerBytes() int         { return len(e.stub.answers[0][0]) }
-func (e *Env) UpstreamAnswerBytes() int { return len(e.stub.answers[0][3]) }
+func (e *Env) RequestBytes() int { return len(e.bodies[0]) }
+func (e *Env) AnswerBytes() int  { return len(e.answer(0)) }
+func (e *Env) UpstreamAnswerBytes() int {
+	if e.Mode == Streamed {
+		return len(bytes.Join(e.stub.streams[0][3], nil))
+	}
+	return len(e.stub.answers[0][3])
+}
 
 // client is one simulated harness: sequential calls, and on the Recording
 // path its own episode, rotated every EpisodeLen calls.
@@ -192,8 +225,8 @@ func (c *client) call() error {
 		return err
 	case resp.StatusCode != http.StatusOK:
 		return fmt.Errorf("HTTP %d: %.200s", resp.StatusCode, body)
-	case !bytes.Equal(body, c.env.stub.Answer(v)):
-		return fmt.Errorf("answer differs from the stub's (%d vs %d bytes)", len(body), len(c.env.stub.Answer(v)))
+	case !bytes.Equal(body, c.env.answer(v)):
+		return fmt.Errorf("answer differs from the stub's (%d vs %d bytes)", len(body), len(c.env.answer(v)))
 	}
 	return nil
 }
@@ -396,6 +429,93 @@ func (e *Env) RetainedPerCall(calls int) (float64, error) {
 	after := liveHeap()
 	c.end()
 	return (float64(after) - float64(before)) / float64(calls), nil
+}
+
+// InFlight holds n calls at the stub at once, each carrying an image of
+// imageBytes random bytes (0: none), and returns the live heap of the
+// process per call while they wait (connections were opened before) and
+// the bytes allocated per call from send to answer.
+func (e *Env) InFlight(n, imageBytes int) (live, allocated float64, err error) {
+	body := e.bodies[0]
+	if imageBytes > 0 {
+		img := make([]byte, imageBytes)
+		rng := rand.New(rand.NewPCG(3, 4))
+		for i := range img {
+			img[i] = byte(rng.Uint32())
+		}
+		body = requestBody(0, e.Mode == Streamed, img)
+	}
+	c := e.newClient(0)
+	c.epLen = 0
+	call := func() error {
+		req, err := http.NewRequest(http.MethodPost, c.base+"/chat/completions", bytes.NewReader(body))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := e.client.Do(req)
+		if err != nil {
+			return err
+		}
+		got, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		switch {
+		case err != nil:
+			return err
+		case !bytes.Equal(got, e.answer(0)):
+			return fmt.Errorf("HTTP %d, answer differs from the stub's: %.200s", resp.StatusCode, got)
+		}
+		return nil
+	}
+	all := func() error { // n at once
+		errs := make(chan error, n)
+		for range n {
+			go func() { errs <- call() }()
+		}
+		var first error
+		for range n {
+			if err := <-errs; err != nil && first == nil {
+				first = err
+			}
+		}
+		return first
+	}
+	defer func() {
+		c.calls = 2 * n
+		c.end()
+	}()
+	if err := all(); err != nil { // n connections each way, buffers
+		return 0, 0, err
+	}
+	hold := make(chan struct{})
+	e.stub.arrived.Store(0)
+	e.stub.hold.Store(&hold)
+	defer e.stub.hold.Store(nil)
+	before := liveHeap()
+	allocBefore := allocatedBytes()
+	done := make(chan error, 1)
+	go func() { done <- all() }()
+	for i := 0; e.stub.arrived.Load() < int64(n); i++ {
+		if i == 30_000 { // 30 s
+			close(hold)
+			<-done
+			return 0, 0, fmt.Errorf("%d of %d calls reached the stub in 30 s", e.stub.arrived.Load(), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	during := liveHeap()
+	close(hold)
+	if err := <-done; err != nil {
+		return 0, 0, err
+	}
+	allocAfter := allocatedBytes()
+	return (float64(during) - float64(before)) / float64(n), float64(allocAfter-allocBefore) / float64(n), nil
+}
+
+func allocatedBytes() uint64 {
+	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
 }
 
 // liveHeap is the heap marked live by a full collection. Two collections:

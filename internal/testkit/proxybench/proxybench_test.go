@@ -14,9 +14,17 @@ import (
 // stub and the recording path really records; this checks that (behaviour
 // only, no timing).
 func TestPathsAnswerLikeTheStub(t *testing.T) {
-	for _, p := range Paths {
-		t.Run(string(p), func(t *testing.T) {
-			env, err := Start(p)
+	for _, m := range Modes {
+		for _, p := range Paths {
+			t.Run(string(m)+"/"+string(p), func(t *testing.T) { testPath(t, m, p) })
+		}
+	}
+}
+
+func testPath(t *testing.T, m Mode, p Path) {
+	{
+		{
+			env, err := Start(p, m)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -37,7 +45,7 @@ func TestPathsAnswerLikeTheStub(t *testing.T) {
 			if _, err := env.RetainedPerCall(10); err != nil {
 				t.Fatal(err)
 			}
-		})
+		}
 	}
 }
 
@@ -51,19 +59,56 @@ func TestReportProfiles(t *testing.T) {
 	if err := Report(&out, cfg); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range Paths {
-		for _, kind := range []string{"cpu-%s-2.pprof", "allocs-%s-2.pprof", "allocs-%s-2.base.pprof"} {
-			file := filepath.Join(dir, fmt.Sprintf(kind, p))
-			b, err := os.ReadFile(file)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !bytes.HasPrefix(b, []byte{0x1f, 0x8b}) || len(b) < 100 {
-				t.Errorf("%s: %d bytes, not a gzipped profile", file, len(b))
+	for _, m := range Modes {
+		for _, p := range Paths {
+			for _, kind := range []string{"cpu-%s-%s-2.pprof", "allocs-%s-%s-2.pprof", "allocs-%s-%s-2.base.pprof"} {
+				file := filepath.Join(dir, fmt.Sprintf(kind, m, p))
+				b, err := os.ReadFile(file)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.HasPrefix(b, []byte{0x1f, 0x8b}) || len(b) < 100 {
+					t.Errorf("%s: %d bytes, not a gzipped profile", file, len(b))
+				}
 			}
 		}
 	}
-	if n, _ := filepath.Glob(filepath.Join(dir, "*")); len(n) != 3*len(Paths) {
-		t.Errorf("%d profiles, want %d (the first round's only): %v", len(n), 3*len(Paths), n)
+	if n, _ := filepath.Glob(filepath.Join(dir, "*")); len(n) != 3*len(Paths)*len(Modes) {
+		t.Errorf("%d profiles, want %d (the first round's only): %v", len(n), 3*len(Paths)*len(Modes), n)
+	}
+	// Every mode, path and concurrency has its row, the recording path
+	// its verdict, and the memory table its rows.
+	for _, want := range []string{"plain  recording", "streamed  recording", "plain, 1 MiB image",
+		"plain     2 clients: throughput", "streamed  2 clients: throughput"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+// Calls held at the stub are really in flight at once (InFlight fails
+// unless all reach the stub together), each allocates at least the image it
+// carries (the stub reads it whole) on either proxy, and the recording
+// proxy still records every one of them.
+func TestInFlight(t *testing.T) {
+	for _, p := range []Path{Reverse, Recording} {
+		env, err := Start(p, Plain)
+		if err != nil {
+			t.Fatal(err)
+		}
+		live, allocated, err := env.InFlight(4, 256<<10)
+		env.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+		if allocated < 256<<10 || live > allocated {
+			t.Errorf("%s: %.0f B live, %.0f B allocated per call in flight; want at least the image's %d B", p, live, allocated, 256<<10)
+		}
+		env.mu.Lock()
+		errs := env.recErrs
+		env.mu.Unlock()
+		if len(errs) > 0 {
+			t.Errorf("%s: %v", p, errs)
+		}
 	}
 }

@@ -6,6 +6,8 @@
 package proxybench
 
 import (
+	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -13,6 +15,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 )
 
 // Shape of the simulated planner call: a prompt of a few hundred tokens, a
@@ -35,6 +38,16 @@ const (
 type Stub struct {
 	// answers[v][k]: variant v; k bit 0 = logprobs asked, bit 1 = token ids asked.
 	answers [variants][4][]byte
+	// streams[v][k]: the same completion streamed, one SSE event per
+	// element (a chunk per token, then data: [DONE]).
+	streams [variants][4][][]byte
+	// streamed[v] is streams[v][0] joined: what a harness reads.
+	streamed [variants][]byte
+
+	// hold, when set, keeps every request waiting after its body is read
+	// until the channel is closed; arrived counts those waiting.
+	hold    atomic.Pointer[chan struct{}]
+	arrived atomic.Int64
 }
 
 // NewStub precomputes the answers (deterministic).
@@ -56,7 +69,9 @@ func NewStub() *Stub {
 		args := fmt.Sprintf(`{"action": "click", "x": %d, "y": %d, "reason": "open the drawer"}`, rng.IntN(1280), rng.IntN(800))
 		for k := range 4 {
 			s.answers[v][k] = answer(v, prompt, completion, lps, args, k&1 != 0, k&2 != 0)
+			s.streams[v][k] = stream(v, prompt, completion, lps, args, k&1 != 0, k&2 != 0)
 		}
+		s.streamed[v] = bytes.Join(s.streams[v][0], nil)
 	}
 	return s
 }
@@ -65,6 +80,9 @@ func NewStub() *Stub {
 // asked for neither logprobs nor token ids: what a harness without the proxy
 // receives, and so what it must receive through the proxy too.
 func (s *Stub) Answer(v int) []byte { return s.answers[v%variants][0] }
+
+// StreamAnswer is Answer for a streamed request: the events' bytes in order.
+func (s *Stub) StreamAnswer(v int) []byte { return s.streamed[v%variants] }
 
 func (s *Stub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost || r.URL.Path != "/v1/chat/completions" {
@@ -78,6 +96,7 @@ func (s *Stub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// vLLM parses the whole request too; this is the cheapest honest stand-in.
 	var req struct {
 		Seed           int  `json:"seed"`
+		Stream         bool `json:"stream"`
 		Logprobs       bool `json:"logprobs"`
 		ReturnTokenIDs bool `json:"return_token_ids"`
 	}
@@ -85,12 +104,28 @@ func (s *Stub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, `{"error":{"message":"bad json","type":"BadRequestError","param":null,"code":400}}`, http.StatusBadRequest)
 		return
 	}
+	if h := s.hold.Load(); h != nil {
+		s.arrived.Add(1)
+		<-*h
+	}
 	k := 0
 	if req.Logprobs {
 		k |= 1
 	}
 	if req.ReturnTokenIDs {
 		k |= 2
+	}
+	if req.Stream {
+		// As vLLM: an event per token, each written and flushed on its own.
+		w.Header().Set("Content-Type", "text/event-stream; charset=utf-8")
+		fl := w.(http.Flusher)
+		for _, ev := range s.streams[req.Seed%variants][k] {
+			if _, err := w.Write(ev); err != nil {
+				return
+			}
+			fl.Flush()
+		}
+		return
 	}
 	out := s.answers[req.Seed%variants][k]
 	w.Header().Set("Content-Type", "application/json")
@@ -201,10 +236,58 @@ func answer(v int, prompt, completion []int32, lps []logprobEntry, args string, 
 	return out
 }
 
+// stream is answer as vLLM streams it (chunk.model_dump_json(exclude_unset=
+// True), see stub_test.go in internal/proxy): a first chunk with the role
+// and prompt_token_ids (null unless asked), then a chunk per completion
+// token carrying a piece of the tool call's arguments with its logprobs and
+// token_ids (null unless asked), the last with the finish reason, then
+// data: [DONE].
+func stream(v int, prompt, completion []int32, lps []logprobEntry, args string, logprobs, tokenIDs bool) [][]byte {
+	head := fmt.Sprintf(`{"id":"chatcmpl-%032x","object":"chat.completion.chunk","created":1700000000,"model":"toy","choices":[`, v)
+	event := func(chunk string) []byte { return []byte("data: " + chunk + "\n\n") }
+	promptIDs := "null"
+	if tokenIDs {
+		promptIDs = mustJSON(prompt)
+	}
+	out := [][]byte{event(head + `{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}],"prompt_token_ids":` +
+		promptIDs + `,"prompt_text":null}`)}
+	for i, id := range completion {
+		// Token i carries args' i-th of len(completion) pieces; the first
+		// also names the call.
+		piece := args[i*len(args)/len(completion) : (i+1)*len(args)/len(completion)]
+		call := `{"index":0,"function":{"arguments":` + mustJSON(piece) + `}}`
+		if i == 0 {
+			call = fmt.Sprintf(`{"id":"chatcmpl-tool-%08x","type":"function","index":0,"function":{"name":"computer","arguments":%s}}`, v, mustJSON(piece))
+		}
+		lp, ids := "null", "null"
+		if logprobs {
+			lp = `{"content":[` + mustJSON(lps[i]) + `]}`
+		}
+		if tokenIDs {
+			ids = mustJSON([]int32{id})
+		}
+		finish := `null`
+		if i == len(completion)-1 {
+			finish = `"tool_calls","stop_reason":null`
+		}
+		out = append(out, event(head+`{"index":0,"delta":{"tool_calls":[`+call+`]},"logprobs":`+lp+
+			`,"finish_reason":`+finish+`,"token_ids":`+ids+`}]}`))
+	}
+	return append(out, []byte("data: [DONE]\n\n"))
+}
+
+func mustJSON(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err) // fixed shapes: cannot happen
+	}
+	return string(b)
+}
+
 // requestBody is a planner's request for variant v, spaced like Python's
 // json.dumps (what the openai package sends): a system prompt, tool
 // definitions and a short history, a few hundred tokens in all.
-func requestBody(v int) []byte {
+func requestBody(v int, streamed bool, image []byte) []byte {
 	system := strings.Repeat("You control a robot arm in a kitchen through the computer tool. "+
 		"Look at the observation, reason briefly, then call exactly one tool. ", 8)
 	msgs := []map[string]any{
@@ -215,6 +298,13 @@ func requestBody(v int) []byte {
 			"function": map[string]any{"name": "computer", "arguments": `{"action": "click", "x": 300, "y": 410}`}}}},
 		{"role": "tool", "tool_call_id": fmt.Sprintf("call_%d", v), "content": "The drawer is now open. The red cup is on the counter, left of the sink."},
 		{"role": "user", "content": fmt.Sprintf("Step %d. Continue.", v%7+2)},
+	}
+	if image != nil {
+		msgs[len(msgs)-1]["content"] = []any{
+			map[string]any{"type": "text", "text": msgs[len(msgs)-1]["content"]},
+			map[string]any{"type": "image_url", "image_url": map[string]any{
+				"url": "data:image/png;base64," + base64.StdEncoding.EncodeToString(image)}},
+		}
 	}
 	tools := []any{}
 	for _, name := range []string{"computer", "wait", "done"} {
@@ -228,6 +318,9 @@ func requestBody(v int) []byte {
 	}
 	req := []any{"model", "toy", "messages", msgs, "tools", tools, "tool_choice", "auto",
 		"temperature", 1.0, "max_tokens", 256, "seed", v}
+	if streamed {
+		req = append(req, "stream", true)
+	}
 	var b strings.Builder
 	b.WriteByte('{')
 	for i := 0; i < len(req); i += 2 {
