@@ -38,11 +38,17 @@ func extractImages(body []byte, put func(name string, data []byte)) []byte {
 		if end < 0 {
 			break
 		}
-		var s string
-		name, data := "", []byte(nil)
-		if json.Unmarshal(rest[i:end], &s) == nil {
-			name, data = decodeDataURL(s)
+		// Without escapes the string's bytes are the data URL; an image is
+		// not copied to be decoded (base64 has none, but "/" may come as "\/").
+		url := rest[i+1 : end-1]
+		if bytes.IndexByte(url, '\\') >= 0 {
+			var s string
+			if json.Unmarshal(rest[i:end], &s) != nil {
+				s = ""
+			}
+			url = []byte(s)
 		}
+		name, data := decodeDataURL(url)
 		if name == "" {
 			out.Write(rest[:end])
 			rest = rest[end:]
@@ -73,16 +79,18 @@ func stringEnd(b []byte, i int) int {
 
 // decodeDataURL decodes "data:image/png;base64,...." into its blob name
 // (<sha256 hex>.<ext>) and bytes; "" when it is not a base64 image.
-func decodeDataURL(s string) (string, []byte) {
-	header, payload, ok := strings.Cut(s, ",")
-	if !ok || !strings.HasSuffix(header, ";base64") {
+func decodeDataURL(url []byte) (string, []byte) {
+	header, payload, ok := bytes.Cut(url, []byte(","))
+	if !ok || !bytes.HasSuffix(header, []byte(";base64")) {
 		return "", nil
 	}
-	mediaType := strings.TrimSuffix(strings.TrimPrefix(header, "data:"), ";base64")
-	data, err := base64.StdEncoding.DecodeString(payload)
+	mediaType := strings.TrimSuffix(strings.TrimPrefix(string(header), "data:"), ";base64")
+	data := make([]byte, base64.StdEncoding.DecodedLen(len(payload)))
+	n, err := base64.StdEncoding.Decode(data, payload)
 	if err != nil {
 		return "", nil
 	}
+	data = data[:n]
 	sum := sha256.Sum256(data)
 	return hex.EncodeToString(sum[:]) + "." + imageExt(mediaType), data
 }

@@ -10,12 +10,14 @@ import (
 	"io"
 	"log/slog"
 	"mime"
+	"net"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/roundhouse-rl/roundhouse/internal/sampling"
 	"github.com/roundhouse-rl/roundhouse/schemas"
@@ -40,10 +42,43 @@ type chatRequest struct {
 	seedInjected bool
 	// given and constraints are the request's sampling settings and what
 	// else in it shapes the distribution (sampling.Effective).
-	given        sampling.Given
-	constraints  []string
-	upstreamBody []byte
+	given       sampling.Given
+	constraints []string
+	// upstream is the body sent upstream in pieces: runs of the harness's
+	// body and the proxy's edits between them, so that the body (with its
+	// images, up to MaxBodyBytes) is not copied to be sent.
+	upstream [][]byte
 }
+
+// upstreamBody is the body sent upstream, joined.
+func (r chatRequest) upstreamBody() []byte { return bytes.Join(r.upstream, nil) }
+
+// upstreamLen is the length of the body sent upstream.
+func (r chatRequest) upstreamLen() int64 {
+	n := 0
+	for _, b := range r.upstream {
+		n += len(b)
+	}
+	return int64(n)
+}
+
+// upstreamReader reads the body sent upstream. A body up to
+// joinedUpstream bytes is joined into one bytes.Reader: the transport sends
+// the headers and such a body in one write, but flushes the headers on
+// their own before a body it does not know to be in memory, a system call
+// more than the copy costs. A larger one (images) is sent from its pieces.
+func (r chatRequest) upstreamReader() io.ReadCloser {
+	if len(r.upstream) == 1 {
+		return io.NopCloser(bytes.NewReader(r.upstream[0]))
+	}
+	if r.upstreamLen() <= joinedUpstream {
+		return io.NopCloser(bytes.NewReader(r.upstreamBody()))
+	}
+	b := net.Buffers(slices.Clone(r.upstream)) // Read consumes the pieces
+	return io.NopCloser(&b)
+}
+
+const joinedUpstream = 64 << 10
 
 // parseChatRequest is parseChatRequestSeeded without a seed to inject.
 func parseChatRequest(body []byte) (chatRequest, error) {
@@ -61,7 +96,7 @@ func parseChatRequest(body []byte) (chatRequest, error) {
 // it: when the harness did not ask for logprobs the whole logprobs object
 // is hidden from it again anyway.
 func parseChatRequestSeeded(body []byte, inject *int64) (chatRequest, error) {
-	req := chatRequest{upstreamBody: body}
+	req := chatRequest{upstream: [][]byte{body}}
 	s := scanner{b: body}
 	if s.peek() != '{' {
 		if validJSON(body) {
@@ -142,13 +177,13 @@ func parseChatRequestSeeded(body []byte, inject *int64) (chatRequest, error) {
 		}
 		slices.SortFunc(forced, func(a, b edit) int { return a.start - b.start })
 	}
-	out := make([]byte, 0, len(body)+len(`,"logprobs":true,"return_token_ids":true,"seed":2147483647`))
+	out := make([][]byte, 0, 2*len(forced)+5)
 	last := 0
 	for _, e := range forced {
-		out = append(append(out, body[last:e.start]...), e.value...)
+		out = append(out, body[last:e.start], []byte(e.value))
 		last = e.end
 	}
-	out = append(out, body[last:closing]...)
+	out = append(out, body[last:closing])
 	for _, add := range []struct {
 		member  string
 		present bool
@@ -158,14 +193,16 @@ func parseChatRequestSeeded(body []byte, inject *int64) (chatRequest, error) {
 			continue
 		}
 		if members > 0 {
-			out = append(out, ',')
+			out = append(out, comma)
 		}
-		out = append(out, add.member...)
+		out = append(out, []byte(add.member))
 		members++
 	}
-	req.upstreamBody = append(out, body[closing:]...)
+	req.upstream = append(out, body[closing:])
 	return req, nil
 }
+
+var comma = []byte(",")
 
 // edit replaces the bytes of a span with value.
 type edit struct {
@@ -319,7 +356,11 @@ func (p *Proxy) handleChat(w http.ResponseWriter, r *http.Request, rec *schemas.
 			p.opts.OnBlob(key, name, data)
 		}
 	}
-	rec.Request = string(extractImages(body, onBlob))
+	// The record keeps the bytes read rather than a copy: nothing writes to
+	// body, or to what extractImages returns, after this (the upstream body
+	// is sent from pieces of it).
+	reqBytes := extractImages(body, onBlob)
+	rec.Request = unsafe.String(unsafe.SliceData(reqBytes), len(reqBytes))
 	var inject *int64
 	if sd := ep.meta.Seeds; sd != nil {
 		seed := sd.of(ep.meta.Key.Attempt, rec.CallIndex)
@@ -350,17 +391,24 @@ func (p *Proxy) handleChat(w http.ResponseWriter, r *http.Request, rec *schemas.
 		defer func() { _ = rc.SetWriteDeadline(time.Time{}) }()
 	}
 
-	upReq, err := http.NewRequestWithContext(ctx, http.MethodPost, target.String(), bytes.NewReader(req.upstreamBody))
+	upReq, err := http.NewRequestWithContext(ctx, http.MethodPost, target.String(), req.upstreamReader())
 	if err != nil {
 		p.fail(w, rec, http.StatusBadGateway, "upstream_error", fmt.Sprintf("build upstream request: %v", err))
 		return
 	}
+	// As http.NewRequest does for a bytes.Reader: the length, and a way to
+	// send the body again when a kept-alive connection turns out closed.
+	upReq.ContentLength = req.upstreamLen()
+	upReq.GetBody = func() (io.ReadCloser, error) { return req.upstreamReader(), nil }
 	// Accept-Encoding is left to the transport so that it decompresses for us.
 	copyHeaders(upReq.Header, r.Header, "Content-Length", "Accept-Encoding", "Host")
 	if upReq.Header.Get("Content-Type") == "" {
 		upReq.Header.Set("Content-Type", "application/json")
 	}
-	resp, err := p.client.Do(upReq)
+	// The transport itself, as a reverse proxy does: what http.Client adds
+	// (redirects, which the proxy does not follow anyway; cookies; the
+	// url.Error wrapper) costs a few allocations a call.
+	resp, err := p.client.Transport.RoundTrip(upReq)
 	if err != nil {
 		p.failUpstream(w, r, ctx, rec, err)
 		return
@@ -529,9 +577,19 @@ func (p *Proxy) relayJSON(w http.ResponseWriter, r *http.Request, ctx context.Co
 		rec.Error = fmt.Sprintf("model server response is not a chat completion: %v", err)
 	} else {
 		recordCompletion(rec, &cr.chatResponse)
-		if out, _, err = cr.stripped(s); err != nil {
+		outBuf := answerBufs.Get().(*[]byte)
+		stripped, changed, err := cr.appendStripped((*outBuf)[:0], s)
+		defer func() {
+			if cap(stripped) <= maxPooledAnswer {
+				*outBuf = stripped[:0]
+				answerBufs.Put(outBuf)
+			}
+		}()
+		switch {
+		case err != nil:
 			rec.Error = fmt.Sprintf("strip proxy-added fields: %v", err)
-			out = body
+		case changed:
+			out = stripped
 		}
 	}
 	copyHeaders(w.Header(), resp.Header, "Content-Length")
@@ -617,12 +675,14 @@ func untrainable(c *schemas.Call) string {
 var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
 	"Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
 
+// copyHeaders shares the values' slices: neither side's are changed in
+// place afterwards (Set replaces a key's slice, the transport only reads).
 func copyHeaders(dst, src http.Header, skip ...string) {
 	for k, vs := range src {
 		if slices.Contains(hopHeaders, k) || slices.ContainsFunc(skip, func(s string) bool { return strings.EqualFold(s, k) }) {
 			continue
 		}
-		dst[k] = slices.Clone(vs)
+		dst[k] = vs
 	}
 }
 
@@ -741,7 +801,8 @@ func (a *streamAssembly) fill(rec *schemas.Call) {
 	}
 }
 
-// relayStream passes the SSE stream through event by event (flushing each),
+// relayStream passes the SSE stream through event by event (each flushed
+// before the relay could wait on the model server),
 // records every chunk and hides what the proxy added.
 func (p *Proxy) relayStream(w http.ResponseWriter, r *http.Request, ctx context.Context, rc *http.ResponseController, resp *http.Response, rec *schemas.Call, s strip) {
 	copyHeaders(w.Header(), resp.Header, "Content-Length")
@@ -751,8 +812,22 @@ func (p *Proxy) relayStream(w http.ResponseWriter, r *http.Request, ctx context.
 
 	var a streamAssembly
 	var clientErr, readErr error
-	br := bufio.NewReader(resp.Body)
-	var event []byte // reused: nothing keeps an event once it is forwarded
+	br := streamReaders.Get().(*bufio.Reader)
+	br.Reset(resp.Body)
+	bufs := relayBufs.Get().(*relayBuf)
+	defer func() {
+		br.Reset(nil) // keep no body alive from the pool
+		streamReaders.Put(br)
+		if cap(bufs.event) <= maxPooledAnswer && cap(bufs.out) <= maxPooledAnswer {
+			bufs.event, bufs.out = bufs.event[:0], bufs.out[:0]
+			relayBufs.Put(bufs)
+		}
+	}()
+	// event is the one being read; out, what the harness gets next: the
+	// events of one read leave in one write, as a bare reverse proxy sends
+	// what it read (a write per event cost a system call every 4 KiB, the
+	// server's buffer, and a chunk header each).
+	event, out := bufs.event, bufs.out
 	for clientErr == nil {
 		start := len(event)
 		line, err := br.ReadSlice('\n')
@@ -762,20 +837,17 @@ func (p *Proxy) relayStream(w http.ResponseWriter, r *http.Request, ctx context.
 			event = append(event, line...)
 		}
 		if line := event[start:]; len(line) > 0 && len(bytes.TrimRight(line, "\r\n")) == 0 { // blank line ends an event
-			clientErr = p.forwardEvent(w, event, &a, s)
+			out = p.forwardEvent(out, event, &a, s)
 			event = event[:0]
 			// Flush before the next read could wait on the model server,
-			// not after every event: events that came in one read leave in
-			// one write, as a bare reverse proxy sends them (a write per
-			// event cost the streamed path a system call each).
-			if clientErr == nil && !eventBuffered(br) {
-				clientErr = rc.Flush()
+			// not after every event.
+			if !eventBuffered(br) {
+				clientErr = relayWrite(w, rc, out)
+				out = out[:0]
 			}
 		}
 		if err != nil {
-			if len(event) > 0 && clientErr == nil { // unterminated tail: pass through as is (flushed below)
-				_, clientErr = w.Write(event)
-			}
+			out = append(out, event...) // an unterminated tail passes through as is
 			if !errors.Is(err, io.EOF) {
 				readErr = err
 			}
@@ -783,8 +855,9 @@ func (p *Proxy) relayStream(w http.ResponseWriter, r *http.Request, ctx context.
 		}
 	}
 	if clientErr == nil {
-		clientErr = rc.Flush()
+		clientErr = relayWrite(w, rc, out)
 	}
+	bufs.event, bufs.out = event, out
 	switch {
 	case clientErr != nil:
 		a.errs = append(a.errs, fmt.Sprintf("harness stopped reading the stream: %v", clientErr))
@@ -800,6 +873,27 @@ func (p *Proxy) relayStream(w http.ResponseWriter, r *http.Request, ctx context.
 	a.fill(rec)
 }
 
+// streamReaders read model server streams. 32 KiB, as a bare reverse
+// proxy's copy buffer: what a read brings leaves in one write (the relay
+// flushes when no further event is whole in the buffer, so a 4 KiB buffer
+// meant a write system call every 4 KiB of a stream that came in bulk).
+var streamReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 32<<10) }}
+
+// relayBuf holds a relay's event and output buffers between streams.
+type relayBuf struct{ event, out []byte }
+
+var relayBufs = sync.Pool{New: func() any { return &relayBuf{} }}
+
+// relayWrite sends out (if any) to the harness and flushes.
+func relayWrite(w http.ResponseWriter, rc *http.ResponseController, out []byte) error {
+	if len(out) > 0 {
+		if _, err := w.Write(out); err != nil {
+			return err
+		}
+	}
+	return rc.Flush()
+}
+
 // eventBuffered says whether br holds a whole further SSE event, so that
 // reading it cannot wait on the network.
 func eventBuffered(br *bufio.Reader) bool {
@@ -807,12 +901,12 @@ func eventBuffered(br *bufio.Reader) bool {
 	return bytes.Contains(pending, []byte("\n\n")) || bytes.Contains(pending, []byte("\n\r\n"))
 }
 
-// forwardEvent records one SSE event and writes it, stripped, to the harness
-// (the caller flushes).
+// forwardEvent records one SSE event and appends it, stripped, to out, what
+// the harness gets next.
 // An event that exists only because of what the proxy added is dropped: vLLM
 // sends a chunk with an empty delta and no finish reason only when logprobs
 // or token ids were requested (serving.py skips it otherwise).
-func (p *Proxy) forwardEvent(w http.ResponseWriter, event []byte, a *streamAssembly, s strip) error {
+func (p *Proxy) forwardEvent(out, event []byte, a *streamAssembly, s strip) []byte {
 	start, end := -1, -1 // the data line
 	for i := 0; i < len(event); {
 		next := len(event)
@@ -841,24 +935,20 @@ func (p *Proxy) forwardEvent(w http.ResponseWriter, event []byte, a *streamAssem
 			a.errs = append(a.errs, fmt.Sprintf("unparseable stream chunk: %v", err))
 		} else {
 			a.add(&c.chatResponse)
-			stripped, changed, err := c.stripped(s)
+			before := len(out)
+			stripped, changed, err := c.appendStripped(append(out, event[:start]...), s)
 			switch {
 			case err != nil:
 				a.errs = append(a.errs, fmt.Sprintf("strip proxy-added fields: %v", err))
 			case changed && onlyAdded(&c.chatResponse, s):
-				return nil
+				return out[:before]
 			case changed:
-				for _, b := range [][]byte{event[:start], stripped, event[end:]} {
-					if _, err := w.Write(b); err != nil {
-						return err
-					}
-				}
-				return nil
+				return append(stripped, event[end:]...)
 			}
+			out = out[:before]
 		}
 	}
-	_, err := w.Write(event)
-	return err
+	return append(out, event...)
 }
 
 // onlyAdded reports whether a chunk carries nothing but the fields the proxy

@@ -41,31 +41,39 @@ func parseResponse(raw []byte) (r response, err error) {
 // stripped returns the response without what s hides, and whether that
 // changed anything (see stripResponse). Everything else stays byte for byte.
 func (r *response) stripped(s strip) (out []byte, changed bool, err error) {
+	out, changed, err = r.appendStripped(nil, s)
+	if !changed || err != nil {
+		return r.raw, changed, err
+	}
+	return out, true, nil
+}
+
+// appendStripped appends the response without what s hides to dst when
+// that changes anything (changed), and returns dst as it was otherwise:
+// the caller then sends raw itself, uncopied.
+func (r *response) appendStripped(dst []byte, s strip) (out []byte, changed bool, err error) {
 	if !s.any() {
-		return r.raw, false, nil
+		return dst, false, nil
 	}
 	if !r.walked {
-		return stripResponse(r.raw, s)
+		b, changed, err := stripResponse(r.raw, s)
+		if !changed || err != nil {
+			return dst, changed, err
+		}
+		return append(dst, b...), true, nil
 	}
 	hide := func(sp span) bool { return sp.logprobs && s.logprobs || !sp.logprobs && s.tokenIDs }
 	if !slices.ContainsFunc(r.added, hide) {
-		return r.raw, false, nil
+		return dst, false, nil
 	}
-	size := len(r.raw) // exactly: the hidden values are most of an answer
-	for _, sp := range r.added {
-		if hide(sp) {
-			size += len("null") - (sp.end - sp.start)
-		}
-	}
-	out = make([]byte, 0, size)
 	last := 0
 	for _, sp := range r.added {
 		if hide(sp) {
-			out = append(append(out, r.raw[last:sp.start]...), "null"...)
+			dst = append(append(dst, r.raw[last:sp.start]...), "null"...)
 			last = sp.end
 		}
 	}
-	return append(out, r.raw[last:]...), true, nil
+	return append(dst, r.raw[last:]...), true, nil
 }
 
 // The fields walkResponse decodes into each struct; see field.

@@ -333,9 +333,9 @@ func TestParseChatRequestSplices(t *testing.T) {
 			`{"stream": true, "model": "m\u00f6del", "messages": [{"content": "{\"logprobs\": false}"}],"logprobs":true,"return_token_ids":true}`, false, false},
 	} {
 		req, err := parseChatRequest([]byte(c.in))
-		if err != nil || string(req.upstreamBody) != c.out || req.wantLogprobs != c.logprobs || req.wantTokenIDs != c.ids {
+		if err != nil || string(req.upstreamBody()) != c.out || req.wantLogprobs != c.logprobs || req.wantTokenIDs != c.ids {
 			t.Errorf("parseChatRequest(%s) = %s, logprobs %v, ids %v, %v\nwant %s, %v, %v",
-				c.in, req.upstreamBody, req.wantLogprobs, req.wantTokenIDs, err, c.out, c.logprobs, c.ids)
+				c.in, req.upstreamBody(), req.wantLogprobs, req.wantTokenIDs, err, c.out, c.logprobs, c.ids)
 		}
 	}
 	req, _ := parseChatRequest([]byte(`{"stream": true, "model": "m\u00f6del"}`))
@@ -391,9 +391,9 @@ func FuzzParseChatRequest(f *testing.F) {
 		if req.wantLogprobs != wantLogprobs || req.wantTokenIDs != wantIDs {
 			t.Fatalf("wantLogprobs %v, wantTokenIDs %v; decode says %v, %v", req.wantLogprobs, req.wantTokenIDs, wantLogprobs, wantIDs)
 		}
-		up, err := decodeObjectRef(req.upstreamBody)
+		up, err := decodeObjectRef(req.upstreamBody())
 		if err != nil {
-			t.Fatalf("upstream body %s: %v", req.upstreamBody, err)
+			t.Fatalf("upstream body %s: %v", req.upstreamBody(), err)
 		}
 		var upRest []member
 		count := map[string]int{}
@@ -414,7 +414,7 @@ func FuzzParseChatRequest(f *testing.F) {
 		// Each is overwritten where the harness gave it, added once where not.
 		for _, k := range []string{"logprobs", "return_token_ids"} {
 			if added := count[k]; added != 0 && (added != 1 || slices.ContainsFunc(ms, func(m member) bool { return m.key == k })) {
-				t.Fatalf("upstream body %s has %s %d times more than the harness's", req.upstreamBody, k, added)
+				t.Fatalf("upstream body %s has %s %d times more than the harness's", req.upstreamBody(), k, added)
 			}
 		}
 		if fmt.Sprint(upRest) != fmt.Sprint(rest) {

@@ -204,14 +204,14 @@ func answerText(c *schemas.Call) string {
 // address's check needs another pair, and records the outcome there. A
 // repeat that fails on the way (the server busy, the harness gone) counts
 // for nothing either way.
-func (p *Proxy) checkSeed(ctx context.Context, server, target string, body []byte, first *schemas.Call) {
+func (p *Proxy) checkSeed(ctx context.Context, server, target string, body func() []byte, first *schemas.Call) {
 	c := p.seedCheckOf(server)
 	if !c.claim() {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.opts.UpstreamTimeout)
 	defer cancel()
-	second, err := p.repeat(ctx, target, body, first)
+	second, err := p.repeat(ctx, target, body(), first)
 	if err != nil {
 		c.release()
 		p.log.Warn("proxy: seed check: repeating a call failed; the next seeded call tries again",

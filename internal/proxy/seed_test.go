@@ -105,14 +105,14 @@ func TestSeedInjectedOnlyWhenAbsent(t *testing.T) {
 		if req.seed != nil {
 			got = fmt.Sprint(*req.seed)
 		}
-		if string(req.upstreamBody) != c.want || req.seedInjected != c.injected || got != c.got {
-			t.Errorf("%s: %s\n  sent %s, injected %v, seed %q\n  want %s, %v, %q", c.name, c.in, req.upstreamBody, req.seedInjected, got, c.want, c.injected, c.got)
+		if string(req.upstreamBody()) != c.want || req.seedInjected != c.injected || got != c.got {
+			t.Errorf("%s: %s\n  sent %s, injected %v, seed %q\n  want %s, %v, %q", c.name, c.in, req.upstreamBody(), req.seedInjected, got, c.want, c.injected, c.got)
 		}
 	}
 	// Without call seeds nothing is added.
 	req, _ := parseChatRequest([]byte(`{"logprobs": true, "return_token_ids": true}`))
-	if string(req.upstreamBody) != `{"logprobs": true, "return_token_ids": true}` || req.seed != nil || req.seedInjected {
-		t.Errorf("no seeds asked for: sent %s, seed %v", req.upstreamBody, req.seed)
+	if string(req.upstreamBody()) != `{"logprobs": true, "return_token_ids": true}` || req.seed != nil || req.seedInjected {
+		t.Errorf("no seeds asked for: sent %s, seed %v", req.upstreamBody(), req.seed)
 	}
 }
 

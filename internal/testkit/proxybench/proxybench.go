@@ -241,6 +241,19 @@ type Result struct {
 	PeakHeap  uint64          // peak HeapInuse of the whole process during the run
 }
 
+// add merges another run's result into r, as if one run.
+func (r *Result) add(o Result) {
+	r.Calls += o.Calls
+	r.Errors += o.Errors
+	if r.FirstErr == nil {
+		r.FirstErr = o.FirstErr
+	}
+	r.Elapsed += o.Elapsed
+	r.Latencies = append(r.Latencies, o.Latencies...)
+	slices.Sort(r.Latencies)
+	r.PeakHeap = max(r.PeakHeap, o.PeakHeap)
+}
+
 // CallsPerSec is the achieved rate.
 func (r Result) CallsPerSec() float64 { return float64(r.Calls) / r.Elapsed.Seconds() }
 

@@ -116,18 +116,18 @@ func Report(w io.Writer, cfg Config) error {
 	for round := range max(cfg.Rounds, 1) {
 		for _, m := range modes {
 			for _, c := range cfg.Clients {
+				fmt.Fprintf(progress, "round %d: %s, %d clients\n", round+1, m, c)
+				res, err := measure(cfg, m, c, round == 0)
+				if err != nil {
+					return err
+				}
 				for _, p := range Paths {
-					fmt.Fprintf(progress, "round %d: %s, %s, %d clients\n", round+1, m, p, c)
-					sat, fixed, err := measure(cfg, m, p, c, round == 0)
-					if err != nil {
-						return err
-					}
 					k := key{m, p, c}
 					if cells[k] == nil {
 						cells[k] = &cell{}
 					}
-					cells[k].sat = append(cells[k].sat, sat)
-					cells[k].fixed = append(cells[k].fixed, fixed)
+					cells[k].sat = append(cells[k].sat, res[p].sat)
+					cells[k].fixed = append(cells[k].fixed, res[p].fixed)
 				}
 			}
 		}
@@ -227,32 +227,71 @@ func writeMemory(w io.Writer, mem memory) {
 	fmt.Fprintln(w)
 }
 
-// measure runs one cell once: a warm-up, the saturated run (profiled when
-// asked) and the fixed-load run.
-func measure(cfg Config, m Mode, p Path, c int, profiled bool) (sat, fixed Result, err error) {
-	env, err := Start(p, m)
-	if err != nil {
-		return sat, fixed, err
+// slice and pacedSlice are how long a path runs, saturated and at the
+// fixed load, before the next path takes over.
+const (
+	slice      = 250 * time.Millisecond
+	pacedSlice = time.Second
+)
+
+// measured is one path's results in one round.
+type measured struct{ sat, fixed Result }
+
+// measure runs every path at one mode and concurrency once: a warm-up, the
+// saturated runs in slices taking turns (so that what else the machine
+// does in those seconds hits every path alike; one run after the other
+// varied by ±15 %), then the fixed-load runs, taking turns too. Asked to profile, it first
+// runs each path alone for cfg.Saturate under the profiler.
+func measure(cfg Config, m Mode, c int, profiled bool) (map[Path]measured, error) {
+	envs := map[Path]*Env{}
+	defer func() {
+		for _, e := range envs {
+			e.Close()
+		}
+	}()
+	for _, p := range Paths {
+		env, err := Start(p, m)
+		if err != nil {
+			return nil, err
+		}
+		envs[p] = env
+		env.Saturate(c, 0, 300*time.Millisecond) // warm-up: connections, buffers
 	}
-	defer env.Close()
-	env.Saturate(c, 0, 300*time.Millisecond) // warm-up: connections, buffers
-	stop := func() error { return nil }
 	if cfg.ProfileDir != "" && profiled {
-		if stop, err = profile(cfg.ProfileDir, m, p, c); err != nil {
-			return sat, fixed, err
+		for _, p := range Paths {
+			stop, err := profile(cfg.ProfileDir, m, p, c)
+			if err != nil {
+				return nil, err
+			}
+			envs[p].Saturate(c, 0, cfg.Saturate)
+			if err := stop(); err != nil {
+				return nil, err
+			}
 		}
 	}
-	sat = env.Saturate(c, 0, cfg.Saturate)
-	if err := stop(); err != nil {
-		return sat, fixed, err
-	}
-	fixed = env.Paced(c, cfg.Rate, 0, cfg.Paced)
-	for _, r := range []Result{sat, fixed} {
-		if r.Errors > 0 {
-			return sat, fixed, fmt.Errorf("%s, %s, %d clients: %d errors, first: %v", m, p, c, r.Errors, r.FirstErr)
+	res := map[Path]measured{}
+	for range max(1, int(cfg.Saturate/slice)) {
+		for _, p := range Paths {
+			x := res[p]
+			x.sat.add(envs[p].Saturate(c, 0, min(slice, cfg.Saturate)))
+			res[p] = x
 		}
 	}
-	return sat, fixed, nil
+	for range max(1, int(cfg.Paced/pacedSlice)) {
+		for _, p := range Paths {
+			x := res[p]
+			x.fixed.add(envs[p].Paced(c, cfg.Rate, 0, min(pacedSlice, cfg.Paced)))
+			res[p] = x
+		}
+	}
+	for _, p := range Paths {
+		for _, r := range []Result{res[p].sat, res[p].fixed} {
+			if r.Errors > 0 {
+				return nil, fmt.Errorf("%s, %s, %d clients: %d errors, first: %v", m, p, c, r.Errors, r.FirstErr)
+			}
+		}
+	}
+	return res, nil
 }
 
 // memory is the report's memory figures.
