@@ -627,21 +627,50 @@ func recordCompletion(rec *schemas.Call, cr *chatResponse) {
 			rec.Content = *m.Content
 		}
 		if !isNull(m.ToolCalls) {
-			var buf bytes.Buffer
-			if json.Compact(&buf, m.ToolCalls) == nil && buf.String() != "[]" {
-				rec.ToolCalls = buf.String()
+			if tc, ok := compactJSON(m.ToolCalls); ok && tc != "[]" {
+				rec.ToolCalls = tc
 			}
 		}
 	}
+}
+
+// compactJSON is raw (JSON the scan validated) without insignificant
+// whitespace, as json.Compact writes it. vLLM's tool calls come compact
+// already, so raw is first only checked: json.Compact costs a state machine
+// step per byte.
+func compactJSON(raw []byte) (string, bool) {
+	inString, escaped := false, false
+	for _, c := range raw {
+		switch {
+		case escaped:
+			escaped = false
+		case inString:
+			escaped, inString = c == '\\', c != '"'
+		case c == '"':
+			inString = true
+		case c == ' ' || c == '\t' || c == '\n' || c == '\r': // whitespace to drop
+			var buf bytes.Buffer
+			if json.Compact(&buf, raw) != nil {
+				return "", false
+			}
+			return buf.String(), true
+		}
+	}
+	return string(raw), true
 }
 
 func logprobs(l *respLogprobs) []float32 {
 	if l == nil {
 		return nil
 	}
-	out := make([]float32, len(l.Content))
-	for i, c := range l.Content {
-		out[i] = float32(c.Logprob)
+	return appendLogprobs(make([]float32, 0, len(l.Content)), l)
+}
+
+func appendLogprobs(out []float32, l *respLogprobs) []float32 {
+	if l != nil {
+		for _, c := range l.Content {
+			out = append(out, float32(c.Logprob))
+		}
 	}
 	return out
 }
@@ -699,6 +728,11 @@ type streamAssembly struct {
 	usage      *respUsage
 	done       bool // saw data: [DONE]
 	errs       []string
+
+	// chunk and delta are the last chunk and its delta, decoded into the
+	// same memory each time.
+	chunk response
+	delta respMessage
 }
 
 func (a *streamAssembly) add(c *chatResponse) {
@@ -717,15 +751,16 @@ func (a *streamAssembly) add(c *chatResponse) {
 			continue
 		}
 		a.completion = append(a.completion, ch.TokenIDs...)
-		a.logprobs = append(a.logprobs, logprobs(ch.Logprobs)...)
+		a.logprobs = appendLogprobs(a.logprobs, ch.Logprobs)
 		if ch.FinishReason != nil {
 			a.finish = *ch.FinishReason
 		}
 		if isNull(ch.Delta) {
 			continue
 		}
-		var d respMessage
-		if err := parseMessage(ch.Delta, &d); err != nil {
+		d := &a.delta
+		*d = respMessage{}
+		if err := parseMessage(ch.Delta, d); err != nil {
 			a.errs = append(a.errs, fmt.Sprintf("unparseable delta: %v", err))
 			continue
 		}
@@ -931,8 +966,8 @@ func (p *Proxy) forwardEvent(out, event []byte, a *streamAssembly, s strip) []by
 		end = start + len(payload)
 		if string(payload) == "[DONE]" {
 			a.done = true
-		} else if c, err := parseResponse(payload); err != nil {
-			a.errs = append(a.errs, fmt.Sprintf("unparseable stream chunk: %v", err))
+		} else if c := &a.chunk; c.parse(payload) != nil {
+			a.errs = append(a.errs, fmt.Sprintf("unparseable stream chunk: %v", c.parse(payload)))
 		} else {
 			a.add(&c.chatResponse)
 			before := len(out)

@@ -1,9 +1,11 @@
 package proxy
 
 import (
+	"bytes"
 	"encoding/json"
 	"slices"
 	"strconv"
+	"unsafe"
 )
 
 // response is a chat completion or stream chunk from the model server, read
@@ -27,15 +29,26 @@ type span struct {
 // JSON) goes to json.Unmarshal, so the result and the error are json's
 // either way.
 func parseResponse(raw []byte) (r response, err error) {
-	r.raw = raw
-	if r.added, err = walkResponse(raw, &r.chatResponse); err == nil {
+	err = r.parse(raw)
+	return r, err
+}
+
+// parse is parseResponse into r, reusing the memory of r's choices and
+// spans: a stream's relay decodes each of its chunks into one response, so
+// that a chunk of one token does not allocate them anew. Nothing keeps a
+// decoded chunk past the next (streamAssembly.add copies what it keeps).
+func (r *response) parse(raw []byte) (err error) {
+	choices, added := r.Choices[:0], r.added[:0]
+	*r = response{raw: raw}
+	if r.added, err = walkResponse(raw, &r.chatResponse, choices, added); err == nil {
 		r.walked = true
-		return r, nil
+		return nil
 	}
+	r.added = nil
 	var cr chatResponse // not r's field: that would put every r on the heap
 	err = json.Unmarshal(raw, &cr)
 	r.chatResponse = cr
-	return r, err
+	return err
 }
 
 // stripped returns the response without what s hides, and whether that
@@ -96,9 +109,12 @@ var (
 // send: a field of an unexpected type, null inside choices or arrays,
 // duplicate fields, keys that only match a field ignoring case or that need
 // unescaping. The caller then falls back to json.Unmarshal.
-func walkResponse(raw []byte, cr *chatResponse) ([]span, error) {
+//
+// choices and spans, when not nil, are memory to reuse: cr's choices and the
+// spans returned are appended to them from their start.
+func walkResponse(raw []byte, cr *chatResponse, choices []respChoice, spans []span) ([]span, error) {
 	s := &scanner{b: raw}
-	var spans []span
+	spans = spans[:0]
 	var seen uint
 	s.open('{')
 	for first := true; s.next('}', first); first = false {
@@ -111,7 +127,10 @@ func walkResponse(raw []byte, cr *chatResponse) ([]span, error) {
 			if s.null() || !s.open('[') {
 				break
 			}
-			cr.Choices = []respChoice{}
+			cr.Choices = choices[:0]
+			if cr.Choices == nil {
+				cr.Choices = []respChoice{} // "choices":[] decodes to empty, not nil
+			}
 			for first := true; s.next(']', first); first = false {
 				cr.Choices = append(cr.Choices, respChoice{})
 				s.choice(&cr.Choices[len(cr.Choices)-1], &spans)
@@ -191,6 +210,7 @@ func (s *scanner) usage(u *respUsage) {
 
 func (s *scanner) logprobs(l *respLogprobs) {
 	var seen uint
+	var ok bool
 	s.open('{')
 	for first := true; s.next('}', first); first = false {
 		if s.field(logprobsFields, &seen) != "content" {
@@ -203,6 +223,10 @@ func (s *scanner) logprobs(l *respLogprobs) {
 		l.Content = []respLogprob{}
 		for first := true; s.next(']', first); first = false {
 			var e respLogprob
+			if e.Logprob, ok = s.vllmLogprob(); ok {
+				l.Content = append(l.Content, e)
+				continue
+			}
 			var entrySeen uint
 			s.open('{')
 			for first := true; s.next('}', first); first = false {
@@ -218,6 +242,74 @@ func (s *scanner) logprobs(l *respLogprobs) {
 			l.Content = append(l.Content, e)
 		}
 	}
+}
+
+// vllmLogprob reads a logprob entry written exactly as vLLM writes one
+// without top logprobs, compact and in its key order:
+//
+//	{"token":"…","logprob":-0.25,"bytes":[116,49],"top_logprobs":[]}
+//
+// and returns its logprob. Such an entry has no duplicate or case-folded
+// keys and only valid JSON, so the general loop would decode it the same;
+// that loop costs a field lookup per key and a value() per byte, most of a
+// non-streamed answer's scan. At anything else it reads nothing and
+// reports false, and the caller takes the general loop.
+func (s *scanner) vllmLogprob() (lp float64, ok bool) {
+	b, i := s.b, s.i
+	if !bytes.HasPrefix(b[i:], []byte(`{"token":"`)) {
+		return 0, false
+	}
+	s.i = i + len(`{"token":`)
+	if _, _ = s.str(); s.err != nil || !bytes.HasPrefix(b[s.i:], []byte(`,"logprob":`)) {
+		return s.restart(i)
+	}
+	s.i += len(`,"logprob":`)
+	start := s.i
+	if s.num(); s.err != nil {
+		return s.restart(i)
+	}
+	num := b[start:s.i]
+	j := s.i
+	if !bytes.HasPrefix(b[j:], []byte(`,"bytes":[`)) {
+		return s.restart(i)
+	}
+	j += len(`,"bytes":[`)
+	for first := true; j < len(b) && b[j] != ']'; first = false {
+		if !first {
+			if b[j] != ',' {
+				return s.restart(i)
+			}
+			j++
+		}
+		// An element is 0 or digits without a leading zero.
+		k := digits(b, j)
+		if k == j || b[j] == '0' && k > j+1 {
+			return s.restart(i)
+		}
+		j = k
+	}
+	if j == len(b) {
+		return s.restart(i)
+	}
+	j++
+	if !bytes.HasPrefix(b[j:], []byte(`,"top_logprobs":[]}`)) {
+		return s.restart(i)
+	}
+	// As json.Unmarshal into a float64: the text's nearest float64, an error
+	// beyond its range. The bytes are only read during the call.
+	lp, err := strconv.ParseFloat(unsafe.String(unsafe.SliceData(num), len(num)), 64)
+	if err != nil {
+		return s.restart(i)
+	}
+	s.i = j + len(`,"top_logprobs":[]}`)
+	return lp, true
+}
+
+// restart undoes a fast path that read from i and found something else
+// (vllmLogprob), so that the general loop reads it again, errors and all.
+func (s *scanner) restart(i int) (float64, bool) {
+	s.i, s.err = i, nil
+	return 0, false
 }
 
 // field reads a key of an object that json.Unmarshal would decode into a

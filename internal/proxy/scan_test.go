@@ -192,24 +192,26 @@ func stubResponses() [][]byte {
 	up := &stub{tokenIDs: true, logprobs: true}
 	for _, tools := range []bool{false, true} {
 		for _, added := range []bool{false, true} {
-			req := stubRequest{Model: "toy", Logprobs: added, ReturnTokenIDs: added, TopLogprobs: 2}
-			req.Messages = append(req.Messages, struct {
-				Role    string `json:"role"`
-				Content string `json:"content"`
-			}{"user", "say \"hi\"\n in ünïcode"})
-			if tools {
-				req.Tools = []json.RawMessage{json.RawMessage(`{}`)}
-			}
-			g := generate(req)
-			out = append(out, up.completion(req, g))
-			req.StreamOptions = &struct {
-				IncludeUsage bool `json:"include_usage"`
-			}{true}
-			rr := httptest.NewRecorder()
-			up.stream(rr, httptest.NewRequest("POST", "/v1/chat/completions", nil), req, g, nil, nil)
-			for ev := range strings.SplitSeq(rr.Body.String(), "\n\n") {
-				if p, ok := strings.CutPrefix(ev, "data: "); ok && p != "[DONE]" {
-					out = append(out, []byte(p))
+			for _, top := range []int{0, 2} {
+				req := stubRequest{Model: "toy", Logprobs: added, ReturnTokenIDs: added, TopLogprobs: top}
+				req.Messages = append(req.Messages, struct {
+					Role    string `json:"role"`
+					Content string `json:"content"`
+				}{"user", "say \"hi\"\n in ünïcode"})
+				if tools {
+					req.Tools = []json.RawMessage{json.RawMessage(`{}`)}
+				}
+				g := generate(req)
+				out = append(out, up.completion(req, g))
+				req.StreamOptions = &struct {
+					IncludeUsage bool `json:"include_usage"`
+				}{true}
+				rr := httptest.NewRecorder()
+				up.stream(rr, httptest.NewRequest("POST", "/v1/chat/completions", nil), req, g, nil, nil)
+				for ev := range strings.SplitSeq(rr.Body.String(), "\n\n") {
+					if p, ok := strings.CutPrefix(ev, "data: "); ok && p != "[DONE]" {
+						out = append(out, []byte(p))
+					}
 				}
 			}
 		}
@@ -222,7 +224,7 @@ func stubResponses() [][]byte {
 func TestWalkTakesVLLMShapes(t *testing.T) {
 	for _, raw := range stubResponses() {
 		var cr chatResponse
-		if _, err := walkResponse(raw, &cr); err != nil {
+		if _, err := walkResponse(raw, &cr, nil, nil); err != nil {
 			t.Errorf("walkResponse gave up on %s: %v", raw, err)
 		}
 		for _, c := range cr.Choices {
@@ -419,6 +421,26 @@ func FuzzParseChatRequest(f *testing.F) {
 		}
 		if fmt.Sprint(upRest) != fmt.Sprint(rest) {
 			t.Fatalf("other members changed:\n%q\n%q", upRest, rest)
+		}
+	})
+}
+
+// compactJSON must write what json.Compact writes, for any valid JSON.
+func FuzzCompactJSON(f *testing.F) {
+	for _, s := range []string{`[{"id":"c","function":{"arguments":"{\"x\": 1}"}}]`, "[ 1 ,\n2 ]", `{"a" : "b\\\" c"}`, `"\u2028 <&>"`, `[]`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		if !json.Valid(raw) {
+			return
+		}
+		var want bytes.Buffer
+		if err := json.Compact(&want, raw); err != nil {
+			t.Fatal(err)
+		}
+		got, ok := compactJSON(raw)
+		if !ok || got != want.String() {
+			t.Fatalf("compactJSON(%q) = %q, %v; json.Compact: %q", raw, got, ok, want.String())
 		}
 	})
 }

@@ -132,7 +132,9 @@ func streamClients(b *testing.B, client *http.Client, begin func() (string, func
 func BenchmarkRelayWork(b *testing.B) {
 	var answer, stream []byte
 	for _, r := range stubResponses() {
-		if answer == nil && bytes.Contains(r, []byte(`"prompt_token_ids":[`)) && bytes.Contains(r, []byte(`"tool_calls"`)) {
+		// As the proxy asks: logprobs and token ids, no top logprobs.
+		if answer == nil && bytes.Contains(r, []byte(`"prompt_token_ids":[`)) && bytes.Contains(r, []byte(`"tool_calls"`)) &&
+			bytes.Contains(r, []byte(`"top_logprobs":[]`)) {
 			answer = r
 		}
 	}

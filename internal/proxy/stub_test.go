@@ -196,7 +196,12 @@ func (s *stub) logprobEntry(req stubRequest, i int) json.RawMessage {
 	for k := range req.TopLogprobs {
 		tops = append(tops, obj("token", fmt.Sprintf("t%d", k), "logprob", stubLogprob(i)-float64(k), "bytes", []int{116}))
 	}
-	return obj("token", fmt.Sprintf("tok%d", i), "logprob", stubLogprob(i), "bytes", []int{}, "top_logprobs", tops)
+	tok := fmt.Sprintf("tok%d", i)
+	var utf8 []int // as vLLM: the token's UTF-8 bytes as numbers
+	for _, c := range []byte(tok) {
+		utf8 = append(utf8, int(c))
+	}
+	return obj("token", tok, "logprob", stubLogprob(i), "bytes", utf8, "top_logprobs", tops)
 }
 
 func (s *stub) completion(req stubRequest, g generation) []byte {
