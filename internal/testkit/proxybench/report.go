@@ -119,7 +119,14 @@ func Report(w io.Writer, cfg Config) error {
 				fmt.Fprintf(progress, "round %d: %s, %d clients\n", round+1, m, c)
 				res, err := measure(cfg, m, c, round == 0)
 				if err != nil {
-					return err
+					// Rarely, a call fails at the
+					// transport (seen once: the bare reverse proxy's connection to
+					// the stub closed under a stream). The cell is measured
+					// again, and the failure said; a second one ends the run.
+					fmt.Fprintf(os.Stderr, "loadgen: measuring again after: %v\n", err)
+					if res, err = measure(cfg, m, c, round == 0); err != nil {
+						return err
+					}
 				}
 				for _, p := range Paths {
 					k := key{m, p, c}
