@@ -281,6 +281,7 @@ type respMessage struct {
 
 type respLogprobs struct {
 	Content []respLogprob `json:"content"`
+	spare   []respLogprob // memory for Content when decoded again (walkResponse)
 }
 
 type respLogprob struct {
@@ -298,6 +299,9 @@ type toolCall struct {
 	ID       string       `json:"id"`
 	Type     string       `json:"type"`
 	Function toolFunction `json:"function"`
+	// args gathers a streamed call's argument pieces (Function.Arguments
+	// once the stream ends): a string grown by += copied all of it per event.
+	args strings.Builder
 }
 
 type toolFunction struct {
@@ -803,7 +807,7 @@ func (a *streamAssembly) addToolCall(td toolCallDelta) {
 		if tc.Function.Name == "" {
 			tc.Function.Name = td.Function.Name
 		}
-		tc.Function.Arguments += td.Function.Arguments
+		tc.args.WriteString(td.Function.Arguments)
 	}
 }
 
@@ -815,6 +819,9 @@ func (a *streamAssembly) fill(rec *schemas.Call) {
 	rec.FinishReason = a.finish
 	rec.Content = a.content.String()
 	if len(a.calls) > 0 {
+		for _, tc := range a.calls {
+			tc.Function.Arguments = tc.args.String()
+		}
 		var buf bytes.Buffer
 		enc := json.NewEncoder(&buf)
 		enc.SetEscapeHTML(false)

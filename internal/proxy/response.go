@@ -132,8 +132,13 @@ func walkResponse(raw []byte, cr *chatResponse, choices []respChoice, spans []sp
 				cr.Choices = []respChoice{} // "choices":[] decodes to empty, not nil
 			}
 			for first := true; s.next(']', first); first = false {
+				// A reused choice's logprobs are reused too (see parse).
+				var lp *respLogprobs
+				if n := len(cr.Choices); n < cap(cr.Choices) {
+					lp = cr.Choices[:n+1][n].Logprobs
+				}
 				cr.Choices = append(cr.Choices, respChoice{})
-				s.choice(&cr.Choices[len(cr.Choices)-1], &spans)
+				s.choice(&cr.Choices[len(cr.Choices)-1], &spans, lp)
 			}
 		case "usage":
 			if !s.null() {
@@ -154,7 +159,9 @@ func walkResponse(raw []byte, cr *chatResponse, choices []respChoice, spans []sp
 	return spans, s.end()
 }
 
-func (s *scanner) choice(c *respChoice, spans *[]span) {
+// choice reads a choice into c; reuse, when not nil, is memory for its
+// logprobs.
+func (s *scanner) choice(c *respChoice, spans *[]span, reuse *respLogprobs) {
 	var seen uint
 	s.open('{')
 	for first := true; s.next('}', first); first = false {
@@ -169,7 +176,16 @@ func (s *scanner) choice(c *respChoice, spans *[]span) {
 			c.Delta = s.value()
 		case "logprobs":
 			if start := s.at(); !s.null() {
-				c.Logprobs = &respLogprobs{}
+				if reuse != nil {
+					spare := reuse.Content
+					if spare == nil {
+						spare = reuse.spare
+					}
+					*reuse = respLogprobs{spare: spare[:0]}
+					c.Logprobs = reuse
+				} else {
+					c.Logprobs = &respLogprobs{}
+				}
 				s.logprobs(c.Logprobs)
 				*spans = append(*spans, span{start: start, end: s.i, logprobs: true})
 			}
@@ -220,7 +236,9 @@ func (s *scanner) logprobs(l *respLogprobs) {
 		if s.null() || !s.open('[') {
 			continue
 		}
-		l.Content = []respLogprob{}
+		if l.Content = l.spare; l.Content == nil {
+			l.Content = []respLogprob{}
+		}
 		for first := true; s.next(']', first); first = false {
 			var e respLogprob
 			if e.Logprob, ok = s.vllmLogprob(); ok {

@@ -247,6 +247,27 @@ var strips = []strip{{tokenIDs: true}, {logprobs: true}, {tokenIDs: true, logpro
 // replaces: json.Unmarshal into chatResponse, and stripResponse, which
 // re-encodes the edited objects (compactly, hence the comparison after
 // json.Compact).
+// reusedBefore are what a reused response decodes before the input in
+// FuzzResponse: choices with logprobs, with null content, and more of them.
+var reusedBefore = []string{
+	`{"choices":[{"index":0,"delta":{"content":"a"},"logprobs":{"content":[{"token":"a","logprob":-0.5,"bytes":[97],"top_logprobs":[]}]},"token_ids":[5]}]}`,
+	`{"choices":[{"index":0,"logprobs":{"content":null}},{"index":1,"logprobs":{"content":[{"logprob":-1}]}},{"index":2}]}`,
+}
+
+// withoutSpare is cr without the memory kept for reuse, which
+// json.Unmarshal does not fill.
+func withoutSpare(cr chatResponse) chatResponse {
+	cr.Choices = slices.Clone(cr.Choices)
+	for i, c := range cr.Choices {
+		if c.Logprobs != nil {
+			lp := *c.Logprobs
+			lp.spare = nil
+			cr.Choices[i].Logprobs = &lp
+		}
+	}
+	return cr
+}
+
 func FuzzResponse(f *testing.F) {
 	for _, r := range stubResponses() {
 		f.Add(r)
@@ -268,6 +289,16 @@ func FuzzResponse(f *testing.F) {
 		r, err := parseResponse(raw)
 		if (err == nil) != (wantErr == nil) || err == nil && !reflect.DeepEqual(r.chatResponse, want) {
 			t.Fatalf("parseResponse = %+v, %v\njson.Unmarshal %+v, %v", r, err, want, wantErr)
+		}
+		// Decoded into a response that held another chunk before, as the
+		// stream relay does, the result is the same.
+		for _, prev := range reusedBefore {
+			var again response
+			_ = again.parse([]byte(prev))
+			err := again.parse(raw)
+			if (err == nil) != (wantErr == nil) || err == nil && (!reflect.DeepEqual(withoutSpare(again.chatResponse), want) || !slices.Equal(again.added, r.added)) {
+				t.Fatalf("parse after %s = %+v, %v\njson.Unmarshal %+v, %v", prev, again, err, want, wantErr)
+			}
 		}
 		if err != nil || !r.walked {
 			return
