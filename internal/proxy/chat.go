@@ -973,8 +973,8 @@ func (p *Proxy) forwardEvent(out, event []byte, a *streamAssembly, s strip) []by
 		end = start + len(payload)
 		if string(payload) == "[DONE]" {
 			a.done = true
-		} else if c := &a.chunk; c.parse(payload) != nil {
-			a.errs = append(a.errs, fmt.Sprintf("unparseable stream chunk: %v", c.parse(payload)))
+		} else if c, err := &a.chunk, a.chunk.parse(payload); err != nil {
+			a.errs = append(a.errs, fmt.Sprintf("unparseable stream chunk: %v", err))
 		} else {
 			a.add(&c.chatResponse)
 			before := len(out)

@@ -119,10 +119,10 @@ func Report(w io.Writer, cfg Config) error {
 				fmt.Fprintf(progress, "round %d: %s, %d clients\n", round+1, m, c)
 				res, err := measure(cfg, m, c, round == 0)
 				if err != nil {
-					// Rarely, a call fails at the
-					// transport (seen once: the bare reverse proxy's connection to
-					// the stub closed under a stream). The cell is measured
-					// again, and the failure said; a second one ends the run.
+					// Rarely, a call fails at the transport (seen twice: the
+					// bare reverse proxy's connection to the stub closed under
+					// a stream, cause not found). The cell is measured again
+					// and the failure said; a second one ends the run.
 					fmt.Fprintf(os.Stderr, "loadgen: measuring again after: %v\n", err)
 					if res, err = measure(cfg, m, c, round == 0); err != nil {
 						return err
@@ -247,8 +247,9 @@ type measured struct{ sat, fixed Result }
 // measure runs every path at one mode and concurrency once: a warm-up, the
 // saturated runs in slices taking turns (so that what else the machine
 // does in those seconds hits every path alike; one run after the other
-// varied by ±15 %), then the fixed-load runs, taking turns too. Asked to profile, it first
-// runs each path alone for cfg.Saturate under the profiler.
+// varied by ±15 %), then the fixed-load runs, taking turns too. Asked to
+// profile, it first runs each path alone for cfg.Saturate under the
+// profiler.
 func measure(cfg Config, m Mode, c int, profiled bool) (map[Path]measured, error) {
 	envs := map[Path]*Env{}
 	defer func() {

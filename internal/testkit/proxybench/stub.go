@@ -81,10 +81,6 @@ func NewStub() *Stub {
 // receives, and so what it must receive through the proxy too.
 func (s *Stub) Answer(v int) []byte { return s.answers[v%variants][0] }
 
-// UpstreamAnswer is the body the stub returns for request variant v when
-// logprobs and token ids were asked for: what the recording proxy reads.
-func (s *Stub) UpstreamAnswer(v int) []byte { return s.answers[v%variants][3] }
-
 // StreamAnswer is Answer for a streamed request: the events' bytes in order.
 func (s *Stub) StreamAnswer(v int) []byte { return s.streamed[v%variants] }
 
