@@ -54,9 +54,11 @@ type chatRequest struct {
 func (r chatRequest) upstreamBody() []byte { return bytes.Join(r.upstream, nil) }
 
 // upstreamLen is the length of the body sent upstream.
-func (r chatRequest) upstreamLen() int64 {
+func (r chatRequest) upstreamLen() int64 { return piecesLen(r.upstream) }
+
+func piecesLen(pieces [][]byte) int64 {
 	n := 0
-	for _, b := range r.upstream {
+	for _, b := range pieces {
 		n += len(b)
 	}
 	return int64(n)
@@ -67,14 +69,16 @@ func (r chatRequest) upstreamLen() int64 {
 // the headers and such a body in one write, but flushes the headers on
 // their own before a body it does not know to be in memory, a system call
 // more than the copy costs. A larger one (images) is sent from its pieces.
-func (r chatRequest) upstreamReader() io.ReadCloser {
-	if len(r.upstream) == 1 {
-		return io.NopCloser(bytes.NewReader(r.upstream[0]))
+func (r chatRequest) upstreamReader() io.ReadCloser { return piecesReader(r.upstream) }
+
+func piecesReader(pieces [][]byte) io.ReadCloser {
+	switch {
+	case len(pieces) == 1:
+		return io.NopCloser(bytes.NewReader(pieces[0]))
+	case piecesLen(pieces) <= joinedUpstream:
+		return io.NopCloser(bytes.NewReader(bytes.Join(pieces, nil)))
 	}
-	if r.upstreamLen() <= joinedUpstream {
-		return io.NopCloser(bytes.NewReader(r.upstreamBody()))
-	}
-	b := net.Buffers(slices.Clone(r.upstream)) // Read consumes the pieces
+	b := net.Buffers(slices.Clone(pieces)) // Read consumes the pieces
 	return io.NopCloser(&b)
 }
 
@@ -104,7 +108,9 @@ func parseChatRequestSeeded(body []byte, inject *int64) (chatRequest, error) {
 		}
 		return req, errors.New("request body is not valid JSON")
 	}
-	var forced []edit // values of logprobs and return_token_ids, and a null seed
+	// values of logprobs and return_token_ids, and a null seed
+	var forcedMem [4]edit
+	forced := forcedMem[:0]
 	var hasLogprobs, hasTokenIDs, hasSeed bool
 	var nullSeeds []span
 	allTrue := true // every occurrence of them, whichever one the server takes
@@ -125,11 +131,11 @@ func parseChatRequestSeeded(body []byte, inject *int64) (chatRequest, error) {
 			req.stream = isTrue(v)
 		case "logprobs":
 			hasLogprobs, req.wantLogprobs = true, isTrue(v)
-			forced = append(forced, edit{span{start: start, end: s.i}, "true"})
+			forced = append(forced, edit{span{start: start, end: s.i}, trueJSON})
 			allTrue = allTrue && req.wantLogprobs
 		case "return_token_ids":
 			hasTokenIDs, req.wantTokenIDs = true, isTrue(v)
-			forced = append(forced, edit{span{start: start, end: s.i}, "true"})
+			forced = append(forced, edit{span{start: start, end: s.i}, trueJSON})
 			allTrue = allTrue && req.wantTokenIDs
 		case "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty":
 			// A value that is not a number is the server's to reject; null
@@ -170,44 +176,52 @@ func parseChatRequestSeeded(body []byte, inject *int64) (chatRequest, error) {
 		return req, nil
 	}
 	if addSeed {
-		seed := strconv.FormatInt(*inject, 10)
+		seed := strconv.AppendInt(nil, *inject, 10)
 		req.seed, req.seedInjected = inject, true
 		for _, sp := range nullSeeds {
 			forced = append(forced, edit{sp, seed})
 		}
 		slices.SortFunc(forced, func(a, b edit) int { return a.start - b.start })
 	}
-	out := make([][]byte, 0, 2*len(forced)+5)
+	out := make([][]byte, 0, 2*len(forced)+7)
 	last := 0
 	for _, e := range forced {
-		out = append(out, body[last:e.start], []byte(e.value))
+		out = append(out, body[last:e.start], e.value)
 		last = e.end
 	}
 	out = append(out, body[last:closing])
-	for _, add := range []struct {
-		member  string
+	for _, add := range [...]struct {
+		member  []byte
 		present bool
-	}{{`"logprobs":true`, hasLogprobs}, {`"return_token_ids":true`, hasTokenIDs},
-		{`"seed":` + strconv.FormatInt(req.seedOr0(), 10), !addSeed || len(nullSeeds) > 0}} {
+	}{{logprobsMember, hasLogprobs}, {tokenIDsMember, hasTokenIDs}, {nil, !addSeed || len(nullSeeds) > 0}} {
 		if add.present {
 			continue
+		}
+		if add.member == nil {
+			add.member = strconv.AppendInt([]byte(`"seed":`), req.seedOr0(), 10)
 		}
 		if members > 0 {
 			out = append(out, comma)
 		}
-		out = append(out, []byte(add.member))
+		out = append(out, add.member)
 		members++
 	}
 	req.upstream = append(out, body[closing:])
 	return req, nil
 }
 
-var comma = []byte(",")
+// The pieces the request rewrite adds; the upstream body only reads them.
+var (
+	comma          = []byte(",")
+	trueJSON       = []byte("true")
+	logprobsMember = []byte(`"logprobs":true`)
+	tokenIDsMember = []byte(`"return_token_ids":true`)
+)
 
 // edit replaces the bytes of a span with value.
 type edit struct {
 	span
-	value string
+	value []byte
 }
 
 // constrain records that the request shapes the distribution by name.
@@ -329,10 +343,12 @@ func (p *Proxy) handleChat(w http.ResponseWriter, r *http.Request, rec *schemas.
 	}()
 
 	n := r.ContentLength
-	if n > p.opts.MaxBodyBytes {
+	var src io.Reader = r.Body // a length within the limit bounds the read itself
+	if n < 0 || n > p.opts.MaxBodyBytes {
 		n = -1 // no buffer of the limit's size for a body that fails anyway
+		src = http.MaxBytesReader(w, r.Body, p.opts.MaxBodyBytes)
 	}
-	body, err := readBody(http.MaxBytesReader(w, r.Body, p.opts.MaxBodyBytes), n)
+	body, err := readBody(src, n)
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
@@ -379,23 +395,15 @@ func (p *Proxy) handleChat(w http.ResponseWriter, r *http.Request, rec *schemas.
 	rec.Seed, rec.SeedInjected = req.seed, req.seedInjected
 	rec.Sampling = sampling.Effective(req.given, req.constraints, ep.meta.samplingDefaults())
 
-	target, err := p.upstreamURL(root, "/v1/chat/completions", r.URL.RawQuery)
+	target, err := p.chatURL(root, r.URL.RawQuery)
 	if err != nil {
 		p.fail(w, rec, http.StatusBadGateway, "upstream_error", err.Error())
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), p.opts.UpstreamTimeout)
 	defer cancel()
-	// A harness that stops reading must not hold End past the timeout either.
-	// The deadline is cleared afterwards because it would otherwise stay on a
-	// kept-alive connection.
-	rc := http.NewResponseController(w)
-	if deadline, ok := ctx.Deadline(); ok {
-		_ = rc.SetWriteDeadline(deadline)
-		defer func() { _ = rc.SetWriteDeadline(time.Time{}) }()
-	}
 
-	upReq, err := http.NewRequestWithContext(ctx, http.MethodPost, target.String(), req.upstreamReader())
+	upReq, err := http.NewRequestWithContext(ctx, http.MethodPost, target, req.upstreamReader())
 	if err != nil {
 		p.fail(w, rec, http.StatusBadGateway, "upstream_error", fmt.Sprintf("build upstream request: %v", err))
 		return
@@ -403,7 +411,8 @@ func (p *Proxy) handleChat(w http.ResponseWriter, r *http.Request, rec *schemas.
 	// As http.NewRequest does for a bytes.Reader: the length, and a way to
 	// send the body again when a kept-alive connection turns out closed.
 	upReq.ContentLength = req.upstreamLen()
-	upReq.GetBody = func() (io.ReadCloser, error) { return req.upstreamReader(), nil }
+	pieces := req.upstream // not req: the closure would move all of it to the heap
+	upReq.GetBody = func() (io.ReadCloser, error) { return piecesReader(pieces), nil }
 	// Accept-Encoding is left to the transport so that it decompresses for us.
 	copyHeaders(upReq.Header, r.Header, "Content-Length", "Accept-Encoding", "Host")
 	if upReq.Header.Get("Content-Type") == "" {
@@ -419,12 +428,15 @@ func (p *Proxy) handleChat(w http.ResponseWriter, r *http.Request, rec *schemas.
 	}
 	defer resp.Body.Close()
 
+	rc := http.NewResponseController(w)
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		defer boundWrites(ctx, rc)()
 		p.relayUpstreamError(w, resp, rec)
 		return
 	}
 	s := strip{tokenIDs: !req.wantTokenIDs, logprobs: !req.wantLogprobs}
 	if mediaType(resp.Header.Get("Content-Type")) == "text/event-stream" {
+		defer boundWrites(ctx, rc)()
 		p.relayStream(w, r, ctx, rc, resp, rec, s)
 	} else {
 		p.relayJSON(w, r, ctx, resp, rec, s)
@@ -432,12 +444,14 @@ func (p *Proxy) handleChat(w http.ResponseWriter, r *http.Request, rec *schemas.
 	if ep.meta.Seeds == nil || rec.Seed == nil {
 		return nil
 	}
-	server := target.Scheme + "://" + target.Host
+	server := upReq.URL.Scheme + "://" + upReq.URL.Host
 	ep.usedServer(server)
 	if rec.Error != "" {
 		return nil
 	}
-	return func() { p.checkSeed(r.Context(), server, target.String(), req.upstreamBody, rec) }
+	return func() {
+		p.checkSeed(r.Context(), server, target, func() []byte { return bytes.Join(pieces, nil) }, rec)
+	}
 }
 
 // logCall logs a failed call as a warning and, when debug logging is on, a
@@ -478,6 +492,11 @@ func mediaType(ct string) string {
 func readBody(r io.Reader, n int64) ([]byte, error) {
 	return readBodyInto(nil, r, n)
 }
+
+// decodedAnswers holds responses for relayJSON to decode answers into:
+// parse reuses their choices, spans and logprobs, which an 8 KB answer
+// otherwise grew afresh each call.
+var decodedAnswers = sync.Pool{New: func() any { return new(response) }}
 
 // answerBufs holds buffers for model server answers, which relayJSON
 // reads whole and lets go once written; answers past maxPooledAnswer
@@ -576,7 +595,12 @@ func (p *Proxy) relayJSON(w http.ResponseWriter, r *http.Request, ctx context.Co
 	}
 	rec.HTTPStatus = int32(resp.StatusCode)
 	out := body
-	if cr, err := parseResponse(body); err != nil {
+	cr := decodedAnswers.Get().(*response)
+	defer func() {
+		cr.reset()
+		decodedAnswers.Put(cr)
+	}()
+	if err := cr.parse(body); err != nil {
 		// Not a chat completion: hand it over untouched, keep it out of training.
 		rec.Error = fmt.Sprintf("model server response is not a chat completion: %v", err)
 	} else {
@@ -598,11 +622,33 @@ func (p *Proxy) relayJSON(w http.ResponseWriter, r *http.Request, ctx context.Co
 	}
 	copyHeaders(w.Header(), resp.Header, "Content-Length")
 	w.Header().Set("Content-Length", strconv.Itoa(len(out)))
+	if len(out) > unblockedAnswer {
+		defer boundWrites(ctx, http.NewResponseController(w))()
+	}
 	w.WriteHeader(resp.StatusCode)
 	if _, err := w.Write(out); err != nil {
 		rec.Error = fmt.Sprintf("harness disconnected before reading the response: %v", err)
 	}
 }
+
+// boundWrites makes the handler's writes to the harness fail at the call's
+// deadline, so that a harness that stops reading cannot hold End past
+// UpstreamTimeout either, and returns what clears the deadline again (it
+// would otherwise stay on the kept-alive connection).
+func boundWrites(ctx context.Context, rc *http.ResponseController) (clear func()) {
+	deadline, ok := ctx.Deadline()
+	if !ok || rc.SetWriteDeadline(deadline) != nil {
+		return func() {}
+	}
+	return func() { _ = rc.SetWriteDeadline(time.Time{}) }
+}
+
+// unblockedAnswer is the largest answer relayJSON writes without a write
+// deadline: the harness has read all before it sent the request, so the
+// connection's send buffer (16 KiB at least on Linux) takes it whole, and
+// the write cannot wait on the harness. (Smaller ones are not even written
+// before the handler returns, but buffered by the server.)
+const unblockedAnswer = 16 << 10
 
 func recordCompletion(rec *schemas.Call, cr *chatResponse) {
 	if cr.Model != "" {

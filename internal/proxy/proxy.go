@@ -83,6 +83,10 @@ type Proxy struct {
 
 	mu       sync.RWMutex
 	upstream *url.URL
+	// chatURLs caches, by model server root ("" for upstream), the chat
+	// completions URL: every call needs it, and building it took a parse
+	// and four allocations.
+	chatURLs map[string]string
 	episodes map[string]*episode
 	// seedChecks are the repeatability checks, by model server root.
 	seedChecks map[string]*seedCheck
@@ -126,6 +130,7 @@ func New(opts Options) *Proxy {
 			return http.ErrUseLastResponse
 		}},
 		episodes: make(map[string]*episode),
+		chatURLs: make(map[string]string),
 	}
 }
 
@@ -140,13 +145,53 @@ func (p *Proxy) SetUpstream(rootURL string) {
 	}
 	p.mu.Lock()
 	p.upstream = u
+	delete(p.chatURLs, "")
 	p.mu.Unlock()
 }
+
+// chatURL is the chat completions URL on the model server root (the
+// configured upstream when root is ""), with the harness's query.
+func (p *Proxy) chatURL(root, rawQuery string) (string, error) {
+	const path = "/v1/chat/completions"
+	p.mu.RLock()
+	cached, ok := p.chatURLs[root]
+	up := p.upstream
+	p.mu.RUnlock()
+	if ok && rawQuery == "" {
+		return cached, nil
+	}
+	u, err := upstreamTarget(up, root, path, rawQuery)
+	if err != nil {
+		return "", err
+	}
+	s := u.String()
+	if rawQuery == "" {
+		p.mu.Lock()
+		if p.upstream == up { // else SetUpstream came in between
+			if len(p.chatURLs) >= maxCachedRoots {
+				clear(p.chatURLs)
+			}
+			p.chatURLs[root] = s
+		}
+		p.mu.Unlock()
+	}
+	return s, nil
+}
+
+// maxCachedRoots bounds chatURLs: a host has a few model servers, but each
+// may come back on a new port after a weights change.
+const maxCachedRoots = 64
 
 func (p *Proxy) upstreamURL(root, path, rawQuery string) (*url.URL, error) {
 	p.mu.RLock()
 	u := p.upstream
 	p.mu.RUnlock()
+	return upstreamTarget(u, root, path, rawQuery)
+}
+
+// upstreamTarget is path (escaped) and rawQuery on the model server root,
+// or on u when root is "".
+func upstreamTarget(u *url.URL, root, path, rawQuery string) (*url.URL, error) {
 	if root != "" {
 		var err error
 		if u, err = url.Parse(strings.TrimRight(root, "/")); err != nil || u.Scheme == "" || u.Host == "" {
@@ -296,15 +341,15 @@ func splitPath(escaped string) (id, rest string, ok bool) {
 	if !ok {
 		return "", "", false
 	}
-	escID, after, ok := strings.Cut(s, "/")
-	if !ok || escID == "" {
+	slash := strings.IndexByte(s, '/')
+	if slash <= 0 {
 		return "", "", false
 	}
-	id, err := url.PathUnescape(escID)
+	id, err := url.PathUnescape(s[:slash])
 	if err != nil {
 		return "", "", false
 	}
-	return id, "/" + after, true
+	return id, s[slash:], true
 }
 
 // hasDotSegment reports whether the escaped path has a "." or ".." segment,
@@ -314,7 +359,7 @@ func hasDotSegment(escaped string) bool {
 	if err != nil {
 		return true
 	}
-	for _, seg := range strings.Split(dec, "/") {
+	for seg := range strings.SplitSeq(dec, "/") {
 		if seg == "." || seg == ".." {
 			return true
 		}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -792,5 +793,57 @@ func TestEpisodeUpstream(t *testing.T) {
 		if recs := p.End(id); len(recs) != 1 || !recs[0].Trainable {
 			t.Errorf("episode %s recorded %+v", id, recs)
 		}
+	}
+}
+
+// A harness that sends a streamed call and stops reading must not hold End
+// past UpstreamTimeout: the relay's writes to it fail at the call's deadline.
+func TestHarnessStopsReadingStream(t *testing.T) {
+	chunk := []byte(`data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"toy","choices":[{"index":0,"delta":{"content":"` +
+		strings.Repeat("x", 4000) + `"},"logprobs":null,"finish_reason":null,"token_ids":[1]}]}` + "\n\n")
+	called := make(chan struct{})
+	var once sync.Once
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		once.Do(func() { close(called) })
+		w.Header().Set("Content-Type", "text/event-stream")
+		rc := http.NewResponseController(w)
+		for range 1 << 16 { // 256 MiB at most; the proxy stops reading long before
+			if _, err := w.Write(chunk); err != nil || rc.Flush() != nil {
+				return
+			}
+		}
+	}))
+	t.Cleanup(up.Close)
+	p, srv := newProxy(t, nil, Options{UpstreamTimeout: 300 * time.Millisecond})
+	p.SetUpstream(up.URL)
+	prefix := p.Begin(named("e"))
+
+	conn, err := net.DialTimeout("tcp", srv.Listener.Addr().String(), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	body := chatBody("go", reqOpts{stream: true})
+	req := fmt.Sprintf("POST %s/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
+		prefix, len(body), body)
+	if _, err := conn.Write([]byte(req)); err != nil {
+		t.Fatal(err)
+	}
+	// The harness never reads from conn.
+	select {
+	case <-called:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the call did not reach the model server in 20 s")
+	}
+	ended := make(chan []schemas.Call, 1)
+	go func() { ended <- p.End(idOf("e")) }()
+	select {
+	case recs := <-ended:
+		if len(recs) != 1 || !strings.Contains(recs[0].Error, "stopped reading") || recs[0].Trainable {
+			t.Errorf("records: %+v", recs)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("End still waiting 20 s after a 300 ms UpstreamTimeout: the relay is stuck writing to a harness that does not read")
 	}
 }

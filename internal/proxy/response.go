@@ -51,6 +51,16 @@ func (r *response) parse(raw []byte) (err error) {
 	return err
 }
 
+// reset lets go of everything r refers to but the memory parse reuses (its
+// choices' logprobs and its spans), so that a pooled response holds no
+// answer or record alive.
+func (r *response) reset() {
+	for i := range r.Choices {
+		r.Choices[i] = respChoice{Logprobs: r.Choices[i].Logprobs}
+	}
+	*r = response{chatResponse: chatResponse{Choices: r.Choices[:0]}, added: r.added[:0]}
+}
+
 // stripped returns the response without what s hides, and whether that
 // changed anything (see stripResponse). Everything else stays byte for byte.
 func (r *response) stripped(s strip) (out []byte, changed bool, err error) {
@@ -386,8 +396,10 @@ func parseMessage(raw []byte, m *respMessage) error {
 	if walkMessage(raw, m) == nil {
 		return nil
 	}
-	*m = respMessage{}
-	return json.Unmarshal(raw, m)
+	var u respMessage // not m: that would move every caller's m to the heap
+	err := json.Unmarshal(raw, &u)
+	*m = u
+	return err
 }
 
 func walkMessage(raw []byte, m *respMessage) error {

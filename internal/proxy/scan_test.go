@@ -16,6 +16,11 @@ import (
 // scanCases are inputs for the scanner, valid or not as json.Valid says
 // (the tests check that they agree).
 var scanCases = []string{
+	// strings past eight bytes, with what str must look at on either side
+	// of a word boundary (it reads eight bytes at a time)
+	`{"0123456789abcdef":"0123456\"89abcdef0123456789","k":"01234567\\9abcdé0123456"}`,
+	`["0123456789abcdefghi\u00e9jklmnopqrstuvwxyz","abcdefg","abcdefgh","abcdefghi"]`,
+	"[\"0123456789ab\x01cdef\"]", "[\"0123456789abcdefgh\x7f\x80\xffxyz\"]", `["0123456789abcdef\`,
 	// valid
 	`{}`, `[]`, `""`, `0`, `-0`, `null`, `true`, `false`, ` {} `, "\t\n\r {\n\"a\" :\t1 }\r\n",
 	`{"a":"}\"{[","b":[1,{"c":"\\"}],"d":"\\\"}"}`,

@@ -141,6 +141,9 @@ func Index(name string) int {
 func Effective(g Given, constraints []string, defaults schemas.Sampling) schemas.Sampling {
 	s := defaults
 	s.Defaulted, s.Constraints = nil, constraints
+	if n := len(Settings) - countTrue(g.Set[:]); n > 0 {
+		s.Defaulted = make([]string, 0, n) // one allocation, not one per growth
+	}
 	fields := [...]*float64{&s.Temperature, &s.TopP, nil, &s.MinP, &s.RepetitionPenalty, &s.PresencePenalty, &s.FrequencyPenalty}
 	for i, name := range Settings {
 		switch {
@@ -263,4 +266,14 @@ func Fix(reasons string) string {
 		}
 	}
 	return strings.Join(fixes, "; ")
+}
+
+func countTrue(bs []bool) int {
+	n := 0
+	for _, b := range bs {
+		if b {
+			n++
+		}
+	}
+	return n
 }
