@@ -780,9 +780,10 @@ type streamAssembly struct {
 	errs       []string
 
 	// chunk and delta are the last chunk and its delta, decoded into the
-	// same memory each time.
-	chunk response
-	delta respMessage
+	// same memory each time; calls0, the last delta's tool-call pieces.
+	chunk  response
+	delta  respMessage
+	calls0 []callPiece
 }
 
 func (a *streamAssembly) add(c *chatResponse) {
@@ -800,49 +801,114 @@ func (a *streamAssembly) add(c *chatResponse) {
 		if ch.Index != 0 {
 			continue
 		}
+		if a.completion == nil {
+			// Room for a short completion at once, not grown token by token.
+			a.completion, a.logprobs = make([]int32, 0, 64), make([]float32, 0, 64)
+		}
 		a.completion = append(a.completion, ch.TokenIDs...)
 		a.logprobs = appendLogprobs(a.logprobs, ch.Logprobs)
 		if ch.FinishReason != nil {
 			a.finish = *ch.FinishReason
 		}
-		if isNull(ch.Delta) {
-			continue
+		if !isNull(ch.Delta) && !a.walkDelta(ch.Delta) {
+			a.addDelta(ch.Delta)
 		}
-		d := &a.delta
-		*d = respMessage{}
-		if err := parseMessage(ch.Delta, d); err != nil {
-			a.errs = append(a.errs, fmt.Sprintf("unparseable delta: %v", err))
-			continue
+	}
+}
+
+// addDelta adds a delta's content and tool-call pieces, decoded as
+// json.Unmarshal decodes them.
+func (a *streamAssembly) addDelta(raw []byte) {
+	d := &a.delta
+	*d = respMessage{}
+	if err := parseMessage(raw, d); err != nil {
+		a.errs = append(a.errs, fmt.Sprintf("unparseable delta: %v", err))
+		return
+	}
+	if d.Content != nil {
+		a.content.WriteString(*d.Content)
+	}
+	if isNull(d.ToolCalls) {
+		return
+	}
+	tds, err := parseToolCallDeltas(d.ToolCalls)
+	if err != nil {
+		a.errs = append(a.errs, fmt.Sprintf("unparseable tool call delta: %v", err))
+		return
+	}
+	for _, td := range tds {
+		a.addToolCall(td)
+	}
+}
+
+// walkDelta is addDelta in one pass over the delta and without allocating
+// for what vLLM sends: the delta is read into pieces of raw first and added
+// only once all of it has been read, so that at anything walkDelta leaves
+// to addDelta (see walkResponse) it reports false having added nothing.
+func (a *streamAssembly) walkDelta(raw []byte) bool {
+	s := scanner{b: raw}
+	var content text
+	calls := a.calls0[:0]
+	var seen uint
+	s.open('{')
+	for first := true; s.next('}', first); first = false {
+		switch s.field(messageFields, &seen) {
+		case "content":
+			if !s.null() {
+				content = s.textPiece()
+			}
+		case "tool_calls":
+			if s.null() || !s.open('[') {
+				break
+			}
+			for first := true; s.next(']', first); first = false {
+				calls = append(calls, callPiece{})
+				s.callPiece(&calls[len(calls)-1])
+			}
+		default:
+			s.value()
 		}
-		if d.Content != nil {
-			a.content.WriteString(*d.Content)
+	}
+	a.calls0 = calls
+	if s.end() != nil {
+		return false
+	}
+	content.writeTo(&a.content)
+	for i := range calls {
+		a.addCallPiece(&calls[i])
+	}
+	return true
+}
+
+// callPiece is a tool-call delta as walkDelta reads it (see toolCallDelta).
+type callPiece struct {
+	index           int
+	id, typ         text
+	function        bool
+	name, arguments text
+}
+
+// addCallPiece is addToolCall for a callPiece.
+func (a *streamAssembly) addCallPiece(c *callPiece) {
+	tc := a.toolCall(c.index)
+	if c.id.len() > 0 {
+		tc.ID = c.id.String()
+	}
+	if c.typ.len() > 0 {
+		tc.Type = c.typ.String()
+	}
+	if c.function {
+		if tc.Function.Name == "" {
+			tc.Function.Name = c.name.String()
 		}
-		if isNull(d.ToolCalls) {
-			continue
-		}
-		tds, err := parseToolCallDeltas(d.ToolCalls)
-		if err != nil {
-			a.errs = append(a.errs, fmt.Sprintf("unparseable tool call delta: %v", err))
-			continue
-		}
-		for _, td := range tds {
-			a.addToolCall(td)
-		}
+		c.arguments.writeTo(&tc.args)
 	}
 }
 
 // addToolCall merges an OpenAI tool-call delta: the first delta of an index
 // carries id, type and name; later ones append argument text.
 func (a *streamAssembly) addToolCall(td toolCallDelta) {
-	tc := a.byIndex[td.Index]
-	if tc == nil {
-		tc = &toolCall{}
-		if a.byIndex == nil {
-			a.byIndex = map[int]*toolCall{}
-		}
-		a.byIndex[td.Index] = tc
-		a.calls = append(a.calls, tc)
-	}
+	tc := a.toolCall(td.Index)
 	if td.ID != "" {
 		tc.ID = td.ID
 	}
@@ -855,6 +921,20 @@ func (a *streamAssembly) addToolCall(td toolCallDelta) {
 		}
 		tc.args.WriteString(td.Function.Arguments)
 	}
+}
+
+// toolCall is the assembled call of a tool-call index, new at its first delta.
+func (a *streamAssembly) toolCall(index int) *toolCall {
+	tc := a.byIndex[index]
+	if tc == nil {
+		tc = &toolCall{}
+		if a.byIndex == nil {
+			a.byIndex = map[int]*toolCall{}
+		}
+		a.byIndex[index] = tc
+		a.calls = append(a.calls, tc)
+	}
+	return tc
 }
 
 func (a *streamAssembly) fill(rec *schemas.Call) {

@@ -33,13 +33,17 @@ func parseResponse(raw []byte) (r response, err error) {
 	return r, err
 }
 
-// parse is parseResponse into r, reusing the memory of r's choices and
-// spans: a stream's relay decodes each of its chunks into one response, so
-// that a chunk of one token does not allocate them anew. Nothing keeps a
-// decoded chunk past the next (streamAssembly.add copies what it keeps).
+// parse is parseResponse into r, reusing the memory of r's choices, their
+// logprobs and token ids, and spans: a stream's relay decodes each of its
+// chunks into one response, so that a chunk of one token does not allocate
+// them anew. Nothing keeps a decoded chunk past the next
+// (streamAssembly.add copies what it keeps); what does keep one (a record
+// keeps an answer's token ids) calls reset before r is parsed into again.
 func (r *response) parse(raw []byte) (err error) {
 	choices, added := r.Choices[:0], r.added[:0]
-	*r = response{raw: raw}
+	// The model's name is kept when the next chunk names the same model:
+	// walkResponse then does not copy it again.
+	*r = response{raw: raw, chatResponse: chatResponse{Model: r.Model}}
 	if r.added, err = walkResponse(raw, &r.chatResponse, choices, added); err == nil {
 		r.walked = true
 		return nil
@@ -122,16 +126,25 @@ var (
 //
 // choices and spans, when not nil, are memory to reuse: cr's choices and the
 // spans returned are appended to them from their start.
+//
+// cr.Model, when set, is taken to be the previous chunk's: it stays if raw
+// names the same model, and is replaced or cleared otherwise.
 func walkResponse(raw []byte, cr *chatResponse, choices []respChoice, spans []span) ([]span, error) {
 	s := &scanner{b: raw}
 	spans = spans[:0]
+	prevModel := cr.Model
+	cr.Model = ""
 	var seen uint
 	s.open('{')
 	for first := true; s.next('}', first); first = false {
 		switch s.field(responseFields, &seen) {
 		case "model":
 			if !s.null() {
-				cr.Model = s.text()
+				if t := s.textPiece(); t.plain && string(t.raw) == prevModel {
+					cr.Model = prevModel
+				} else {
+					cr.Model = t.String()
+				}
 			}
 		case "choices":
 			if s.null() || !s.open('[') {
@@ -142,13 +155,15 @@ func walkResponse(raw []byte, cr *chatResponse, choices []respChoice, spans []sp
 				cr.Choices = []respChoice{} // "choices":[] decodes to empty, not nil
 			}
 			for first := true; s.next(']', first); first = false {
-				// A reused choice's logprobs are reused too (see parse).
+				// A reused choice's logprobs and token ids are reused too
+				// (see parse).
 				var lp *respLogprobs
+				var ids []int32
 				if n := len(cr.Choices); n < cap(cr.Choices) {
-					lp = cr.Choices[:n+1][n].Logprobs
+					lp, ids = cr.Choices[:n+1][n].Logprobs, cr.Choices[:n+1][n].TokenIDs
 				}
 				cr.Choices = append(cr.Choices, respChoice{})
-				s.choice(&cr.Choices[len(cr.Choices)-1], &spans, lp)
+				s.choice(&cr.Choices[len(cr.Choices)-1], &spans, lp, ids)
 			}
 		case "usage":
 			if !s.null() {
@@ -169,9 +184,9 @@ func walkResponse(raw []byte, cr *chatResponse, choices []respChoice, spans []sp
 	return spans, s.end()
 }
 
-// choice reads a choice into c; reuse, when not nil, is memory for its
-// logprobs.
-func (s *scanner) choice(c *respChoice, spans *[]span, reuse *respLogprobs) {
+// choice reads a choice into c; reuse and ids, when not nil, are memory
+// for its logprobs and token ids.
+func (s *scanner) choice(c *respChoice, spans *[]span, reuse *respLogprobs, ids []int32) {
 	var seen uint
 	s.open('{')
 	for first := true; s.next('}', first); first = false {
@@ -206,7 +221,7 @@ func (s *scanner) choice(c *respChoice, spans *[]span, reuse *respLogprobs) {
 			}
 		case "token_ids":
 			if start := s.at(); !s.null() {
-				c.TokenIDs = s.int32s()
+				c.TokenIDs = s.int32sInto(ids)
 				*spans = append(*spans, span{start: start, end: s.i})
 			}
 		default:
@@ -468,6 +483,52 @@ func walkToolCallDeltas(raw []byte) ([]toolCallDelta, error) {
 		}
 	}
 	return tds, s.end()
+}
+
+// callPiece reads one element of a delta's tool_calls into c, as
+// walkToolCallDeltas reads a toolCallDelta.
+func (s *scanner) callPiece(c *callPiece) {
+	var seen uint
+	s.open('{')
+	for first := true; s.next('}', first); first = false {
+		switch s.field(toolCallFields, &seen) {
+		case "index":
+			if !s.null() {
+				c.index = int(s.integer(strconv.IntSize))
+			}
+		case "id":
+			if !s.null() {
+				c.id = s.textPiece()
+			}
+		case "type":
+			if !s.null() {
+				c.typ = s.textPiece()
+			}
+		case "function":
+			if s.null() {
+				break
+			}
+			c.function = true
+			var fseen uint
+			s.open('{')
+			for first := true; s.next('}', first); first = false {
+				switch s.field(functionFields, &fseen) {
+				case "name":
+					if !s.null() {
+						c.name = s.textPiece()
+					}
+				case "arguments":
+					if !s.null() {
+						c.arguments = s.textPiece()
+					}
+				default:
+					s.value()
+				}
+			}
+		default:
+			s.value()
+		}
+	}
 }
 
 func (s *scanner) function(f *toolFunction) {

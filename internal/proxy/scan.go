@@ -328,6 +328,43 @@ func (s *scanner) text() string {
 	return unquote(raw)
 }
 
+// text is a JSON string value as it stands in the input: the bytes between
+// its quotes, and whether they are the decoded string as is (see str).
+type text struct {
+	raw   []byte
+	plain bool
+}
+
+// textPiece reads a string value without decoding it, as text would.
+func (s *scanner) textPiece() text {
+	if s.peek() != '"' {
+		s.fail("expected a string")
+		return text{}
+	}
+	raw, plain := s.str()
+	return text{raw: raw, plain: plain}
+}
+
+func (t text) len() int { return len(t.raw) }
+
+// String decodes t as encoding/json does.
+func (t text) String() string {
+	if t.plain {
+		return string(t.raw)
+	}
+	return unquote(t.raw)
+}
+
+// writeTo appends the decoded string to b, copying raw as it is when it
+// is plain.
+func (t text) writeTo(b *strings.Builder) {
+	if t.plain {
+		b.Write(t.raw)
+	} else if len(t.raw) > 0 {
+		b.WriteString(unquote(t.raw))
+	}
+}
+
 // unquote decodes the bytes between the quotes of a string that str has
 // checked, as encoding/json does: a lone surrogate escape and each byte of
 // invalid UTF-8 become U+FFFD.
@@ -440,7 +477,10 @@ func (s *scanner) integer(bits int) int64 {
 // int32s reads an array of int32, as json.Unmarshal does into a []int32
 // (an empty array is an empty, non-nil slice). A null element is left to
 // encoding/json.
-func (s *scanner) int32s() []int32 {
+func (s *scanner) int32s() []int32 { return s.int32sInto(nil) }
+
+// int32sInto is int32s into v's memory when it has room.
+func (s *scanner) int32sInto(v []int32) []int32 {
 	if !s.open('[') {
 		return nil
 	}
@@ -450,7 +490,10 @@ func (s *scanner) int32s() []int32 {
 	if end := bytes.IndexByte(s.b[s.i:], ']'); end > 0 {
 		n = bytes.Count(s.b[s.i:s.i+end], []byte{','}) + 1
 	}
-	v := make([]int32, 0, n)
+	if v == nil || cap(v) < n {
+		v = make([]int32, 0, n)
+	}
+	v = v[:0]
 	first := true
 	// Fast path for what vLLM sends, compact ids of up to 9 digits (so
 	// within int32): parse "12,345,6]" in one loop. At anything else the

@@ -242,6 +242,10 @@ func TestWalkTakesVLLMShapes(t *testing.T) {
 					t.Errorf("walkToolCallDeltas gave up on %s", rm.ToolCalls)
 				}
 			}
+			var a streamAssembly
+			if !isNull(c.Delta) && !a.walkDelta(c.Delta) {
+				t.Errorf("walkDelta gave up on %s", c.Delta)
+			}
 		}
 	}
 }
@@ -285,6 +289,10 @@ func FuzzResponse(f *testing.F) {
 		`{"prompt_token_ids":[2147483648]}`, `{"prompt_token_ids":[1,null]}`, `{"choices":[{"index":"0"}]}`,
 		`{"choices":[{"logprobs":{"content":[null]}}]}`, `{"choices":[{"logprobs":{"content":[{"logprob":1e999}]}}]}`,
 		`{"choices":[{"finish_reason":"st\u006fp","message":{"content":"a\"b"}}]}`, `null`, `[]`, `{}`, `{"choices":[]}`,
+		`{"choices":[{"delta":{"content":"\u00e9\n","tool_calls":[{"index":1,"id":"c\u0031","type":"function","function":{"name":"n","arguments":"{\"a\""}}]}}]}`,
+		`{"choices":[{"delta":{"tool_calls":[null]}}]}`, `{"choices":[{"delta":{"tool_calls":{}}}]}`, `{"choices":[{"delta":{"content":1}}]}`,
+		`{"choices":[{"delta":{"tool_calls":[{"index":0,"function":null},{"index":0,"function":{"arguments":null,"name":"x"}}]}}]}`,
+		`{"choices":[{"delta":{"content":"a","content":"b"}}]}`, `{"choices":[{"delta":{"tool_calls":[{"Index":2}]}}]}`,
 	} {
 		f.Add([]byte(c))
 	}
@@ -327,6 +335,23 @@ func FuzzResponse(f *testing.F) {
 				err, wantErr := parseMessage(m, &got), json.Unmarshal(m, &want)
 				if (err == nil) != (wantErr == nil) || !reflect.DeepEqual(got, want) {
 					t.Fatalf("parseMessage(%s) = %+v, %v; json: %+v, %v", m, got, err, want, wantErr)
+				}
+				// The stream's one-pass delta reader adds what addDelta adds,
+				// or nothing (and addDelta then does).
+				var walked, ref streamAssembly
+				walked.addDelta([]byte(`{"content":"before","tool_calls":[{"index":0,"id":"x","function":{"arguments":"{"}}]}`))
+				ref.addDelta([]byte(`{"content":"before","tool_calls":[{"index":0,"id":"x","function":{"arguments":"{"}}]}`))
+				if !walked.walkDelta(m) {
+					if walked.content.String() != "before" || len(walked.calls) != 1 || walked.calls[0].args.String() != "{" {
+						t.Fatalf("walkDelta(%s) gave up having added to the assembly", m)
+					}
+					walked.addDelta(m)
+				}
+				ref.addDelta(m)
+				if walked.content.String() != ref.content.String() || !slices.Equal(walked.errs, ref.errs) ||
+					!slices.EqualFunc(walked.calls, ref.calls, sameCall) {
+					t.Fatalf("delta %s: walked %q %v %s; addDelta %q %v %s", m, walked.content.String(), walked.errs, callsOf(walked.calls),
+						ref.content.String(), ref.errs, callsOf(ref.calls))
 				}
 				if isNull(got.ToolCalls) {
 					continue
@@ -479,4 +504,16 @@ func FuzzCompactJSON(f *testing.F) {
 			t.Fatalf("compactJSON(%q) = %q, %v; json.Compact: %q", raw, got, ok, want.String())
 		}
 	})
+}
+
+func sameCall(a, b *toolCall) bool {
+	return a.ID == b.ID && a.Type == b.Type && a.Function.Name == b.Function.Name && a.args.String() == b.args.String()
+}
+
+func callsOf(calls []*toolCall) string {
+	var b strings.Builder
+	for _, c := range calls {
+		fmt.Fprintf(&b, "{%q %q %q %q}", c.ID, c.Type, c.Function.Name, c.args.String())
+	}
+	return b.String()
 }
