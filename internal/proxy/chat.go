@@ -976,7 +976,8 @@ func (p *Proxy) relayStream(w http.ResponseWriter, r *http.Request, ctx context.
 	copyHeaders(w.Header(), resp.Header, "Content-Length")
 	w.WriteHeader(resp.StatusCode)
 	rec.HTTPStatus = int32(resp.StatusCode)
-	_ = rc.Flush()
+	hf := flushHeadersLate(rc)
+	defer hf.stop()
 
 	var a streamAssembly
 	var clientErr, readErr error
@@ -1010,7 +1011,7 @@ func (p *Proxy) relayStream(w http.ResponseWriter, r *http.Request, ctx context.
 			// Flush before the next read could wait on the model server,
 			// not after every event.
 			if !eventBuffered(br) {
-				clientErr = relayWrite(w, rc, out)
+				clientErr = hf.write(w, rc, out)
 				out = out[:0]
 			}
 		}
@@ -1023,7 +1024,7 @@ func (p *Proxy) relayStream(w http.ResponseWriter, r *http.Request, ctx context.
 		}
 	}
 	if clientErr == nil {
-		clientErr = relayWrite(w, rc, out)
+		clientErr = hf.write(w, rc, out)
 	}
 	bufs.event, bufs.out = event, out
 	switch {
@@ -1051,6 +1052,50 @@ var streamReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 
 type relayBuf struct{ event, out []byte }
 
 var relayBufs = sync.Pool{New: func() any { return &relayBuf{} }}
+
+// headerFlush sends a stream's headers on their own only when its first
+// event is slow to come (headerDelay): otherwise they leave in one write
+// with it, as a bare reverse proxy sends them. A write of their own cost
+// the harness a wakeup per stream, the most of what the relay added to a
+// stream's time at one client; but a harness waiting on a long prefill
+// should still see the response begin.
+type headerFlush struct {
+	mu    sync.Mutex
+	wrote bool // by the relay: the timer leaves the writer alone
+	timer *time.Timer
+}
+
+const headerDelay = 50 * time.Millisecond
+
+func flushHeadersLate(rc *http.ResponseController) *headerFlush {
+	h := &headerFlush{}
+	h.timer = time.AfterFunc(headerDelay, func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if !h.wrote {
+			_ = rc.Flush()
+		}
+	})
+	return h
+}
+
+// write is relayWrite; the first one waits for a timer flush under way
+// (the writer is not safe for concurrent use), later ones need not.
+func (h *headerFlush) write(w http.ResponseWriter, rc *http.ResponseController, out []byte) error {
+	if !h.wrote {
+		h.stop()
+	}
+	return relayWrite(w, rc, out)
+}
+
+// stop keeps the timer off the writer from now on; the relay calls it
+// before it returns, since the writer may not be used after that.
+func (h *headerFlush) stop() {
+	h.mu.Lock()
+	h.wrote = true
+	h.mu.Unlock()
+	h.timer.Stop()
+}
 
 // relayWrite sends out (if any) to the harness and flushes.
 func relayWrite(w http.ResponseWriter, rc *http.ResponseController, out []byte) error {

@@ -847,3 +847,51 @@ func TestHarnessStopsReadingStream(t *testing.T) {
 		t.Fatal("End still waiting 20 s after a 300 ms UpstreamTimeout: the relay is stuck writing to a harness that does not read")
 	}
 }
+
+// A stream's headers reach the harness even while the model server has not
+// sent a first event (a long prefill): the proxy sends them on their own
+// when no event follows them soon (headerDelay).
+func TestStreamHeadersBeforeFirstEvent(t *testing.T) {
+	gotHeaders := make(chan struct{})
+	chunk := `data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"toy","choices":[{"index":0,"delta":{"content":"hi"},"logprobs":null,"finish_reason":"stop","token_ids":[1]}],"prompt_token_ids":[2]}` + "\n\n"
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		w.(http.Flusher).Flush()
+		select { // the first event comes only once the harness has seen the headers
+		case <-gotHeaders:
+		case <-time.After(20 * time.Second):
+		}
+		_, _ = io.WriteString(w, chunk+"data: [DONE]\n\n")
+	}))
+	t.Cleanup(up.Close)
+	p, srv := newProxy(t, nil, Options{})
+	p.SetUpstream(up.URL)
+	prefix := p.Begin(named("e"))
+
+	done := make(chan error, 1)
+	go func() {
+		resp, err := http.Post(srv.URL+prefix+"/chat/completions", "application/json",
+			bytes.NewReader(chatBody("go", reqOpts{stream: true})))
+		if err != nil {
+			done <- err
+			return
+		}
+		close(gotHeaders)
+		defer resp.Body.Close()
+		_, err = io.ReadAll(resp.Body)
+		done <- err
+	}()
+	select {
+	case <-gotHeaders:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no response headers 10 s after the model server sent its own: the proxy holds them until the first event")
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if c := endOne(t, p, idOf("e")); c.Content != "hi" || c.Error != "" {
+		t.Errorf("record: %+v", c)
+	}
+}

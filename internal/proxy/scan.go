@@ -40,6 +40,15 @@ func (s *scanner) fail(msg string) {
 
 // peek skips whitespace and returns the next byte, 0 at the end.
 func (s *scanner) peek() byte {
+	// Compact JSON, as a model server writes it, has no whitespace to skip:
+	// one comparison, inlined at every call, before the loop.
+	if s.i < len(s.b) && s.b[s.i] > ' ' {
+		return s.b[s.i]
+	}
+	return s.skipSpace()
+}
+
+func (s *scanner) skipSpace() byte {
 	for ; s.i < len(s.b); s.i++ {
 		switch c := s.b[s.i]; c {
 		case ' ', '\t', '\n', '\r':
