@@ -439,7 +439,7 @@ func (p *Proxy) handleChat(w http.ResponseWriter, r *http.Request, rec *schemas.
 		defer boundWrites(ctx, rc)()
 		p.relayStream(w, r, ctx, rc, resp, rec, s)
 	} else {
-		p.relayJSON(w, r, ctx, resp, rec, s)
+		p.relayJSON(w, r, ctx, rc, resp, rec, s)
 	}
 	if ep.meta.Seeds == nil || rec.Seed == nil {
 		return nil
@@ -578,7 +578,7 @@ func (p *Proxy) relayUpstreamError(w http.ResponseWriter, resp *http.Response, r
 
 // relayJSON records a non-streamed completion and returns it minus what the
 // proxy added.
-func (p *Proxy) relayJSON(w http.ResponseWriter, r *http.Request, ctx context.Context, resp *http.Response, rec *schemas.Call, s strip) {
+func (p *Proxy) relayJSON(w http.ResponseWriter, r *http.Request, ctx context.Context, rc *http.ResponseController, resp *http.Response, rec *schemas.Call, s strip) {
 	buf := answerBufs.Get().(*[]byte)
 	body, err := readBodyInto((*buf)[:0], resp.Body, resp.ContentLength)
 	// Nothing keeps the answer's bytes once it is written: the record's
@@ -623,10 +623,17 @@ func (p *Proxy) relayJSON(w http.ResponseWriter, r *http.Request, ctx context.Co
 	copyHeaders(w.Header(), resp.Header, "Content-Length")
 	w.Header().Set("Content-Length", strconv.Itoa(len(out)))
 	if len(out) > unblockedAnswer {
-		defer boundWrites(ctx, http.NewResponseController(w))()
+		defer boundWrites(ctx, rc)()
 	}
 	w.WriteHeader(resp.StatusCode)
-	if _, err := w.Write(out); err != nil {
+	_, err = w.Write(out)
+	if err == nil {
+		// Sent now, not once the handler returns: what is left of the call
+		// (its record, the spool's write in OnCall) no longer delays the
+		// harness.
+		err = rc.Flush()
+	}
+	if err != nil {
 		rec.Error = fmt.Sprintf("harness disconnected before reading the response: %v", err)
 	}
 }

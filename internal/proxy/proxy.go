@@ -67,7 +67,9 @@ type Options struct {
 	UpstreamTimeout time.Duration // per request, whole exchange (default 10m)
 	Logger          *slog.Logger  // default slog.Default()
 	// OnCall, when set, receives each record as soon as its call completes
-	// (the rollout worker spools it to disk), before End returns it.
+	// (the rollout worker spools it to disk), before End returns it. A
+	// call's answer has been sent to the harness by then, so that what
+	// OnCall costs does not delay it.
 	OnCall func(schemas.EpisodeKey, schemas.Call)
 	// OnBlob, when set, receives each inline base64 image of a request once
 	// per call, named <sha256>.<ext>; the recorded request then references

@@ -246,7 +246,7 @@ func (p *Proxy) repeat(ctx context.Context, target string, body []byte, first *s
 	if mediaType(resp.Header.Get("Content-Type")) == "text/event-stream" {
 		p.relayStream(w, req, ctx, http.NewResponseController(w), resp, &rec, strip{})
 	} else {
-		p.relayJSON(w, req, ctx, resp, &rec, strip{})
+		p.relayJSON(w, req, ctx, http.NewResponseController(w), resp, &rec, strip{})
 	}
 	if rec.Error != "" {
 		return rec, fmt.Errorf("%s", rec.Error)

@@ -31,9 +31,13 @@ type Spool struct {
 	blobs map[string]map[string]bool
 }
 
+// tryFile is a try's open spool file. Its own lock orders the try's lines,
+// so that the spool's lock is held only to find the file and calls of
+// different tries never wait on each other's writes.
 type tryFile struct {
-	f *os.File
-	w *bufio.Writer
+	mu   sync.Mutex
+	f    *os.File
+	line []byte // the last line, its memory reused for the next
 }
 
 // New spools under dir, creating it.
@@ -51,46 +55,56 @@ func tryKey(ep schemas.EpisodeKey) string {
 	return ep.Run + "/" + ep.ID() + "/" + strconv.Itoa(int(ep.Retry))
 }
 
-// Path is where a try's records are spooled.
+// Path is where a try's records are spooled: in its phase's folder, not
+// one of its own, since creating a folder per episode cost as much as all
+// its calls' writes (and Done left the folder behind).
 func (s *Spool) Path(ep schemas.EpisodeKey) string {
-	return filepath.Join(s.dir, ep.Run, fmt.Sprintf("round=%d", ep.Round), "phase="+ep.Phase, ep.ID(), fmt.Sprintf("try-%d.jsonl", ep.Retry))
+	return filepath.Join(s.dir, ep.Run, fmt.Sprintf("round=%d", ep.Round), "phase="+ep.Phase, fmt.Sprintf("%s.try-%d.jsonl", ep.ID(), ep.Retry))
 }
 
 // BlobPath is where a run's blob is kept locally.
 func (s *Spool) BlobPath(run, name string) string { return filepath.Join(s.dir, run, "blobs", name) }
 
 // Call appends a record; it is the proxy's OnCall. The line reaches the
-// kernel before Call returns (no fsync: a process crash keeps it, a host
-// crash may not, and an fsync per call would cost the proxy its latency).
+// kernel, in one write, before Call returns (no fsync: a process crash
+// keeps it, a host crash may not, and an fsync per call would cost the
+// proxy its latency).
 func (s *Spool) Call(ep schemas.EpisodeKey, c schemas.Call) {
-	line, err := json.Marshal(c)
+	tf, err := s.file(ep)
 	if err != nil {
-		s.log.Error("spool: encode record", "episode", ep.ID(), "err", err)
+		s.log.Error("spool: open", "episode", ep.ID(), "err", err)
 		return
 	}
+	tf.mu.Lock()
+	defer tf.mu.Unlock()
+	tf.line = append(c.AppendJSON(tf.line[:0]), '\n')
+	if _, err := tf.f.Write(tf.line); err != nil {
+		s.log.Error("spool: write", "episode", ep.ID(), "err", err)
+	}
+	if cap(tf.line) > 1<<20 {
+		tf.line = nil // an image-heavy request's line is not kept
+	}
+}
+
+// file is ep's open spool file, created at its first call.
+func (s *Spool) file(ep schemas.EpisodeKey) (*tryFile, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	k := tryKey(ep)
-	tf := s.open[k]
-	if tf == nil {
-		p := s.Path(ep)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			s.log.Error("spool: create", "path", p, "err", err)
-			return
-		}
-		f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-		if err != nil {
-			s.log.Error("spool: open", "path", p, "err", err)
-			return
-		}
-		tf = &tryFile{f: f, w: bufio.NewWriter(f)}
-		s.open[k] = tf
+	if tf := s.open[k]; tf != nil {
+		return tf, nil
 	}
-	tf.w.Write(line)
-	tf.w.WriteByte('\n')
-	if err := tf.w.Flush(); err != nil {
-		s.log.Error("spool: write", "episode", ep.ID(), "err", err)
+	p := s.Path(ep)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return nil, fmt.Errorf("create %s: %w", filepath.Dir(p), err)
 	}
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", p, err)
+	}
+	tf := &tryFile{f: f}
+	s.open[k] = tf
+	return tf, nil
 }
 
 // Blob stores an image once per run (the name is its hash) and notes that
@@ -132,7 +146,9 @@ func (s *Spool) Done(ep schemas.EpisodeKey) error {
 	delete(s.blobs, k)
 	s.mu.Unlock()
 	if tf != nil {
+		tf.mu.Lock() // a write under way finishes first
 		tf.f.Close()
+		tf.mu.Unlock()
 	}
 	if err := os.Remove(s.Path(ep)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("spool: remove %s: %w", s.Path(ep), err)
@@ -147,7 +163,9 @@ type Orphan struct {
 	Path string
 }
 
-var orphanPath = regexp.MustCompile(`^([^/]+)/round=(\d+)/phase=([^/]+)/([^/]+)/try-(\d+)\.jsonl$`)
+// orphanPath matches Path, and the <episode>/try-<retry>.jsonl of spools
+// written before it.
+var orphanPath = regexp.MustCompile(`^([^/]+)/round=(\d+)/phase=([^/]+)/([^/]+)(?:/|\.)try-(\d+)\.jsonl$`)
 
 // Orphans lists the spooled tries not open in this process.
 func (s *Spool) Orphans() ([]Orphan, error) {

@@ -3,6 +3,7 @@ package spool
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/roundhouse-rl/roundhouse/schemas"
@@ -41,15 +42,29 @@ func TestSpoolSurvivesAndRecovers(t *testing.T) {
 	stray := filepath.Join(dir, "run", "round=1", "phase=train", "notes", "try-0.jsonl")
 	os.MkdirAll(filepath.Dir(stray), 0o755)
 	os.WriteFile(stray, []byte("{}\n"), 0o644)
-	// A new process on the same dir (the old one died) sees b as an orphan.
+	// A try spooled by a worker before spool files left their episode's
+	// folder is still found.
+	c := schemas.EpisodeKey{Run: "run", Round: 1, Phase: "train", Group: 5, Attempt: 0, Retry: 1}
+	old := filepath.Join(dir, "run", "round=1", "phase=train", c.ID(), "try-1.jsonl")
+	os.MkdirAll(filepath.Dir(old), 0o755)
+	oldCall := schemas.Call{EpisodeID: c.ID()}
+	os.WriteFile(old, append(oldCall.AppendJSON(nil), '\n'), 0o644)
+	// A new process on the same dir (the old one died) sees b and c as orphans.
 	s2, _ := New(dir, nil)
 	orphans, err := s2.Orphans()
-	if err != nil || len(orphans) != 1 {
+	if err != nil || len(orphans) != 2 {
 		t.Fatalf("orphans %v, %v", orphans, err)
 	}
+	slices.SortFunc(orphans, func(x, y Orphan) int { return int(x.Key.Group - y.Key.Group) })
+	if orphans[1].Key != c || orphans[1].Path != old {
+		t.Fatalf("orphan of the old layout %+v, want %+v at %s", orphans[1], c, old)
+	}
+	if err := Remove(orphans[1]); err != nil {
+		t.Fatal(err)
+	}
 	o := orphans[0]
-	if o.Key != b {
-		t.Fatalf("orphan attribution %+v, want %+v", o.Key, b)
+	if o.Key != b || o.Path != s.Path(b) {
+		t.Fatalf("orphan attribution %+v, want %+v at %s", o, b, s.Path(b))
 	}
 	// A torn last line (crash mid-write) is skipped, earlier lines kept.
 	f, _ := os.OpenFile(o.Path, os.O_APPEND|os.O_WRONLY, 0)

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"os"
 	"runtime"
 	"runtime/metrics"
 	"slices"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"github.com/roundhouse-rl/roundhouse/internal/proxy"
+	"github.com/roundhouse-rl/roundhouse/internal/spool"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/schemas"
 )
@@ -30,10 +32,14 @@ const (
 	Direct    Path = "direct"    // straight to the stub
 	Reverse   Path = "reverse"   // through a bare httputil.ReverseProxy
 	Recording Path = "recording" // through proxy.Proxy, one episode per client
+	// Spooled is Recording as a rollout worker runs it (internal/host):
+	// every record and image also spooled to local disk (internal/spool)
+	// as its call completes, the try's spool file dropped at its end.
+	Spooled Path = "spooled"
 )
 
 // Paths in the order they are measured and printed.
-var Paths = []Path{Direct, Reverse, Recording}
+var Paths = []Path{Direct, Reverse, Recording, Spooled}
 
 // Mode is how the harness asks for its answers.
 type Mode string
@@ -54,14 +60,18 @@ const EpisodeLen = 50
 
 // Env is one path in front of its own stub, on loopback.
 type Env struct {
-	Path   Path
-	Mode   Mode
-	stub   *Stub
-	up     *httptest.Server // the stub
-	front  *httptest.Server // the proxy; nil for Direct
-	rec    *proxy.Proxy     // Recording only
-	client *http.Client
-	bodies [variants][]byte
+	Path  Path
+	Mode  Mode
+	stub  *Stub
+	up    *httptest.Server // the stub
+	front *httptest.Server // the proxy; nil for Direct
+	rec   *proxy.Proxy     // Recording and Spooled
+	spool *spool.Spool     // Spooled only: the proxy's OnCall and OnBlob
+	// spoolDir is the spool's temporary folder, removed by Close.
+	spoolDir string
+	spooled  atomic.Int64 // calls spooled
+	client   *http.Client
+	bodies   [variants][]byte
 
 	mu      sync.Mutex
 	nextEp  int
@@ -97,11 +107,31 @@ func Start(path Path, mode Mode) (*Env, error) {
 			Transport: transport(),
 		})
 	case Recording:
-		// Info level as in production: the per-call Debug line is filtered out.
-		// Images are taken out of the record as in a rollout worker, whose
-		// OnBlob spools them; here they are dropped.
-		e.rec = proxy.New(proxy.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-			OnBlob: func(schemas.EpisodeKey, string, []byte) {}})
+		// Info level as in production: the per-call Debug line is filtered
+		// out. Images are taken out of the record as in a rollout worker;
+		// its OnBlob spools them (Spooled), here they are dropped.
+		log := slog.New(slog.NewTextHandler(io.Discard, nil))
+		e.rec = proxy.New(proxy.Options{Logger: log, OnBlob: func(schemas.EpisodeKey, string, []byte) {}})
+		e.rec.SetUpstream(e.up.URL)
+		e.front = httptest.NewServer(e.rec)
+	case Spooled:
+		log := slog.New(slog.NewTextHandler(io.Discard, nil))
+		dir, err := os.MkdirTemp("", "proxybench-spool-")
+		if err != nil {
+			e.up.Close()
+			return nil, fmt.Errorf("spool dir: %w", err)
+		}
+		e.spoolDir = dir
+		if e.spool, err = spool.New(dir, log); err != nil {
+			e.up.Close()
+			os.RemoveAll(dir)
+			return nil, err
+		}
+		onCall := func(k schemas.EpisodeKey, c schemas.Call) {
+			e.spool.Call(k, c)
+			e.spooled.Add(1)
+		}
+		e.rec = proxy.New(proxy.Options{Logger: log, OnCall: onCall, OnBlob: e.spool.Blob})
 		e.rec.SetUpstream(e.up.URL)
 		e.front = httptest.NewServer(e.rec)
 	default:
@@ -118,6 +148,9 @@ func (e *Env) Close() {
 		e.front.Close()
 	}
 	e.up.Close()
+	if e.spoolDir != "" {
+		os.RemoveAll(e.spoolDir)
+	}
 }
 
 // answer is what the harness must receive for request variant v.
@@ -144,10 +177,11 @@ func (e *Env) UpstreamAnswerBytes() int {
 // path its own episode, rotated every EpisodeLen calls.
 type client struct {
 	env   *Env
-	base  string // harness base URL, ".../v1"
-	ep    string // current episode id (Recording)
-	calls int    // calls in the current episode
-	next  int    // next request variant
+	base  string             // harness base URL, ".../v1"
+	ep    string             // current episode id (Recording)
+	key   schemas.EpisodeKey // and its key
+	calls int                // calls in the current episode
+	next  int                // next request variant
 	// epLen is the episode length before rotation (0: never rotate).
 	epLen int
 }
@@ -171,7 +205,7 @@ func (c *client) begin() {
 	key := schemas.EpisodeKey{Run: "bench", Round: 1, Phase: "rollout", Group: int32(e.nextEp)}
 	e.nextEp++
 	e.mu.Unlock()
-	c.ep = key.ID()
+	c.ep, c.key = key.ID(), key
 	c.calls = 0
 	c.base = e.front.URL + e.rec.Begin(proxy.Episode{Key: key, WeightsID: "w0"})
 }
@@ -186,7 +220,12 @@ func (c *client) end() {
 	}
 	recs := c.env.rec.End(c.ep)
 	var err error
+	if c.env.spool != nil {
+		// Stored, as an episode activity does next: the try's spool file goes.
+		err = c.env.spool.Done(c.key)
+	}
 	switch {
+	case err != nil:
 	case len(recs) != c.calls:
 		err = fmt.Errorf("episode %s: %d records for %d calls", c.ep, len(recs), c.calls)
 	case slices.ContainsFunc(recs, func(r schemas.Call) bool { return !r.Trainable }):

@@ -35,6 +35,9 @@ func testPath(t *testing.T, m Mode, p Path) {
 					t.Fatalf("%d calls, %d errors, first: %v", r.Calls, r.Errors, r.FirstErr)
 				}
 			}
+			if p == Spooled && env.spooled.Load() < 150 {
+				t.Errorf("%d calls spooled, want all 150", env.spooled.Load())
+			}
 			if p != Recording {
 				return
 			}
@@ -78,8 +81,8 @@ func TestReportProfiles(t *testing.T) {
 	}
 	// Every mode, path and concurrency has its row, the recording path
 	// its verdict, and the memory table its rows.
-	for _, want := range []string{"plain  recording", "streamed  recording", "plain, 1 MiB image",
-		"plain     2 clients: throughput", "streamed  2 clients: throughput"} {
+	for _, want := range []string{"plain  recording", "streamed  recording", "plain    spooled", "plain, 1 MiB image",
+		"plain    recording  2 clients: throughput", "streamed spooled    2 clients: throughput"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, out.String())
 		}

@@ -174,6 +174,7 @@ func Report(w io.Writer, cfg Config) error {
 	fmt.Fprintln(tw, "mode\tpath\tclients\tsat calls/s\t× reverse\tp50 ms\tp99 ms\t+p50 ms\t+p99 ms\tpeak heap MiB\t")
 	type verdict struct {
 		m           Mode
+		p           Path
 		c           int
 		ratio, dp99 float64
 	}
@@ -195,8 +196,8 @@ func Report(w io.Writer, cfg Config) error {
 				}
 				fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%.2f\t%.2f\t%.2f\t%+.2f\t%+.2f\t%.1f\t\n",
 					m, p, c, rate, rate/refRate, p50, p99, p50-refP50, p99-refP99, float64(peak)/(1<<20))
-				if p == Recording {
-					verdicts = append(verdicts, verdict{m, c, rate / refRate, p99 - refP99})
+				if p == Recording || p == Spooled {
+					verdicts = append(verdicts, verdict{m, p, c, rate / refRate, p99 - refP99})
 				}
 			}
 		}
@@ -213,8 +214,8 @@ func Report(w io.Writer, cfg Config) error {
 		return "MISSED"
 	}
 	for _, v := range verdicts {
-		fmt.Fprintf(w, "%-8s %2d clients: throughput %.2f× reverse (target ≥ %.1f: %s); added p99 %+.2f ms (< %.0f: %s)\n",
-			v.m, v.c, v.ratio, MinRatio, mark(v.ratio >= MinRatio), v.dp99, MaxAddedP99, mark(v.dp99 < MaxAddedP99))
+		fmt.Fprintf(w, "%-8s %-9s %2d clients: throughput %.2f× reverse (target ≥ %.1f: %s); added p99 %+.2f ms (< %.0f: %s)\n",
+			v.m, v.p, v.c, v.ratio, MinRatio, mark(v.ratio >= MinRatio), v.dp99, MaxAddedP99, mark(v.dp99 < MaxAddedP99))
 	}
 	return nil
 }
