@@ -1,8 +1,9 @@
 // Package spool keeps each episode try's call records on local disk as they
 // arrive (one JSON line per call) and its images as content-addressed files,
 // so a worker that crashes mid-episode loses no record of a call that
-// completed: the next worker process on the host finds the leftover spool
-// and stores it as an orphaned try, never as training data.
+// completed (the proxy spools a call right after its answer has gone out):
+// the next worker process on the host finds the leftover spool and stores
+// it as an orphaned try, never as training data.
 package spool
 
 import (
