@@ -414,11 +414,22 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ctx, span := startCall(r.Context(), ep.meta.Span, start)
 		// Deferred so that End never waits forever, even if the handler panics.
 		defer func() {
-			endCall(ctx, span, &rec)
-			if p.opts.OnCall != nil {
-				p.opts.OnCall(ep.meta.Key, rec)
+			finish := func() {
+				endCall(ctx, span, &rec)
+				if p.opts.OnCall != nil {
+					p.opts.OnCall(ep.meta.Key, rec)
+				}
+				ep.finish(rec)
 			}
-			ep.finish(rec)
+			if p.opts.OnCall == nil {
+				finish()
+				return
+			}
+			// The answer is out. OnCall (the spool's write) runs off the
+			// connection: HTTP/1.1 reads the harness's next call on it only
+			// once this handler returns, and a stream's last chunk leaves
+			// only then too. End still waits for it.
+			go finish()
 		}()
 		if check := p.handleChat(w, r, &rec, start, ep); check != nil {
 			check() // after the answer and its latency, before End returns

@@ -15,7 +15,7 @@ import (
 func BenchmarkCall(b *testing.B) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	c := schemas.Call{Run: "bench", Round: 1, Phase: "rollout", Model: "toy", FinishReason: "tool_calls",
-		Request: strings.Repeat(`{"role": "user", "content": "put the red cup into the top drawer"}, `, 40),
+		Request:   strings.Repeat(`{"role": "user", "content": "put the red cup into the top drawer"}, `, 40),
 		ToolCalls: `[{"id":"x","type":"function","function":{"name":"computer","arguments":"{\"action\": \"click\"}"}}]`}
 	for range 350 {
 		c.PromptTokenIDs = append(c.PromptTokenIDs, rng.Int32N(151000))

@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"sync"
 
@@ -217,6 +218,9 @@ func ReadCalls(path string) ([]schemas.Call, error) {
 			out = append(out, c)
 		}
 	}
+	// Calls are spooled as they finish, which for calls close together is
+	// not always the order they were made in.
+	slices.SortStableFunc(out, func(a, b schemas.Call) int { return int(a.CallIndex - b.CallIndex) })
 	if err := sc.Err(); err != nil {
 		return out, fmt.Errorf("spool: read %s: %w", path, err)
 	}
