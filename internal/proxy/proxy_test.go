@@ -840,7 +840,11 @@ func TestHarnessStopsReadingStream(t *testing.T) {
 	go func() { ended <- p.End(idOf("e")) }()
 	select {
 	case recs := <-ended:
-		if len(recs) != 1 || !strings.Contains(recs[0].Error, "stopped reading") || recs[0].Trainable {
+		// Normally the write to the harness fails at the deadline; on a
+		// machine too slow to fill the connection's buffers by then, the
+		// upstream read does first. Either way End returned.
+		if len(recs) != 1 || recs[0].Trainable ||
+			!strings.Contains(recs[0].Error, "stopped reading") && !strings.Contains(recs[0].Error, "UpstreamTimeout") {
 			t.Errorf("records: %+v", recs)
 		}
 	case <-time.After(20 * time.Second):
