@@ -92,7 +92,14 @@ type Proxy struct {
 	episodes map[string]*episode
 	// seedChecks are the repeatability checks, by model server root.
 	seedChecks map[string]*seedCheck
+	// finishing holds a token per call whose OnCall runs off its
+	// connection (maxFinishing).
+	finishing chan struct{}
 }
+
+// maxFinishing bounds the calls whose OnCall runs after their handler has
+// returned: a record is ~10 KB, so at most a few MiB wait on the spool.
+const maxFinishing = 256
 
 // episode holds the records of one active episode. Memory per episode is its
 // records only.
@@ -131,8 +138,9 @@ func New(opts Options) *Proxy {
 		client: &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error {
 			return http.ErrUseLastResponse
 		}},
-		episodes: make(map[string]*episode),
-		chatURLs: make(map[string]string),
+		episodes:  make(map[string]*episode),
+		chatURLs:  make(map[string]string),
+		finishing: make(chan struct{}, maxFinishing),
 	}
 }
 
@@ -428,8 +436,18 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			// The answer is out. OnCall (the spool's write) runs off the
 			// connection: HTTP/1.1 reads the harness's next call on it only
 			// once this handler returns, and a stream's last chunk leaves
-			// only then too. End still waits for it.
-			go finish()
+			// only then too. End still waits for it. Up to cap(finishing)
+			// at once: past that (a disk that stalls) it runs here, and the
+			// harness waits rather than records piling up in memory.
+			select {
+			case p.finishing <- struct{}{}:
+				go func() {
+					defer func() { <-p.finishing }()
+					finish()
+				}()
+			default:
+				finish()
+			}
 		}()
 		if check := p.handleChat(w, r, &rec, start, ep); check != nil {
 			check() // after the answer and its latency, before End returns

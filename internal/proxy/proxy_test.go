@@ -899,3 +899,52 @@ func TestStreamHeadersBeforeFirstEvent(t *testing.T) {
 		t.Errorf("record: %+v", c)
 	}
 }
+
+// OnCall runs off the connection once the answer is out, but for a bounded
+// number of calls at once: with the spool stalled, further calls finish
+// on their connection (the harness waits) instead of piling up in memory.
+func TestOnCallOffConnectionIsBounded(t *testing.T) {
+	up := newStub(t, modeOK)
+	release := make(chan struct{})
+	started := make(chan struct{}, 16)
+	p, srv := newProxy(t, up, Options{OnCall: func(schemas.EpisodeKey, schemas.Call) {
+		started <- struct{}{}
+		<-release
+	}})
+	p.finishing = make(chan struct{}, 2)
+	prefix := p.Begin(named("e"))
+	const calls = 5
+	answered := make(chan int, calls)
+	for range calls {
+		go func() {
+			resp, err := http.Post(srv.URL+prefix+"/chat/completions", "application/json", bytes.NewReader(chatBody("go", reqOpts{})))
+			if err != nil {
+				answered <- -1
+				return
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			answered <- resp.StatusCode
+		}()
+	}
+	for i := range calls { // every call's answer is out and its OnCall under way
+		select {
+		case <-started:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%d of %d OnCalls started in 20 s", i, calls)
+		}
+		if s := <-answered; s != http.StatusOK {
+			t.Fatalf("status %d", s)
+		}
+	}
+	if n := len(p.finishing); n != 2 {
+		t.Errorf("%d calls finishing off their connection, want the bound, 2", n)
+	}
+	close(release)
+	if recs := p.End(idOf("e")); len(recs) != calls {
+		t.Fatalf("%d records, want %d", len(recs), calls)
+	}
+	if n := len(p.finishing); n != 0 {
+		t.Errorf("%d tokens left after End", n)
+	}
+}
