@@ -453,31 +453,11 @@ func walkToolCallDeltas(raw []byte) ([]toolCallDelta, error) {
 	if !s.null() && s.open('[') {
 		tds = []toolCallDelta{}
 		for first := true; s.next(']', first); first = false {
-			var td toolCallDelta
-			var seen uint
-			s.open('{')
-			for first := true; s.next('}', first); first = false {
-				switch s.field(toolCallFields, &seen) {
-				case "index":
-					if !s.null() {
-						td.Index = int(s.integer(strconv.IntSize))
-					}
-				case "id":
-					if !s.null() {
-						td.ID = s.text()
-					}
-				case "type":
-					if !s.null() {
-						td.Type = s.text()
-					}
-				case "function":
-					if !s.null() {
-						td.Function = &toolFunction{}
-						s.function(td.Function)
-					}
-				default:
-					s.value()
-				}
+			var c callPiece
+			s.callPiece(&c)
+			td := toolCallDelta{Index: c.index, ID: c.id.String(), Type: c.typ.String()}
+			if c.function {
+				td.Function = &toolFunction{Name: c.name.String(), Arguments: c.arguments.String()}
 			}
 			tds = append(tds, td)
 		}
@@ -485,8 +465,9 @@ func walkToolCallDeltas(raw []byte) ([]toolCallDelta, error) {
 	return tds, s.end()
 }
 
-// callPiece reads one element of a delta's tool_calls into c, as
-// walkToolCallDeltas reads a toolCallDelta.
+// callPiece reads one element of a delta's tool_calls into c, undecoded:
+// walkDelta adds it to a stream's record as it is, walkToolCallDeltas
+// decodes it into a toolCallDelta.
 func (s *scanner) callPiece(c *callPiece) {
 	var seen uint
 	s.open('{')
@@ -524,25 +505,6 @@ func (s *scanner) callPiece(c *callPiece) {
 				default:
 					s.value()
 				}
-			}
-		default:
-			s.value()
-		}
-	}
-}
-
-func (s *scanner) function(f *toolFunction) {
-	var seen uint
-	s.open('{')
-	for first := true; s.next('}', first); first = false {
-		switch s.field(functionFields, &seen) {
-		case "name":
-			if !s.null() {
-				f.Name = s.text()
-			}
-		case "arguments":
-			if !s.null() {
-				f.Arguments = s.text()
 			}
 		default:
 			s.value()
