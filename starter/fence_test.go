@@ -81,8 +81,8 @@ func TestZombieTryNeverReplacesTheAcceptedOne(t *testing.T) {
 	// once a try has stored (or refused to store) its records.
 	waitFor(t, 90*time.Second, "host A's stale tries to finish", func() bool {
 		n := 0
-		filepath.WalkDir(filepath.Join(workA, "spool", run), func(p string, d fs.DirEntry, err error) error {
-			if err == nil && !d.IsDir() && strings.HasSuffix(p, ".jsonl") {
+		filepath.WalkDir(filepath.Join(workA, "spool", "log"), func(p string, d fs.DirEntry, err error) error {
+			if err == nil && !d.IsDir() && strings.HasSuffix(p, ".spool") {
 				n++
 			}
 			return nil

@@ -115,6 +115,13 @@ func (h *Host) Close() {
 	if h.ln != nil {
 		_ = h.ln.Close()
 	}
+	if h.Spool != nil {
+		// What is spooled reaches the disk; tries still open stay there
+		// for the next worker process to recover.
+		if err := h.Spool.Close(); err != nil && h.log != nil {
+			h.log.Error("spool not written in full", "error", err)
+		}
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.slots.busy("", time.Now()) // a stopped model server is not idle
@@ -184,13 +191,15 @@ func (h *Host) storeBlobs(ctx context.Context, run string, names []string) error
 }
 
 // StoreOrphan stores a try's records under orphans/ (never trained on), with
-// the blobs they reference, and drops its spool file.
+// the blobs they reference, and is done with its spool.
 func (h *Host) StoreOrphan(ctx context.Context, key schemas.EpisodeKey, calls []schemas.Call) error {
-	return h.storeOrphan(ctx, spool.Orphan{Key: key, Path: h.Spool.Path(key)}, calls)
+	if err := h.storeOrphan(ctx, key, calls); err != nil {
+		return err
+	}
+	return h.Spool.Done(key)
 }
 
-func (h *Host) storeOrphan(ctx context.Context, o spool.Orphan, calls []schemas.Call) error {
-	ep := o.Key
+func (h *Host) storeOrphan(ctx context.Context, ep schemas.EpisodeKey, calls []schemas.Call) error {
 	var names []string
 	for _, c := range calls {
 		for _, m := range blobRef.FindAllStringSubmatch(c.Request, -1) {
@@ -208,10 +217,7 @@ func (h *Host) storeOrphan(ctx context.Context, o spool.Orphan, calls []schemas.
 			return err
 		}
 	}
-	if err := h.Spool.Done(ep); err != nil {
-		return err
-	}
-	return spool.Remove(o)
+	return nil
 }
 
 var blobRef = regexp.MustCompile(regexp.QuoteMeta(proxy.BlobPrefix) + `([0-9a-f]{64}\.[A-Za-z0-9]+)`)
@@ -225,32 +231,25 @@ func (h *Host) RecoverOrphans(ctx context.Context) (int, error) {
 	}
 	for _, o := range orphans {
 		// A try whose episode row is stored completed: the worker died
-		// after storing it, before clearing its spool. Its calls are in
-		// calls/ already; it is not an orphan.
+		// after storing it, before its spool knew. Its calls are in calls/
+		// already; it is not an orphan.
 		ep := o.Key
 		done, ok, err := h.Recorded(ctx, ep)
 		if err != nil {
-			return 0, fmt.Errorf("orphan %s: %w", o.Path, err)
+			return 0, fmt.Errorf("orphan %s try %d: %w", ep.ID(), ep.Retry, err)
 		}
-		if ok && done.Retry == ep.Retry {
-			if err := h.Spool.Done(ep); err != nil {
-				return 0, err
+		if !ok || done.Retry != ep.Retry {
+			calls := o.Calls
+			for i := range calls {
+				calls[i].Error = strings.TrimPrefix(calls[i].Error+"; ", "; ") + "orphaned: the worker stopped before the episode completed"
+				calls[i].Trainable, calls[i].UntrainableReason = false, "orphaned"
 			}
-			if err := spool.Remove(o); err != nil {
-				return 0, err
+			if err := h.storeOrphan(ctx, ep, calls); err != nil {
+				return 0, fmt.Errorf("orphan %s try %d: %w", ep.ID(), ep.Retry, err)
 			}
-			continue
 		}
-		calls, err := spool.ReadCalls(o.Path)
-		if err != nil {
+		if err := h.Spool.Forget(o); err != nil {
 			return 0, err
-		}
-		for i := range calls {
-			calls[i].Error = strings.TrimPrefix(calls[i].Error+"; ", "; ") + "orphaned: the worker stopped before the episode completed"
-			calls[i].Trainable, calls[i].UntrainableReason = false, "orphaned"
-		}
-		if err := h.storeOrphan(ctx, o, calls); err != nil {
-			return 0, fmt.Errorf("orphan %s: %w", o.Path, err)
 		}
 	}
 	return len(orphans), nil

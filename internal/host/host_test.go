@@ -73,7 +73,10 @@ func TestRecoverOrphansSkipsCompletedTries(t *testing.T) {
 	if _, err := store.WriteParquet(ctx, stack.Store, l.Episodes(1, schemas.PhaseTrain, done.ID()), []schemas.Episode{{Run: "orph", EpisodeID: done.ID(), Valid: true}}); err != nil {
 		t.Fatal(err)
 	}
-	// The next worker process on the host.
+	// The next worker process on the host (the first wrote what it had).
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
 	next, err := spool.New(dir, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -148,6 +148,9 @@ func (e *Env) Close() {
 		e.front.Close()
 	}
 	e.up.Close()
+	if e.spool != nil {
+		e.spool.Close()
+	}
 	if e.spoolDir != "" {
 		os.RemoveAll(e.spoolDir)
 	}
