@@ -629,8 +629,7 @@ func (p *Proxy) relayJSON(w http.ResponseWriter, r *http.Request, ctx context.Co
 	_, err = w.Write(out)
 	if err == nil {
 		// Sent now, not once the handler returns: what is left of the call
-		// (its record, the spool's write in OnCall) no longer delays the
-		// harness.
+		// (its record, OnCall) does not delay the answer.
 		err = rc.Flush()
 	}
 	if err != nil {

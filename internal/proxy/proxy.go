@@ -67,9 +67,11 @@ type Options struct {
 	UpstreamTimeout time.Duration // per request, whole exchange (default 10m)
 	Logger          *slog.Logger  // default slog.Default()
 	// OnCall, when set, receives each record as soon as its call completes
-	// (the rollout worker spools it to disk), before End returns it. A
-	// call's answer has been sent to the harness by then, so that what
-	// OnCall costs does not delay it.
+	// (the rollout worker spools it), before End returns it. The answer
+	// has been sent by then, but HTTP/1.1 reads the harness's next call on
+	// the connection (and sends a stream's last chunk) only after OnCall
+	// returns, so it must be quick: the spool copies the record into
+	// memory for its writer.
 	OnCall func(schemas.EpisodeKey, schemas.Call)
 	// OnBlob, when set, receives each inline base64 image of a request once
 	// per call, named <sha256>.<ext>; the recorded request then references
@@ -92,14 +94,7 @@ type Proxy struct {
 	episodes map[string]*episode
 	// seedChecks are the repeatability checks, by model server root.
 	seedChecks map[string]*seedCheck
-	// finishing holds a token per call whose OnCall runs off its
-	// connection (maxFinishing).
-	finishing chan struct{}
 }
-
-// maxFinishing bounds the calls whose OnCall runs after their handler has
-// returned: a record is ~10 KB, so at most a few MiB wait on the spool.
-const maxFinishing = 256
 
 // episode holds the records of one active episode. Memory per episode is its
 // records only.
@@ -138,9 +133,8 @@ func New(opts Options) *Proxy {
 		client: &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error {
 			return http.ErrUseLastResponse
 		}},
-		episodes:  make(map[string]*episode),
-		chatURLs:  make(map[string]string),
-		finishing: make(chan struct{}, maxFinishing),
+		episodes: make(map[string]*episode),
+		chatURLs: make(map[string]string),
 	}
 }
 
@@ -422,32 +416,11 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ctx, span := startCall(r.Context(), ep.meta.Span, start)
 		// Deferred so that End never waits forever, even if the handler panics.
 		defer func() {
-			finish := func() {
-				endCall(ctx, span, &rec)
-				if p.opts.OnCall != nil {
-					p.opts.OnCall(ep.meta.Key, rec)
-				}
-				ep.finish(rec)
+			endCall(ctx, span, &rec)
+			if p.opts.OnCall != nil {
+				p.opts.OnCall(ep.meta.Key, rec)
 			}
-			if p.opts.OnCall == nil {
-				finish()
-				return
-			}
-			// The answer is out. OnCall (the spool's write) runs off the
-			// connection: HTTP/1.1 reads the harness's next call on it only
-			// once this handler returns, and a stream's last chunk leaves
-			// only then too. End still waits for it. Up to cap(finishing)
-			// at once: past that (a disk that stalls) it runs here, and the
-			// harness waits rather than records piling up in memory.
-			select {
-			case p.finishing <- struct{}{}:
-				go func() {
-					defer func() { <-p.finishing }()
-					finish()
-				}()
-			default:
-				finish()
-			}
+			ep.finish(rec)
 		}()
 		if check := p.handleChat(w, r, &rec, start, ep); check != nil {
 			check() // after the answer and its latency, before End returns

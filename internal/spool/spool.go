@@ -61,8 +61,11 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 type Spool struct {
 	dir string
 	log *slog.Logger
-	// segmentBytes is segmentBytes but for tests.
-	segmentBytes int
+	// segmentBytes and maxPending are the constants but for tests;
+	// beforeWrite, when set, runs before each batch's write (tests stall
+	// the writer with it).
+	segmentBytes, maxPending int
+	beforeWrite              func()
 
 	mu      sync.Mutex
 	drained *sync.Cond // the writer wrote a batch
@@ -77,6 +80,7 @@ type Spool struct {
 	seq     uint64 // frames appended
 	written uint64 // frames the writer has handed to the kernel
 	werr    error  // the writer's last failure, for Sync
+	waiting int    // calls waiting for the writer to catch up
 	closed  bool
 	kick    chan struct{}
 	stopped chan struct{}
@@ -114,7 +118,7 @@ func New(dir string, log *slog.Logger) (*Spool, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Spool{dir: dir, log: log, segmentBytes: segmentBytes, tries: map[schemas.EpisodeKey]*try{}, blobs: map[schemas.EpisodeKey]map[string]bool{},
+	s := &Spool{dir: dir, log: log, segmentBytes: segmentBytes, maxPending: maxPending, tries: map[schemas.EpisodeKey]*try{}, blobs: map[schemas.EpisodeKey]map[string]bool{},
 		kick: make(chan struct{}, 1), stopped: make(chan struct{})}
 	s.drained = sync.NewCond(&s.mu)
 	go s.write()
@@ -132,8 +136,10 @@ func (s *Spool) BlobPath(run, name string) string { return filepath.Join(s.dir, 
 func (s *Spool) Call(ep schemas.EpisodeKey, c schemas.Call) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for s.bytes > maxPending && !s.closed {
+	for s.bytes > s.maxPending && !s.closed {
+		s.waiting++
 		s.drained.Wait()
+		s.waiting--
 	}
 	if s.closed {
 		s.log.Warn("spool: call after Close, not spooled", "episode", ep.ID(), "call", c.CallIndex)
@@ -227,6 +233,9 @@ func (s *Spool) flush() {
 		skip[i] = ch.seg.dead
 	}
 	s.mu.Unlock()
+	if s.beforeWrite != nil {
+		s.beforeWrite()
+	}
 	var werr error
 	for i, ch := range batch {
 		if skip[i] {

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/roundhouse-rl/roundhouse/schemas"
 )
@@ -186,5 +187,62 @@ func TestSegments(t *testing.T) {
 	s2.Forget(orphans[0])
 	if n := len(segments(t, dir)); n != 0 {
 		t.Fatalf("%d segments left after recovery", n)
+	}
+}
+
+// With the writer stalled (a disk that hangs) and maxPending reached, Call
+// waits for it rather than records piling up in memory; nothing is lost.
+func TestCallWaitsForAStalledWriter(t *testing.T) {
+	dir := t.TempDir()
+	s, err := New(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	stalled, release := make(chan struct{}), make(chan struct{})
+	s.beforeWrite = func() {
+		select {
+		case stalled <- struct{}{}:
+			<-release
+		default:
+		}
+	}
+	s.maxPending = 1
+	a := schemas.EpisodeKey{Run: "run", Round: 1, Phase: "train"}
+	s.Call(a, call(a, 0))
+	<-stalled // the writer holds the first record
+	s.Call(a, call(a, 1))
+	returned := make(chan struct{})
+	go func() { s.Call(a, call(a, 2)); close(returned) }()
+	for i := 0; ; i++ {
+		s.mu.Lock()
+		w := s.waiting
+		s.mu.Unlock()
+		if w == 1 {
+			break
+		}
+		select {
+		case <-returned:
+			t.Fatal("a call past maxPending returned with the writer stalled")
+		case <-time.After(time.Millisecond):
+		}
+		if i == 10000 {
+			t.Fatal("the third call neither waited nor returned in 10 s")
+		}
+	}
+	close(release)
+	select {
+	case <-returned:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiting call did not return once the writer went on")
+	}
+	if err := s.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	s2, _ := New(dir, nil)
+	defer s2.Close()
+	orphans, _ := s2.Orphans()
+	if len(orphans) != 1 || len(orphans[0].Calls) != 3 {
+		t.Fatalf("orphans %+v, want a's 3 calls", orphans)
 	}
 }
