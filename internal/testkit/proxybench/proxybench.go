@@ -34,7 +34,7 @@ const (
 	Recording Path = "recording" // through proxy.Proxy, one episode per client
 	// Spooled is Recording as a rollout worker runs it (internal/host):
 	// every record and image also spooled to local disk (internal/spool)
-	// as its call completes, the try's spool file dropped at its end.
+	// as its call completes, each try marked done in the spool at its end.
 	Spooled Path = "spooled"
 )
 
@@ -224,7 +224,7 @@ func (c *client) end() {
 	recs := c.env.rec.End(c.ep)
 	var err error
 	if c.env.spool != nil {
-		// Stored, as an episode activity does next: the try's spool file goes.
+		// Stored, as an episode activity does next: the spool is done with the try.
 		err = c.env.spool.Done(c.key)
 	}
 	switch {
