@@ -226,8 +226,10 @@ func (s *Spool) write() {
 
 func (s *Spool) flush() {
 	s.mu.Lock()
-	batch, dead, upto := s.pending, s.dead, s.seq
-	s.pending, s.dead, s.bytes = nil, nil, 0
+	// Dead segments stay in s.dead until removed, so that Orphans does not
+	// take one for an earlier process's.
+	batch, dead, upto := s.pending, slices.Clone(s.dead), s.seq
+	s.pending, s.bytes = nil, 0
 	skip := make([]bool, len(batch))
 	for i, ch := range batch {
 		skip[i] = ch.seg.dead
@@ -255,6 +257,7 @@ func (s *Spool) flush() {
 		}
 	}
 	s.mu.Lock()
+	s.dead = s.dead[len(dead):] // Done only appends
 	for _, ch := range batch {
 		if cap(ch.b) <= 4<<20 { // an image-heavy batch's memory is not kept
 			s.free = append(s.free, ch.b[:0])
