@@ -508,18 +508,22 @@ func (s *scanner) int32sInto(v []int32) []int32 {
 	// within int32): parse "12,345,6]" in one loop. At anything else the
 	// general loop below takes over from the last comma.
 	b := s.b
-	for i := s.i; i < len(b); i = s.i + 1 {
-		var u int32
-		j := i
-		for ; j < len(b) && j-i < 9 && '0' <= b[j] && b[j] <= '9'; j++ {
-			u = u*10 + int32(b[j]-'0')
+	for i := s.i; i < len(b); i++ {
+		start := i
+		var u uint32
+		for ; i < len(b); i++ {
+			d := b[i] - '0' // wraps for bytes below '0'
+			if d > 9 {
+				break
+			}
+			u = u*10 + uint32(d)
 		}
-		if j == i || j == len(b) || b[i] == '0' && j > i+1 || b[j] != ',' && b[j] != ']' {
+		if n := i - start; n == 0 || n > 9 || i == len(b) || b[start] == '0' && n > 1 || b[i] != ',' && b[i] != ']' {
 			break
 		}
-		v = append(v, u)
-		s.i, first = j, false
-		if b[j] == ']' {
+		v = append(v, int32(u))
+		s.i, first = i, false
+		if b[i] == ']' {
 			break
 		}
 	}
