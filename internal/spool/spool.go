@@ -94,13 +94,16 @@ type Spool struct {
 type try struct{ segs []*segment }
 
 // segment is a file of the log. live counts the open tries with records in
-// it; at zero it is dead and the writer deletes it. f is the writer's.
+// it; at zero it is dead and the writer deletes it. A segment a write
+// failed on is broken: what follows a torn frame does not read back, so
+// the log moves to a new segment. f is the writer's.
 type segment struct {
-	path string
-	size int
-	live int
-	dead bool
-	f    *os.File
+	path   string
+	size   int
+	live   int
+	dead   bool
+	broken bool
+	f      *os.File
 }
 
 // chunk is frames bound for one segment.
@@ -145,7 +148,7 @@ func (s *Spool) Call(ep schemas.EpisodeKey, c schemas.Call) {
 		s.log.Warn("spool: call after Close, not spooled", "episode", ep.ID(), "call", c.CallIndex)
 		return
 	}
-	if s.seg == nil || s.seg.size >= s.segmentBytes {
+	if s.seg == nil || s.seg.size >= s.segmentBytes || s.seg.broken {
 		s.nseg++
 		name := fmt.Sprintf("%d-%d-%d.spool", time.Now().UnixNano(), os.Getpid(), s.nseg)
 		s.seg = &segment{path: filepath.Join(s.dir, logDir, name)}
@@ -232,20 +235,23 @@ func (s *Spool) flush() {
 	s.pending, s.bytes = nil, 0
 	skip := make([]bool, len(batch))
 	for i, ch := range batch {
-		skip[i] = ch.seg.dead
+		skip[i] = ch.seg.dead || ch.seg.broken
 	}
 	s.mu.Unlock()
 	if s.beforeWrite != nil {
 		s.beforeWrite()
 	}
 	var werr error
+	var broken []*segment
 	for i, ch := range batch {
-		if skip[i] {
+		if skip[i] || slices.Contains(broken, ch.seg) {
 			continue
 		}
 		if err := ch.seg.append(ch.b); err != nil {
-			s.log.Error("spool: write; these records are kept in memory only", "path", ch.seg.path, "error", err)
+			s.log.Error("spool: write failed; the log goes on in a new segment, these records are kept in memory only",
+				"path", ch.seg.path, "error", err)
 			werr = err
+			broken = append(broken, ch.seg)
 		}
 	}
 	for _, seg := range dead {
@@ -257,6 +263,12 @@ func (s *Spool) flush() {
 		}
 	}
 	s.mu.Lock()
+	for _, g := range broken {
+		g.broken = true
+		if s.seg == g {
+			s.seg = nil
+		}
+	}
 	s.dead = s.dead[len(dead):] // Done only appends
 	for _, ch := range batch {
 		if cap(ch.b) <= 4<<20 { // an image-heavy batch's memory is not kept

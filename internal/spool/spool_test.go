@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -244,5 +245,54 @@ func TestCallWaitsForAStalledWriter(t *testing.T) {
 	orphans, _ := s2.Orphans()
 	if len(orphans) != 1 || len(orphans[0].Calls) != 3 {
 		t.Fatalf("orphans %+v, want a's 3 calls", orphans)
+	}
+}
+
+// A write that fails (a full disk) loses its records from the spool, not
+// the ones after it: the log goes on in a new segment, since nothing after
+// a torn frame reads back.
+func TestWriteFailureMovesToANewSegment(t *testing.T) {
+	dir := t.TempDir()
+	s, err := New(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := schemas.EpisodeKey{Run: "run", Round: 1, Phase: "train"}
+	s.Call(a, call(a, 0))
+	if err := s.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	s.beforeWrite = func() {
+		once.Do(func() {
+			s.mu.Lock()
+			g := s.seg
+			s.mu.Unlock()
+			g.f.Close() // the next write to it fails
+		})
+	}
+	s.Call(a, call(a, 1))
+	if err := s.Sync(); err == nil {
+		t.Fatal("Sync after a failed write returned no error")
+	}
+	s.Call(a, call(a, 2))
+	if err := s.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(segments(t, dir)); n != 2 {
+		t.Fatalf("%d segments, want 2", n)
+	}
+	s2, _ := New(dir, nil)
+	defer s2.Close()
+	orphans, err := s2.Orphans()
+	if err != nil || len(orphans) != 1 {
+		t.Fatalf("orphans %v, %v", orphans, err)
+	}
+	var got []int32
+	for _, c := range orphans[0].Calls {
+		got = append(got, c.CallIndex)
+	}
+	if !slices.Equal(got, []int32{0, 2}) {
+		t.Fatalf("recovered calls %v, want 0 and 2 (1's write failed)", got)
 	}
 }
