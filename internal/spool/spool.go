@@ -14,6 +14,7 @@ package spool
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -121,7 +122,8 @@ func New(dir string, log *slog.Logger) (*Spool, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Spool{dir: dir, log: log, segmentBytes: segmentBytes, maxPending: maxPending, tries: map[schemas.EpisodeKey]*try{}, blobs: map[schemas.EpisodeKey]map[string]bool{},
+	s := &Spool{dir: dir, log: log, segmentBytes: segmentBytes, maxPending: maxPending,
+		tries: map[schemas.EpisodeKey]*try{}, blobs: map[schemas.EpisodeKey]map[string]bool{},
 		kick: make(chan struct{}, 1), stopped: make(chan struct{})}
 	s.drained = sync.NewCond(&s.mu)
 	go s.write()
@@ -486,7 +488,7 @@ func (s *Spool) Orphans() ([]Orphan, error) {
 		if done[ep] {
 			continue
 		}
-		slices.SortStableFunc(o.Calls, func(a, b schemas.Call) int { return int(a.CallIndex - b.CallIndex) })
+		slices.SortStableFunc(o.Calls, func(a, b schemas.Call) int { return cmp.Compare(a.CallIndex, b.CallIndex) })
 		for _, f := range o.files {
 			refs[f]++
 		}
@@ -507,25 +509,8 @@ func (s *Spool) Orphans() ([]Orphan, error) {
 }
 
 func compareKeys(a, b schemas.EpisodeKey) int {
-	if a.Run != b.Run {
-		return cmpStr(a.Run, b.Run)
-	}
-	if a.Phase != b.Phase {
-		return cmpStr(a.Phase, b.Phase)
-	}
-	for _, d := range [...]int32{a.Round - b.Round, a.Group - b.Group, a.Attempt - b.Attempt, a.Retry - b.Retry} {
-		if d != 0 {
-			return int(d)
-		}
-	}
-	return 0
-}
-
-func cmpStr(a, b string) int {
-	if a < b {
-		return -1
-	}
-	return 1
+	return cmp.Or(cmp.Compare(a.Run, b.Run), cmp.Compare(a.Phase, b.Phase), cmp.Compare(a.Round, b.Round),
+		cmp.Compare(a.Group, b.Group), cmp.Compare(a.Attempt, b.Attempt), cmp.Compare(a.Retry, b.Retry))
 }
 
 // Forget drops a stored orphan: a leftover file goes once all the orphans
