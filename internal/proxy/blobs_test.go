@@ -96,8 +96,8 @@ func TestImagesAndOnCall(t *testing.T) {
 	if !bytes.Contains(upstreamBody, []byte(img)) {
 		t.Error("the model server must receive the image itself")
 	}
-	// OnCall may still be running once the answer is out (it runs off the
-	// connection); End waits for it.
+	// OnCall runs after the answer has been flushed, so the harness can
+	// have it first; End waits for it.
 	recs := p.End(idOf("img"))
 	mu.Lock()
 	n := len(spooled)

@@ -193,10 +193,15 @@ func (s *Spool) frame(seg *segment, kind byte, ep schemas.EpisodeKey, c *schemas
 	s.bytes += n
 	s.seq++
 	if s.bytes == n {
-		select { // the writer wakes once per batch, not per record
-		case s.kick <- struct{}{}:
-		default:
-		}
+		s.wake() // once per batch, not per record
+	}
+}
+
+// wake tells the writer there is work, unless it has been told already.
+func (s *Spool) wake() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
 	}
 }
 
@@ -393,10 +398,7 @@ func (s *Spool) Done(ep schemas.EpisodeKey) error {
 		s.dead = append(s.dead, g)
 		s.seq++ // so that Sync waits for its removal too
 		if len(s.pending) == 0 {
-			select {
-			case s.kick <- struct{}{}:
-			default:
-			}
+			s.wake()
 		}
 	}
 	return nil
@@ -540,35 +542,17 @@ func readSegment(path string, log *slog.Logger, fn func(kind byte, ep schemas.Ep
 	}
 	defer f.Close()
 	br := bufio.NewReaderSize(f, 1<<20)
-	var head [8]byte
 	var payload []byte
 	for {
-		if _, err := io.ReadFull(br, head[:]); err != nil {
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			if errors.Is(err, io.ErrUnexpectedEOF) {
-				log.Warn("spool: a segment ends in a torn record; the records before it are kept", "path", path)
-				return nil
-			}
-			return fmt.Errorf("spool: read %s: %w", path, err)
-		}
-		n := binary.LittleEndian.Uint32(head[:])
-		if n > 1<<30 {
-			log.Warn("spool: a segment holds a damaged record; the records before it are kept", "path", path)
+		payload, err = readFrame(br, payload)
+		switch {
+		case err == io.EOF:
 			return nil
-		}
-		payload = slices.Grow(payload[:0], int(n))[:n]
-		if _, err := io.ReadFull(br, payload); err != nil {
-			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-				log.Warn("spool: a segment ends in a torn record; the records before it are kept", "path", path)
-				return nil
-			}
-			return fmt.Errorf("spool: read %s: %w", path, err)
-		}
-		if crc32.Checksum(payload, castagnoli) != binary.LittleEndian.Uint32(head[4:]) || len(payload) == 0 {
-			log.Warn("spool: a segment holds a damaged record; the records before it are kept", "path", path)
+		case errors.Is(err, errDamaged):
+			log.Warn("spool: a segment ends in a damaged record; the records before it are kept", "path", path, "error", err)
 			return nil
+		case err != nil:
+			return fmt.Errorf("spool: read %s: %w", path, err)
 		}
 		r := &reader{b: payload[1:]}
 		ep := readKey(r)
@@ -590,6 +574,36 @@ func readSegment(path string, log *slog.Logger, fn func(kind byte, ep schemas.Ep
 			log.Warn("spool: a record of an unknown kind is skipped", "path", path, "kind", payload[0])
 		}
 	}
+}
+
+// errDamaged is a frame cut short (a death mid-write) or not matching its
+// checksum.
+var errDamaged = errors.New("a record cut short or not matching its checksum")
+
+// readFrame reads the next frame's payload into buf; io.EOF at the end.
+func readFrame(br *bufio.Reader, buf []byte) ([]byte, error) {
+	var head [8]byte
+	if _, err := io.ReadFull(br, head[:]); err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			return nil, errDamaged
+		}
+		return nil, err
+	}
+	n := binary.LittleEndian.Uint32(head[:])
+	if n == 0 || n > 1<<30 {
+		return nil, errDamaged
+	}
+	buf = slices.Grow(buf[:0], int(n))[:n]
+	if _, err := io.ReadFull(br, buf); err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return nil, errDamaged
+		}
+		return nil, err
+	}
+	if crc32.Checksum(buf, castagnoli) != binary.LittleEndian.Uint32(head[4:]) {
+		return nil, errDamaged
+	}
+	return buf, nil
 }
 
 // legacyFile is a try's file of JSON lines, as workers wrote them before the

@@ -21,6 +21,22 @@ func segments(t *testing.T, dir string) []string {
 	return m
 }
 
+// nextProcess is the spool of the next worker process on dir, and the
+// orphans it finds there.
+func nextProcess(t *testing.T, dir string) (*Spool, []Orphan) {
+	t.Helper()
+	s, err := New(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	orphans, err := s.Orphans()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, orphans
+}
+
 func call(ep schemas.EpisodeKey, i int32) schemas.Call {
 	return schemas.Call{Run: ep.Run, EpisodeID: ep.ID(), Retry: ep.Retry, CallIndex: i, CompletionTokenIDs: []int32{i, 7}}
 }
@@ -88,15 +104,7 @@ func TestSpoolSurvivesAndRecovers(t *testing.T) {
 	f.Write([]byte{200, 0, 0, 0, 1, 2, 3, 4, kindCall, 1})
 	f.Close()
 
-	s2, err := New(dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s2.Close()
-	orphans, err := s2.Orphans()
-	if err != nil {
-		t.Fatal(err)
-	}
+	s2, orphans := nextProcess(t, dir)
 	var keys []schemas.EpisodeKey
 	for _, o := range orphans {
 		keys = append(keys, o.Key)
@@ -171,11 +179,9 @@ func TestSegments(t *testing.T) {
 	}
 	s.Close()
 	s.Call(a, call(a, 9)) // after Close: not spooled, no panic
-	s2, _ := New(dir, nil)
-	defer s2.Close()
-	orphans, err := s2.Orphans()
-	if err != nil || len(orphans) != 1 || orphans[0].Key != b {
-		t.Fatalf("orphans %v, %v; want b's", orphans, err)
+	s2, orphans := nextProcess(t, dir)
+	if len(orphans) != 1 || orphans[0].Key != b {
+		t.Fatalf("orphans %v; want b's", orphans)
 	}
 	for i, c := range orphans[0].Calls {
 		if c.CallIndex != int32(i) || c.EpisodeID != b.ID() {
@@ -240,9 +246,7 @@ func TestCallWaitsForAStalledWriter(t *testing.T) {
 	if err := s.Sync(); err != nil {
 		t.Fatal(err)
 	}
-	s2, _ := New(dir, nil)
-	defer s2.Close()
-	orphans, _ := s2.Orphans()
+	_, orphans := nextProcess(t, dir)
 	if len(orphans) != 1 || len(orphans[0].Calls) != 3 {
 		t.Fatalf("orphans %+v, want a's 3 calls", orphans)
 	}
@@ -282,11 +286,9 @@ func TestWriteFailureMovesToANewSegment(t *testing.T) {
 	if n := len(segments(t, dir)); n != 2 {
 		t.Fatalf("%d segments, want 2", n)
 	}
-	s2, _ := New(dir, nil)
-	defer s2.Close()
-	orphans, err := s2.Orphans()
-	if err != nil || len(orphans) != 1 {
-		t.Fatalf("orphans %v, %v", orphans, err)
+	_, orphans := nextProcess(t, dir)
+	if len(orphans) != 1 {
+		t.Fatalf("orphans %v", orphans)
 	}
 	var got []int32
 	for _, c := range orphans[0].Calls {
