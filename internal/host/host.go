@@ -116,10 +116,10 @@ func (h *Host) Close() {
 		_ = h.ln.Close()
 	}
 	if h.Spool != nil {
-		// What is spooled reaches the disk; tries still open stay there
-		// for the next worker process to recover.
+		// Tries still open stay in the spool for the next worker process
+		// to recover.
 		if err := h.Spool.Close(); err != nil && h.log != nil {
-			h.log.Error("spool not written in full", "error", err)
+			h.log.Error("spool not closed cleanly", "error", err)
 		}
 	}
 	h.mu.Lock()

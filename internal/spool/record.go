@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"unsafe"
 
 	"github.com/roundhouse-rl/roundhouse/schemas"
 )
@@ -15,7 +16,7 @@ import (
 // the next worker process on the same machine, so it needs no format
 // anyone else reads; what it needs is to cost next to nothing on every
 // call: JSON took 8 µs a planner call (the 400 numbers formatted one by
-// one), this about half a microsecond. TestRecordRoundTrip fills every
+// one), this a tenth of a microsecond. TestRecordRoundTrip fills every
 // field of Call, so a field added there and not here fails it.
 
 // recordVersion opens every record; a spool written in another format is
@@ -100,9 +101,20 @@ func appendWords[T int32 | float32](b []byte, v []T) []byte {
 		return append(b, 0)
 	}
 	b = binary.AppendUvarint(b, uint64(len(v))+1)
-	// binary.Append copies a []int32 or []float32 without reflection.
+	if littleEndian && len(v) > 0 {
+		return append(b, words(v)...)
+	}
 	b, _ = binary.Append(b, binary.LittleEndian, v)
 	return b
+}
+
+// littleEndian hosts (amd64, arm64) hold the words as the record does, so
+// they are copied as they lie in memory: one copy instead of a store per
+// word (a planner call's record, its 400 words: 0.88 → 0.10 µs).
+var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
+
+func words[T int32 | float32](v []T) []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(v))), 4*len(v))
 }
 
 // reader reads a record; its first error sticks and later reads give
@@ -195,6 +207,11 @@ func readWords[T int32 | float32](r *reader) []T {
 		return nil
 	}
 	v := make([]T, n-1)
+	if littleEndian {
+		copy(words(v), r.b)
+		r.b = r.b[4*(n-1):]
+		return v
+	}
 	if _, err := binary.Decode(r.b, binary.LittleEndian, v); err != nil {
 		r.fail(errShort)
 		return nil
