@@ -1,7 +1,9 @@
 package spool
 
 import (
+	"encoding/binary"
 	"encoding/json"
+	"hash/crc32"
 	"os"
 	"path/filepath"
 	"slices"
@@ -359,5 +361,33 @@ func TestPending(t *testing.T) {
 		if len(want) > 0 {
 			s.Done(want[0])
 		}
+	}
+}
+
+// A segment of the format before the mapped log (frames from the first
+// byte, checksums unseeded), left by a worker of that build, is recovered.
+func TestFormatOneSegment(t *testing.T) {
+	dir := t.TempDir()
+	a := schemas.EpisodeKey{Run: "run", Round: 1, Phase: "train", Group: 3}
+	var file []byte
+	for i := range int32(2) {
+		c := call(a, i)
+		p := appendCall(appendKey([]byte{kindCall}, a), &c)
+		file = binary.LittleEndian.AppendUint32(file, uint32(len(p)))
+		file = binary.LittleEndian.AppendUint32(file, crc32.Checksum(p, castagnoli))
+		file = append(file, p...)
+	}
+	os.MkdirAll(filepath.Join(dir, logDir), 0o755)
+	path := filepath.Join(dir, logDir, "1-1-1.spool")
+	if err := os.WriteFile(path, file, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, orphans := nextProcess(t, dir)
+	if len(orphans) != 1 || orphans[0].Key != a || len(orphans[0].Calls) != 2 || orphans[0].Calls[1].CallIndex != 1 {
+		t.Fatalf("orphans %+v, want a's 2 calls", orphans)
+	}
+	s.Forget(orphans[0])
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Error("the old segment stays after its orphan was stored")
 	}
 }
