@@ -102,10 +102,20 @@ func Start(path Path, mode Mode) (*Env, error) {
 	switch path {
 	case Direct:
 	case Reverse:
-		e.front = httptest.NewServer(&httputil.ReverseProxy{
+		rp := &httputil.ReverseProxy{
 			Rewrite:   func(pr *httputil.ProxyRequest) { pr.SetURL(upURL) },
 			Transport: transport(),
-		})
+		}
+		e.front = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			// Without it, now and then (a few times in a 5-round run) a
+			// stream's answer began before the transport had seen the end
+			// of the request body it was sending; the server then closed
+			// that body under it and the transport its connection, cutting
+			// the answer (golang/go#40747; "ReverseProxy read error during
+			// body copy: use of closed network connection").
+			http.NewResponseController(w).EnableFullDuplex()
+			rp.ServeHTTP(w, r)
+		}))
 	case Recording:
 		// Info level as in production: the per-call Debug line is filtered
 		// out. Images are taken out of the record as in a rollout worker;
