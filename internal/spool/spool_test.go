@@ -21,6 +21,19 @@ func segments(t *testing.T, dir string) []string {
 	return m
 }
 
+// newSpool is a spool on a new folder, closed at the test's end unless the
+// test closed it.
+func newSpool(t *testing.T) (*Spool, string) {
+	t.Helper()
+	dir := t.TempDir()
+	s, err := New(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, dir
+}
+
 // nextProcess is the spool of the next worker process on dir, and the
 // orphans it finds there.
 func nextProcess(t *testing.T, dir string) (*Spool, []Orphan) {
@@ -45,11 +58,7 @@ func call(ep schemas.EpisodeKey, i int32) schemas.Call {
 // process on the folder recovers exactly the tries not done, their calls in
 // order, and clears the files once they are stored.
 func TestSpoolSurvivesAndRecovers(t *testing.T) {
-	dir := t.TempDir()
-	s, err := New(dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, dir := newSpool(t)
 	a := schemas.EpisodeKey{Run: "run", Round: 1, Phase: "train", Group: 0, Attempt: 0, Retry: 0}
 	b := schemas.EpisodeKey{Run: "run", Round: 1, Phase: "train", Group: 4, Attempt: 1, Retry: 2}
 	s.Call(a, call(a, 0))
@@ -148,11 +157,7 @@ func TestSpoolSurvivesAndRecovers(t *testing.T) {
 // is recovered whole, in order; a record larger than a segment gets one of
 // its own, removed once its try is done.
 func TestSegments(t *testing.T) {
-	dir := t.TempDir()
-	s, err := New(dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, dir := newSpool(t)
 	a := schemas.EpisodeKey{Run: "run", Round: 1, Phase: "train", Group: 1}
 	b := schemas.EpisodeKey{Run: "run", Round: 1, Phase: "train", Group: 2}
 	s.Call(a, call(a, 0))
@@ -170,7 +175,8 @@ func TestSegments(t *testing.T) {
 		t.Fatalf("%d segments after Close with no open try", n)
 	}
 
-	if s, err = New(dir, nil); err != nil {
+	s, err := New(dir, nil)
+	if err != nil {
 		t.Fatal(err)
 	}
 	s.segmentBytes = 1 // every record larger than a segment
@@ -212,11 +218,7 @@ func TestSegments(t *testing.T) {
 // exactly its open tries, none of the frames that earlier uses of the same
 // files held.
 func TestReuseRecoversOnlyOpenTries(t *testing.T) {
-	dir := t.TempDir()
-	s, err := New(dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, dir := newSpool(t)
 	s.segmentBytes = 4096
 	key := func(i int) schemas.EpisodeKey {
 		return schemas.EpisodeKey{Run: "run", Round: 1, Phase: "train", Group: int32(i)}
@@ -251,11 +253,7 @@ func TestReuseRecoversOnlyOpenTries(t *testing.T) {
 // that wrote back a page with an old frame but not the end mark before it
 // does not bring that frame back: its checksum is of the old generation.
 func TestOldGenerationDoesNotRead(t *testing.T) {
-	dir := t.TempDir()
-	s, err := New(dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, dir := newSpool(t)
 	x := schemas.EpisodeKey{Run: "run", Round: 1, Phase: "train", Group: 1}
 	y := schemas.EpisodeKey{Run: "run", Round: 1, Phase: "train", Group: 2}
 	s.Call(x, call(x, 0))
@@ -283,11 +281,7 @@ func TestOldGenerationDoesNotRead(t *testing.T) {
 // filesystem that cannot reserve faults the same way) costs the records in
 // it, not the process: the log goes on in a new segment.
 func TestFaultMovesToANewSegment(t *testing.T) {
-	dir := t.TempDir()
-	s, err := New(dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, dir := newSpool(t)
 	a := schemas.EpisodeKey{Run: "run", Round: 1, Phase: "train"}
 	s.Call(a, call(a, 0))
 	if err := os.Truncate(segments(t, dir)[0], 0); err != nil {
@@ -314,11 +308,7 @@ func TestFaultMovesToANewSegment(t *testing.T) {
 // While no segment can be made, records are not spooled and Call returns;
 // once one can, they are again.
 func TestNoSegmentThenOne(t *testing.T) {
-	dir := t.TempDir()
-	s, err := New(dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, dir := newSpool(t)
 	logs := filepath.Join(dir, logDir)
 	os.Remove(logs)
 	os.WriteFile(logs, nil, 0o644) // a file where the folder should be
@@ -338,12 +328,7 @@ func TestNoSegmentThenOne(t *testing.T) {
 // done while another keeps its segment is known by its done frame), and
 // leaves the folder as it was.
 func TestPending(t *testing.T) {
-	dir := t.TempDir()
-	s, err := New(dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, dir := newSpool(t)
 	a := schemas.EpisodeKey{Run: "run", Round: 1, Phase: "train", Group: 1}
 	b := schemas.EpisodeKey{Run: "run", Round: 1, Phase: "train", Group: 2}
 	s.Call(a, call(a, 0))
