@@ -159,7 +159,8 @@ func readSegment(path string, log *slog.Logger, fn func(kind byte, ep schemas.Ep
 		return fmt.Errorf("spool: %w", err)
 	}
 	var crc0 uint32
-	if len(b) >= headerBytes && [8]byte(b[:8]) == magic {
+	mapped := len(b) >= headerBytes && [8]byte(b[:8]) == magic
+	if mapped {
 		crc0 = seed(binary.LittleEndian.Uint64(b[8:]))
 		b = b[headerBytes:]
 	} else if len(b) >= 8 && string(b[:7]) == string(magic[:7]) {
@@ -167,17 +168,16 @@ func readSegment(path string, log *slog.Logger, fn func(kind byte, ep schemas.Ep
 			"path", path, "format", b[7])
 		return errFormat
 	}
-	for len(b) > 0 {
-		if len(b) < 8 {
-			log.Warn("spool: a segment ends in a damaged record; the records before it are kept", "path", path)
-			return nil
-		}
+	damaged := func() {
+		log.Warn("spool: a segment ends in a damaged record; the records before it are kept", "path", path)
+	}
+	for len(b) >= 8 {
 		n := int(binary.LittleEndian.Uint32(b))
 		if n == 0 {
 			return nil
 		}
 		if n > len(b)-8 || crc32.Update(crc0, castagnoli, b[8:8+n]) != binary.LittleEndian.Uint32(b[4:]) {
-			log.Warn("spool: a segment ends in a damaged record; the records before it are kept", "path", path)
+			damaged()
 			return nil
 		}
 		payload := b[8 : 8+n]
@@ -201,6 +201,12 @@ func readSegment(path string, log *slog.Logger, fn func(kind byte, ep schemas.Ep
 		default:
 			log.Warn("spool: a record of an unknown kind is skipped", "path", path, "kind", payload[0])
 		}
+	}
+	// A mapped segment is full when fewer bytes than a frame's head are
+	// left; one of format 1 was appended to, so such a tail is a frame cut
+	// short.
+	if len(b) > 0 && !mapped {
+		damaged()
 	}
 	return nil
 }

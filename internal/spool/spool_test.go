@@ -1,9 +1,11 @@
 package spool
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"hash/crc32"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -374,5 +376,31 @@ func TestFormatOneSegment(t *testing.T) {
 	s.Forget(orphans[0])
 	if _, err := os.Stat(path); !os.IsNotExist(err) {
 		t.Error("the old segment stays after its orphan was stored")
+	}
+}
+
+// A segment is full when its last frame leaves fewer bytes than a frame's
+// head: that tail (an end mark, or bytes of an earlier use) is the log's
+// end, not a damaged record.
+func TestFullSegmentEndsCleanly(t *testing.T) {
+	a := schemas.EpisodeKey{Run: "run", Round: 1, Phase: "train"}
+	c := call(a, 0)
+	p := appendCall(appendKey([]byte{kindCall}, a), &c)
+	for tail := range 8 {
+		path := filepath.Join(t.TempDir(), "1-1-1.spool")
+		g, err := createSegment(path, headerBytes+8+len(p)+tail)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := g.put(p); err != nil {
+			t.Fatal(err)
+		}
+		g.unmap()
+		var logs bytes.Buffer
+		n := 0
+		err = readSegment(path, slog.New(slog.NewTextHandler(&logs, nil)), func(byte, schemas.EpisodeKey, schemas.Call) { n++ })
+		if err != nil || n != 1 || logs.Len() != 0 {
+			t.Errorf("%d bytes after the last frame: %d frames, %v, logged %q", tail, n, err, logs.String())
+		}
 	}
 }
