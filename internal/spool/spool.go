@@ -106,7 +106,8 @@ func (s *Spool) Call(ep schemas.EpisodeKey, c schemas.Call) {
 	t := s.tries[ep]
 	// Room for the try's end as well, in case this is its first record in
 	// the segment.
-	g, err := s.room(8 + len(s.buf) + doneBytes(ep))
+	end := doneBytes(ep)
+	g, err := s.room(8 + len(s.buf) + end)
 	if err == nil {
 		if t == nil {
 			t = &try{}
@@ -115,7 +116,7 @@ func (s *Spool) Call(ep schemas.EpisodeKey, c schemas.Call) {
 		if !slices.Contains(t.segs, g) {
 			t.segs = append(t.segs, g)
 			g.live++
-			g.reserved += doneBytes(ep)
+			g.reserved += end
 		}
 		err = g.put(s.buf)
 	}
@@ -193,12 +194,9 @@ func (s *Spool) Close() error {
 		g.unmap()
 		errs = append(errs, remove(g.path))
 	}
-	s.empty = nil
-	if s.seg != nil && s.seg.live == 0 {
-		s.seg.unmap()
-		errs = append(errs, remove(s.seg.path))
-	}
-	s.seg = nil
+	// The current segment is among the tries' below: the call that took
+	// it added its try.
+	s.empty, s.seg = nil, nil
 	for _, t := range s.tries {
 		for _, g := range t.segs {
 			g.unmap()
@@ -255,13 +253,13 @@ func (s *Spool) Done(ep schemas.EpisodeKey) error {
 		return nil
 	}
 	delete(s.tries, ep)
+	s.buf = appendKey(append(s.buf[:0], kindDone), ep) // the try's end, as each segment kept logs it
 	var errs []error
 	for _, g := range t.segs {
 		g.live--
-		g.reserved -= doneBytes(ep)
+		g.reserved -= 8 + len(s.buf) // the room Call kept for it (doneBytes)
 		if g.live > 0 {
 			if g.m != nil && !g.broken {
-				s.buf = appendKey(append(s.buf[:0], kindDone), ep)
 				if err := g.put(s.buf); err != nil {
 					errs = append(errs, err)
 				}
@@ -381,8 +379,8 @@ func (s *Spool) Orphans() ([]Orphan, error) {
 	}
 	for _, f := range files {
 		if refs[f] == 0 {
-			if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return nil, fmt.Errorf("spool: remove %s, whose tries are all done: %w", f, err)
+			if err := remove(f); err != nil {
+				return nil, err
 			}
 		}
 	}
@@ -436,8 +434,8 @@ func (s *Spool) Forget(o Orphan) error {
 			continue
 		}
 		delete(s.recovering, f)
-		if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("spool: remove %s: %w", f, err)
+		if err := remove(f); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -23,7 +23,7 @@ func main() {
 	flag.DurationVar(&cfg.Saturate, "saturate", 2*time.Second, "closed-loop (saturation) run per path and concurrency")
 	flag.DurationVar(&cfg.Paced, "paced", 3*time.Second, "fixed-load time per path and concurrency: the paths run at once, for this times their number, sharing the rate")
 	flag.Float64Var(&cfg.Rate, "rate", 200, "fixed offered load, calls/s")
-	flag.IntVar(&cfg.Rounds, "rounds", 1, "interleaved repetitions; the table shows medians")
+	flag.IntVar(&cfg.Rounds, "rounds", 1, "interleaved repetitions; the table shows their median throughput and latency over all their calls")
 	flag.StringVar(&cfg.ProfileDir, "profile", "", "folder for the first round's CPU and allocation profiles of each saturated run (go tool pprof -focus internal/proxy …)")
 	modes := flag.String("modes", "plain,streamed", "plain, streamed or both, comma-separated")
 	flag.BoolVar(&cfg.NoMemory, "no-memory", false, "leave out the memory figures")

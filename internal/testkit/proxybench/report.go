@@ -20,7 +20,7 @@ type Config struct {
 	Saturate time.Duration // closed-loop run per cell
 	Paced    time.Duration // fixed-load time per path and cell; the paths run at once, for Paced times their number
 	Rate     float64       // fixed offered load, calls/s
-	Rounds   int           // repetitions, interleaved; cells report the median
+	Rounds   int           // repetitions, interleaved; cells report the median throughput, latency over all calls
 	Progress io.Writer     // where to show which cell is running (nil: nowhere)
 	// ProfileDir, when set, gets the first round's CPU and allocation
 	// profiles of every saturated cell: cpu-<mode>-<path>-<clients>.pprof,
