@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"slices"
 	"strconv"
-	"unsafe"
 )
 
 // response is a chat completion or stream chunk from the model server, read
@@ -338,10 +337,8 @@ func (s *scanner) vllmLogprob() (lp float64, ok bool) {
 	if !bytes.HasPrefix(b[j:], []byte(`,"top_logprobs":[]}`)) {
 		return s.restart(i)
 	}
-	// As json.Unmarshal into a float64: the text's nearest float64, an error
-	// beyond its range. The bytes are only read during the call.
-	lp, err := strconv.ParseFloat(unsafe.String(unsafe.SliceData(num), len(num)), 64)
-	if err != nil {
+	lp, ok = atof(num)
+	if !ok {
 		return s.restart(i)
 	}
 	s.i = j + len(`,"top_logprobs":[]}`)

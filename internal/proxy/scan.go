@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/bits"
-	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf16"
@@ -540,8 +539,8 @@ func (s *scanner) float() float64 {
 	if s.err != nil {
 		return 0
 	}
-	f, err := strconv.ParseFloat(string(s.b[start:s.i]), 64)
-	if err != nil {
+	f, ok := atof(s.b[start:s.i])
+	if !ok {
 		s.fail("number out of range")
 	}
 	return f

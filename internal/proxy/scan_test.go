@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http/httptest"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -516,4 +518,50 @@ func callsOf(calls []*toolCall) string {
 		fmt.Fprintf(&b, "{%q %q %q %q}", c.ID, c.Type, c.Function.Name, c.args.String())
 	}
 	return b.String()
+}
+
+// benchIDs and benchLogprobs are shaped as the stub's answer: 350 prompt ids
+// from a Qwen-sized vocabulary, and 50 logprobs as Python writes floats
+// (shortest round-trip form, mostly 16-17 digits).
+func benchIDs() []byte {
+	b := []byte{'['}
+	for i := range 350 {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, int64(uint32(i*2654435761)%151_000), 10)
+	}
+	return append(b, ']')
+}
+
+func benchLogprobs() [][]byte {
+	rng := rand.New(rand.NewPCG(1, 2))
+	out := make([][]byte, 50)
+	for i := range out {
+		out[i] = strconv.AppendFloat(nil, -rng.ExpFloat64()*0.3, 'g', -1, 64)
+	}
+	return out
+}
+
+func BenchmarkInt32s(b *testing.B) {
+	in := benchIDs()
+	var v []int32
+	b.SetBytes(int64(len(in)))
+	for b.Loop() {
+		s := scanner{b: in}
+		if v = s.int32sInto(v); s.err != nil || len(v) != 350 {
+			b.Fatal(s.err, len(v))
+		}
+	}
+}
+
+func BenchmarkFloats(b *testing.B) {
+	in := benchLogprobs()
+	for b.Loop() {
+		for _, n := range in {
+			if _, ok := atof(n); !ok {
+				b.Fatal(string(n))
+			}
+		}
+	}
 }
