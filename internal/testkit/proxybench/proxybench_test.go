@@ -115,3 +115,40 @@ func TestInFlight(t *testing.T) {
 		}
 	}
 }
+
+// Over the eight slices of a 2 s cell every path runs twice at each
+// position, and follows each of its neighbours in the list as often.
+func TestSliceOrder(t *testing.T) {
+	const turns = 8
+	at := map[Path][]int{}
+	after := map[[2]Path]int{}
+	for k := range turns {
+		order := sliceOrder(k)
+		if len(order) != len(Paths) {
+			t.Fatalf("turn %d: order %v has %d paths, want %d", k, order, len(order), len(Paths))
+		}
+		for i, p := range order {
+			at[p] = append(at[p], i)
+			if i > 0 {
+				after[[2]Path{order[i-1], p}]++
+			}
+		}
+	}
+	for _, p := range Paths {
+		count := make([]int, len(Paths))
+		for _, i := range at[p] {
+			count[i]++
+		}
+		for i, n := range count {
+			if n != turns/len(Paths) {
+				t.Errorf("%s ran %d times at position %d over %d turns, want %d", p, n, i, turns, turns/len(Paths))
+			}
+		}
+	}
+	for i, p := range Paths {
+		prev, next := Paths[(i+len(Paths)-1)%len(Paths)], Paths[(i+1)%len(Paths)]
+		if a, b := after[[2]Path{prev, p}], after[[2]Path{next, p}]; a != b {
+			t.Errorf("%s followed %s %d times and %s %d times; want as often", p, prev, a, next, b)
+		}
+	}
+}

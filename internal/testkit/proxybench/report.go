@@ -92,6 +92,12 @@ func median(rs []Result, f func(Result) float64) float64 {
 	for i, r := range rs {
 		v[i] = f(r)
 	}
+	return medianOf(v)
+}
+
+// medianOf is the middle value, the upper one of an even count.
+func medianOf(v []float64) float64 {
+	v = slices.Clone(v)
 	slices.Sort(v)
 	return v[len(v)/2]
 }
@@ -181,7 +187,7 @@ func Report(w io.Writer, cfg Config) error {
 	fmt.Fprintf(w, "GOMAXPROCS=%d: load generator, stub and proxy share these CPUs. Saturation: closed loop, %s per cell.\n",
 		runtime.GOMAXPROCS(0), cfg.Saturate)
 	n := len(Paths)
-	fmt.Fprintf(w, "Fixed load: %.0f calls/s open loop, the %d paths at once with %.0f each for %s (a call held up by the client's previous\none counts from its scheduled time). %d interleaved round(s): throughput is their median, latency quantiles are over all their calls.\n",
+	fmt.Fprintf(w, "Fixed load: %.0f calls/s open loop, the %d paths at once with %.0f each for %s (a call held up by the client's previous\none counts from its scheduled time). %d interleaved round(s): throughput is their median, × reverse the median of each round's ratio, latency quantiles are over all their calls.\n",
 		cfg.Rate, n, cfg.Rate/float64(n), time.Duration(n)*cfg.Paced, max(cfg.Rounds, 1))
 	fmt.Fprintf(w, "Peak heap: largest HeapInuse of the whole process (load generator + stub + proxy) sampled every 2 ms, saturated.\n\n")
 
@@ -197,12 +203,19 @@ func Report(w io.Writer, cfg Config) error {
 	for _, m := range modes {
 		for _, c := range cfg.Clients {
 			ref := cells[key{m, Reverse, c}]
-			refRate := median(ref.sat, Result.CallsPerSec)
 			refFixed := pooled(ref.fixed)
 			refP50, refP99 := refFixed.Quantile(0.5), refFixed.Quantile(0.99)
 			for _, p := range Paths {
 				x := cells[key{m, p, c}]
 				rate := median(x.sat, Result.CallsPerSec)
+				// Each round's ratio is of runs that took turns in the
+				// same seconds; the median of those pairs is steadier than
+				// a ratio of two medians, which may come from two rounds.
+				ratios := make([]float64, len(x.sat))
+				for r := range x.sat {
+					ratios[r] = x.sat[r].CallsPerSec() / ref.sat[r].CallsPerSec()
+				}
+				ratio := medianOf(ratios)
 				fixed := pooled(x.fixed)
 				p50, p99 := fixed.Quantile(0.5), fixed.Quantile(0.99)
 				var peak uint64
@@ -210,15 +223,15 @@ func Report(w io.Writer, cfg Config) error {
 					peak = max(peak, r.PeakHeap)
 				}
 				fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%.2f\t%.2f\t%.2f\t%+.2f\t%+.2f\t%.1f\t\n",
-					m, p, c, rate, rate/refRate, p50, p99, p50-refP50, p99-refP99, float64(peak)/(1<<20))
+					m, p, c, rate, ratio, p50, p99, p50-refP50, p99-refP99, float64(peak)/(1<<20))
 				if p == Recording || p == Spooled {
-					verdicts = append(verdicts, verdict{m, p, c, rate / refRate, p99 - refP99})
+					verdicts = append(verdicts, verdict{m, p, c, ratio, p99 - refP99})
 				}
 			}
 		}
 	}
 	tw.Flush()
-	fmt.Fprintf(w, "(+p50/+p99: added over the bare reverse proxy at the fixed load; × reverse: saturated throughput ratio)\n\n")
+	fmt.Fprintf(w, "(+p50/+p99: added over the bare reverse proxy at the fixed load; × reverse: saturated throughput ratio, the paths taking turns in 250 ms slices, each on a collected heap)\n\n")
 	if !cfg.NoMemory {
 		writeMemory(w, mem)
 	}
@@ -252,6 +265,22 @@ func writeMemory(w io.Writer, mem memory) {
 
 // slice is how long a path runs saturated before the next takes over.
 const slice = 250 * time.Millisecond
+
+// sliceOrder is the order of the paths in the k-th turn of saturated
+// slices: rotated by one every other turn and reversed in every odd one, so
+// that over a cell each path runs at every position and after each of its
+// two neighbours alike.
+func sliceOrder(k int) []Path {
+	n := len(Paths)
+	order := make([]Path, n)
+	for i := range order {
+		order[i] = Paths[(i+k/2)%n]
+	}
+	if k%2 == 1 {
+		slices.Reverse(order)
+	}
+	return order
+}
 
 // measured is one path's results in one round.
 type measured struct{ sat, fixed Result }
@@ -295,8 +324,12 @@ func measure(cfg Config, m Mode, c int, profiled bool) (map[Path]measured, error
 		}
 	}
 	res := map[Path]measured{}
-	for range max(1, int(cfg.Saturate/slice)) {
-		for _, p := range Paths {
+	for k := range max(1, int(cfg.Saturate/slice)) {
+		for _, p := range sliceOrder(k) {
+			// Each slice starts on a collected heap: otherwise a path pays
+			// for part of the garbage of the one before it (the bare proxy
+			// allocates 1.7× what the recording proxy does a call).
+			runtime.GC()
 			x := res[p]
 			x.sat.add(envs[p].Saturate(c, 0, min(slice, cfg.Saturate)))
 			res[p] = x
