@@ -3,6 +3,7 @@ package proxybench
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -150,5 +151,31 @@ func TestSliceOrder(t *testing.T) {
 		if a, b := after[[2]Path{prev, p}], after[[2]Path{next, p}]; a != b {
 			t.Errorf("%s followed %s %d times and %s %d times; want as often", p, prev, a, next, b)
 		}
+	}
+}
+
+// A round's ratio pairs runs of the same seconds: a slow round slows both
+// paths, and must not pair one path's slow round with the other's fast one.
+func TestPairedRatio(t *testing.T) {
+	rounds := func(rates ...int) []Result {
+		rs := make([]Result, len(rates))
+		for i, n := range rates {
+			rs[i] = Result{Calls: n, Elapsed: time.Second}
+		}
+		return rs
+	}
+	ref := rounds(1000, 2000, 1500)
+	x := rounds(950, 1800, 1200) // 0.95, 0.90, 0.80 of the same rounds
+	med, lo, hi := pairedRatio(x, ref)
+	want := [3]float64{0.90, 0.80, 0.95}
+	for i, got := range [3]float64{med, lo, hi} {
+		if math.Abs(got-want[i]) > 1e-9 {
+			t.Errorf("pairedRatio = %.3f, %.3f, %.3f; want %.2f, %.2f, %.2f", med, lo, hi, want[0], want[1], want[2])
+			break
+		}
+	}
+	// The ratio of the two medians is 1200/1500 = 0.80: not what is reported.
+	if m := median(x, Result.CallsPerSec) / median(ref, Result.CallsPerSec); math.Abs(m-med) < 0.05 {
+		t.Errorf("test rounds do not tell the paired median (%.2f) from the ratio of medians (%.2f)", med, m)
 	}
 }

@@ -102,6 +102,18 @@ func medianOf(v []float64) float64 {
 	return v[len(v)/2]
 }
 
+// pairedRatio is x's saturated throughput over ref's, round by round (runs
+// that took turns in the same seconds): their median, and their least and
+// greatest. It is steadier than a ratio of two medians, which may come
+// from two rounds: at one client a round's rate moved by 10 % or more.
+func pairedRatio(x, ref []Result) (med, lo, hi float64) {
+	ratios := make([]float64, len(x))
+	for r := range x {
+		ratios[r] = x[r].CallsPerSec() / ref[r].CallsPerSec()
+	}
+	return medianOf(ratios), slices.Min(ratios), slices.Max(ratios)
+}
+
 // Target is what the recording proxy must reach at every concurrency, plain
 // and streamed (issue 28): saturated throughput at least MinRatio of the
 // bare reverse proxy's, p99 at the fixed load less than MaxAddedP99 over
@@ -192,7 +204,7 @@ func Report(w io.Writer, cfg Config) error {
 	fmt.Fprintf(w, "Peak heap: largest HeapInuse of the whole process (load generator + stub + proxy) sampled every 2 ms, saturated.\n\n")
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "mode\tpath\tclients\tsat calls/s\t× reverse\tp50 ms\tp99 ms\t+p50 ms\t+p99 ms\tpeak heap MiB\t")
+	fmt.Fprintln(tw, "mode\tpath\tclients\tsat calls/s\t× reverse\trounds' ×\tp50 ms\tp99 ms\t+p50 ms\t+p99 ms\tpeak heap MiB\t")
 	type verdict struct {
 		m           Mode
 		p           Path
@@ -208,22 +220,19 @@ func Report(w io.Writer, cfg Config) error {
 			for _, p := range Paths {
 				x := cells[key{m, p, c}]
 				rate := median(x.sat, Result.CallsPerSec)
-				// Each round's ratio is of runs that took turns in the
-				// same seconds; the median of those pairs is steadier than
-				// a ratio of two medians, which may come from two rounds.
-				ratios := make([]float64, len(x.sat))
-				for r := range x.sat {
-					ratios[r] = x.sat[r].CallsPerSec() / ref.sat[r].CallsPerSec()
+				ratio, lo, hi := pairedRatio(x.sat, ref.sat)
+				spread := "-"
+				if p != Reverse {
+					spread = fmt.Sprintf("%.2f–%.2f", lo, hi)
 				}
-				ratio := medianOf(ratios)
 				fixed := pooled(x.fixed)
 				p50, p99 := fixed.Quantile(0.5), fixed.Quantile(0.99)
 				var peak uint64
 				for _, r := range x.sat { // the fixed-load runs share the heap
 					peak = max(peak, r.PeakHeap)
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%.2f\t%.2f\t%.2f\t%+.2f\t%+.2f\t%.1f\t\n",
-					m, p, c, rate, ratio, p50, p99, p50-refP50, p99-refP99, float64(peak)/(1<<20))
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%.2f\t%s\t%.2f\t%.2f\t%+.2f\t%+.2f\t%.1f\t\n",
+					m, p, c, rate, ratio, spread, p50, p99, p50-refP50, p99-refP99, float64(peak)/(1<<20))
 				if p == Recording || p == Spooled {
 					verdicts = append(verdicts, verdict{m, p, c, ratio, p99 - refP99})
 				}
@@ -231,7 +240,9 @@ func Report(w io.Writer, cfg Config) error {
 		}
 	}
 	tw.Flush()
-	fmt.Fprintf(w, "(+p50/+p99: added over the bare reverse proxy at the fixed load; × reverse: saturated throughput ratio, the paths taking turns in 250 ms slices, each on a collected heap)\n\n")
+	fmt.Fprintf(w, "(+p50/+p99: added over the bare reverse proxy at the fixed load; × reverse: saturated throughput ratio, the paths taking turns in 250 ms slices,\n"+
+		"each on a collected heap; the median of the rounds' ratios, each of runs in the same seconds, and rounds' × their least and greatest.\n"+
+		"sat calls/s is each path's median round, so one median over another may differ from × reverse.)\n\n")
 	if !cfg.NoMemory {
 		writeMemory(w, mem)
 	}
